@@ -1,0 +1,49 @@
+// Command fence-controller detects dead or partitioned nodes, fences them through agent
+// plugins and, once the fence is verified, releases their pods and volumes.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/controller"
+)
+
+func main() {
+	var o controller.AppOptions
+	validate := flag.Bool("validate-config", false, "check the --config file and exit")
+	flag.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
+	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
+	flag.StringVar(&o.ListenAddress, "listen-address", ":8080", "address of /healthz, /readyz and /metrics")
+	flag.BoolVar(&o.ReadyOnlyWhenLeader, "ready-only-when-leader", false, "report ready only while leader")
+	klog.InitFlags(nil)
+	flag.Parse()
+
+	if *validate {
+		if _, err := controller.LoadConfig(o.ConfigPath); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("%s: valid\n", o.ConfigPath)
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := controller.RunApp(ctx, o, func(err error) {
+		// Invariant 2: a deposed replica stops at once, without draining.
+		klog.ErrorS(err, "Deposed; exiting")
+		klog.Flush()
+		os.Exit(controller.ExitDeposed)
+	})
+	if err != nil {
+		klog.ErrorS(err, "fence-controller failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+}

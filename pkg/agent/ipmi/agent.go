@@ -1,0 +1,110 @@
+package ipmi
+
+import (
+	"context"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// Name is the agent name Describe reports.
+const Name = "ipmi"
+
+// Agent fences nodes by chassis power through their BMC's IPMI LAN interface.
+// It keeps no state between calls, so calls for different targets may run at once.
+type Agent struct {
+	newClient ClientFunc
+	version   string
+}
+
+// Option configures an Agent.
+type Option func(*Agent)
+
+// WithClientFunc replaces how the agent connects to a BMC (default NewIpmitoolClient).
+func WithClientFunc(f ClientFunc) Option { return func(a *Agent) { a.newClient = f } }
+
+// WithVersion sets the version Describe reports.
+func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
+
+// New returns an IPMI agent.
+func New(opts ...Option) *Agent {
+	a := &Agent{newClient: NewIpmitoolClient, version: "dev"}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+var _ plugin.Agent = (*Agent)(nil)
+
+// Describe lists the actions and parameters, with defaults and which are secret.
+func (a *Agent) Describe(context.Context) (plugin.Description, error) {
+	ps := make([]plugin.Param, len(paramSpecs))
+	copy(ps, paramSpecs)
+	return plugin.Description{
+		Name:    Name,
+		Version: a.version,
+		Actions: []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn},
+		Params:  ps,
+	}, nil
+}
+
+// Validate checks non-secret parameters without contacting any BMC. The error names
+// every bad parameter.
+func (a *Agent) Validate(_ context.Context, params map[string]string) error {
+	return validateParams(params)
+}
+
+// Fence powers the target off, on, or off-then-on, and succeeds only when it has read
+// the resulting state back from the BMC. Already being in the state is success.
+func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Action) (plugin.Result, error) {
+	switch action {
+	case plugin.ActionOff, plugin.ActionOn, plugin.ActionReboot:
+	default:
+		return unknown(), plugin.Errorf(plugin.KindUnsupported, "action %q is not supported; want off, reboot or on", action)
+	}
+	s, err := a.open(ctx, req)
+	if err != nil {
+		return unknown(), err
+	}
+	defer s.close(ctx)
+	switch action {
+	case plugin.ActionOff:
+		err = s.ensure(ctx, plugin.StateOff)
+	case plugin.ActionOn:
+		err = s.ensure(ctx, plugin.StateOn)
+	case plugin.ActionReboot:
+		// A reboot that never saw the power off proves nothing, so it is verified
+		// off before it is powered on, rather than sent as one "cycle".
+		if err = s.ensure(ctx, plugin.StateOff); err == nil {
+			err = s.ensure(ctx, plugin.StateOn)
+		}
+	}
+	return s.result(), err
+}
+
+// Status reads the chassis power state. An answer the driver cannot parse is
+// StateUnknown with the answer in the evidence, not an error.
+func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	s, err := a.open(ctx, req)
+	if err != nil {
+		return unknown(), err
+	}
+	defer s.close(ctx)
+	if _, err := s.readAndNote(ctx); err != nil {
+		return s.result(), err
+	}
+	return s.result(), nil
+}
+
+// Unfence powers the target on and verifies it is on.
+func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	s, err := a.open(ctx, req)
+	if err != nil {
+		return unknown(), err
+	}
+	defer s.close(ctx)
+	err = s.ensure(ctx, plugin.StateOn)
+	return s.result(), err
+}
+
+func unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }

@@ -1,0 +1,107 @@
+package ipmi
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// Phrases in ipmitool's output (with -v) that mean the BMC answered and refused the
+// credentials or the cipher suite. Retrying will not change that.
+var authPhrases = []string{
+	"rakp",                             // "RAKP 2 HMAC is invalid", "RAKP 2 message indicates an error : unauthorized name"
+	"unauthorized name",                // unknown user
+	"hmac is invalid",                  // wrong password
+	"password",                         // "invalid password", "password too long"
+	"invalid authentication algorithm", // cipher suite the BMC does not offer
+	"insufficient privilege",
+	"unauthorized role",
+}
+
+// Phrases that mean nothing usable answered.
+var unreachablePhrases = []string{
+	"get auth capabilities error",
+	"error issuing get channel authentication",
+	"address lookup",
+	"could not open socket",
+	"no response",
+	"timeout",
+	"timed out",
+	"connection refused",
+	"network is unreachable",
+	"no route to host",
+	"unable to establish", // after the auth phrases had their chance
+}
+
+// classify turns a failure of a BMC call into a plugin error of the right kind, with
+// every secret scrubbed from its text. what says what the driver was doing.
+func classify(err error, what string, p params) error {
+	if err == nil {
+		return nil
+	}
+	var pe *plugin.Error
+	if errors.As(err, &pe) {
+		return plugin.Errorf(pe.Kind, "%s", scrub(what+": "+pe.Message, p))
+	}
+	msg := scrub(what+": "+err.Error(), p)
+	lower := strings.ToLower(err.Error())
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return plugin.Errorf(plugin.KindTargetUnreachable, "%s", msg)
+	case containsAny(lower, authPhrases):
+		return plugin.Errorf(plugin.KindPermanent, "%s (check the BMC credentials and %s)", msg, ParamCipherSuite)
+	case containsAny(lower, unreachablePhrases):
+		return plugin.Errorf(plugin.KindTargetUnreachable, "%s", msg)
+	default:
+		return plugin.Errorf(plugin.KindRetryable, "%s", msg)
+	}
+}
+
+// scrub removes the credentials from text that came back from ipmitool or a library,
+// which may echo them. A mangled message is better than a leaked secret.
+func scrub(s string, p params) string {
+	for _, secret := range []string{p.password, p.username} {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "<redacted>")
+		}
+	}
+	return s
+}
+
+func containsAny(s string, phrases []string) bool {
+	for _, ph := range phrases {
+		if strings.Contains(s, ph) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseState reads ipmitool's "Chassis Power is on|off" from anywhere in its output,
+// ignoring case, spacing and other lines. Anything else is unknown: a state the driver
+// did not read is never taken for off.
+func parseState(raw string) plugin.PowerState {
+	state := plugin.StateUnknown
+	for _, line := range strings.Split(raw, "\n") {
+		f := strings.Fields(strings.ToLower(line))
+		if len(f) != 4 || f[0] != "chassis" || f[1] != "power" || f[2] != "is" {
+			continue
+		}
+		var s plugin.PowerState
+		switch f[3] {
+		case "on":
+			s = plugin.StateOn
+		case "off":
+			s = plugin.StateOff
+		default:
+			return plugin.StateUnknown
+		}
+		if state != plugin.StateUnknown && state != s {
+			return plugin.StateUnknown // contradictory answers
+		}
+		state = s
+	}
+	return state
+}

@@ -1,0 +1,265 @@
+package v1alpha1
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// Defaults that hold when the file leaves a field empty.
+const (
+	DefaultLeaseStaleAfter = 30 * time.Second
+	DefaultNotReadyAfter   = 30 * time.Second
+	DefaultAgentTimeout    = 30 * time.Second
+	DefaultLevelTimeout    = 60 * time.Second
+	DefaultLevelBackoff    = 2 * time.Second
+	DefaultLevelRetries    = 1
+	DefaultMaxConcurrent   = 10
+	DefaultMaxUnhealthy    = "40%"
+	DefaultPluginDir       = "/usr/libexec/kubefence/agents"
+	DefaultLeaseNamespace  = "kubefence-system"
+	DefaultLeaseName       = "kubefence-controller"
+)
+
+// ParseConfig decodes a configuration file strictly (an unknown or duplicated field is an
+// error naming its path), applies defaults and validates the result.
+func ParseConfig(data []byte) (*Config, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	cfg := &Config{}
+	strict, err := json.UnmarshalStrict(js, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(strict) > 0 {
+		var b bytes.Buffer
+		for i, e := range strict {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(e.Error())
+		}
+		return nil, fmt.Errorf("config: %s", b.String())
+	}
+	cfg.Default()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return nil, fmt.Errorf("config: %w", errs.ToAggregate())
+	}
+	return cfg, nil
+}
+
+func defaultDuration(d *metav1.Duration, v time.Duration) {
+	if d.Duration == 0 {
+		d.Duration = v
+	}
+}
+
+// Default fills every empty field that has a default.
+func (c *Config) Default() {
+	defaultDuration(&c.Detection.LeaseStaleAfter, DefaultLeaseStaleAfter)
+	defaultDuration(&c.Detection.NotReadyAfter, DefaultNotReadyAfter)
+	if c.PluginDir == "" {
+		c.PluginDir = DefaultPluginDir
+	}
+	le := &c.LeaderElection
+	if le.Enabled == nil {
+		on := true
+		le.Enabled = &on
+	}
+	if le.Namespace == "" {
+		le.Namespace = DefaultLeaseNamespace
+	}
+	if le.Name == "" {
+		le.Name = DefaultLeaseName
+	}
+	defaultDuration(&le.LeaseDuration, 15*time.Second)
+	defaultDuration(&le.RenewDeadline, 10*time.Second)
+	defaultDuration(&le.RetryPeriod, 2*time.Second)
+	for i := range c.Agents {
+		defaultDuration(&c.Agents[i].Timeout, DefaultAgentTimeout)
+	}
+	for i := range c.Policies {
+		c.Policies[i].Default()
+	}
+}
+
+// Default fills the policy's empty fields.
+func (p *Policy) Default() {
+	if p.Action == "" {
+		p.Action = ActionOff
+	}
+	if p.Remediation == "" {
+		p.Remediation = StrategyBoth
+	}
+	if p.Budget.MaxConcurrent == 0 {
+		p.Budget.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if p.Budget.MaxUnhealthy == nil {
+		v := intstr.FromString(DefaultMaxUnhealthy)
+		p.Budget.MaxUnhealthy = &v
+	}
+	for i := range p.Levels {
+		l := &p.Levels[i]
+		if l.Mode == "" {
+			l.Mode = ModeAll
+		}
+		defaultDuration(&l.Timeout, DefaultLevelTimeout)
+		defaultDuration(&l.Backoff, DefaultLevelBackoff)
+		if l.Retries == nil {
+			r := int32(DefaultLevelRetries)
+			l.Retries = &r
+		}
+	}
+}
+
+var (
+	agentName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// Validate returns every problem of a defaulted configuration, each with its field path.
+func (c *Config) Validate() field.ErrorList {
+	var errs field.ErrorList
+	d := field.NewPath("detection")
+	errs = append(errs, positive(d.Child("leaseStaleAfter"), c.Detection.LeaseStaleAfter)...)
+	errs = append(errs, positive(d.Child("notReadyAfter"), c.Detection.NotReadyAfter)...)
+	errs = append(errs, c.LeaderElection.validate(field.NewPath("leaderElection"))...)
+	agents := map[string]bool{}
+	for i, a := range c.Agents {
+		p := field.NewPath("agents").Index(i)
+		if agents[a.Name] {
+			errs = append(errs, field.Duplicate(p.Child("name"), a.Name))
+		}
+		agents[a.Name] = true
+		errs = append(errs, a.validate(p)...)
+	}
+	if len(c.Policies) == 0 {
+		errs = append(errs, field.Required(field.NewPath("policies"), "at least one policy"))
+	}
+	names := map[string]bool{}
+	for i, pol := range c.Policies {
+		p := field.NewPath("policies").Index(i)
+		if names[pol.Name] {
+			errs = append(errs, field.Duplicate(p.Child("name"), pol.Name))
+		}
+		names[pol.Name] = true
+		errs = append(errs, pol.validate(p, agents)...)
+	}
+	return errs
+}
+
+func positive(p *field.Path, d metav1.Duration) field.ErrorList {
+	if d.Duration <= 0 {
+		return field.ErrorList{field.Invalid(p, d.Duration.String(), "must be greater than zero")}
+	}
+	return nil
+}
+
+func (le *LeaderElection) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, d := range []struct {
+		name string
+		v    metav1.Duration
+	}{{"leaseDuration", le.LeaseDuration}, {"renewDeadline", le.RenewDeadline}, {"retryPeriod", le.RetryPeriod}} {
+		errs = append(errs, positive(p.Child(d.name), d.v)...)
+	}
+	if le.RenewDeadline.Duration >= le.LeaseDuration.Duration {
+		errs = append(errs, field.Invalid(p.Child("renewDeadline"), le.RenewDeadline.Duration.String(), "must be less than leaseDuration"))
+	}
+	if le.RetryPeriod.Duration >= le.RenewDeadline.Duration {
+		errs = append(errs, field.Invalid(p.Child("retryPeriod"), le.RetryPeriod.Duration.String(), "must be less than renewDeadline"))
+	}
+	return errs
+}
+
+func (a *Agent) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if !agentName.MatchString(a.Name) {
+		errs = append(errs, field.Invalid(p.Child("name"), a.Name, "must match "+agentName.String()))
+	}
+	if a.Binary != "" && !agentName.MatchString(a.Binary) {
+		errs = append(errs, field.Invalid(p.Child("binary"), a.Binary, "must be a file name in pluginDir matching "+agentName.String()))
+	}
+	if !sha256Hex.MatchString(a.SHA256) {
+		errs = append(errs, field.Invalid(p.Child("sha256"), a.SHA256, "must be 64 lower-case hex digits"))
+	}
+	if a.SecretRef != nil && (a.SecretRef.Namespace == "" || a.SecretRef.Name == "") {
+		errs = append(errs, field.Required(p.Child("secretRef"), "namespace and name"))
+	}
+	set := 0
+	for _, on := range []bool{a.Target.Annotation != "", a.Target.Label != "", a.Target.ProviderID} {
+		if on {
+			set++
+		}
+	}
+	if set != 1 {
+		errs = append(errs, field.Invalid(p.Child("target"), set, "exactly one of annotation, label, providerID must be set"))
+	}
+	errs = append(errs, positive(p.Child("timeout"), a.Timeout)...)
+	return errs
+}
+
+func (pol *Policy) validate(p *field.Path, agents map[string]bool) field.ErrorList {
+	var errs field.ErrorList
+	if pol.Name == "" {
+		errs = append(errs, field.Required(p.Child("name"), ""))
+	}
+	if pol.NodeSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(pol.NodeSelector); err != nil {
+			errs = append(errs, field.Invalid(p.Child("nodeSelector"), pol.NodeSelector, err.Error()))
+		}
+	}
+	if pol.Action != ActionOff && pol.Action != ActionReboot {
+		errs = append(errs, field.NotSupported(p.Child("action"), pol.Action, []FenceAction{ActionOff, ActionReboot}))
+	}
+	switch pol.Remediation {
+	case StrategyOutOfServiceTaint, StrategyDirect, StrategyBoth:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("remediation"), pol.Remediation,
+			[]RemediationStrategy{StrategyOutOfServiceTaint, StrategyDirect, StrategyBoth}))
+	}
+	if len(pol.Levels) == 0 {
+		errs = append(errs, field.Required(p.Child("levels"), "at least one level"))
+	}
+	for i, l := range pol.Levels {
+		errs = append(errs, l.validate(p.Child("levels").Index(i), agents)...)
+	}
+	b := p.Child("budget")
+	if pol.Budget.MaxConcurrent < 0 {
+		errs = append(errs, field.Invalid(b.Child("maxConcurrent"), pol.Budget.MaxConcurrent, "must not be negative"))
+	}
+	if _, err := intstr.GetScaledValueFromIntOrPercent(pol.Budget.MaxUnhealthy, 100, false); err != nil {
+		errs = append(errs, field.Invalid(b.Child("maxUnhealthy"), pol.Budget.MaxUnhealthy.String(), err.Error()))
+	}
+	return errs
+}
+
+func (l *Level) validate(p *field.Path, agents map[string]bool) field.ErrorList {
+	var errs field.ErrorList
+	if len(l.Agents) == 0 {
+		errs = append(errs, field.Required(p.Child("agents"), "at least one agent"))
+	}
+	for i, a := range l.Agents {
+		if !agents[a] {
+			errs = append(errs, field.NotFound(p.Child("agents").Index(i), a))
+		}
+	}
+	if l.Mode != ModeAll && l.Mode != ModeAny {
+		errs = append(errs, field.NotSupported(p.Child("mode"), l.Mode, []LevelMode{ModeAll, ModeAny}))
+	}
+	errs = append(errs, positive(p.Child("timeout"), l.Timeout)...)
+	errs = append(errs, positive(p.Child("backoff"), l.Backoff)...)
+	if l.Retries != nil && *l.Retries < 0 {
+		errs = append(errs, field.Invalid(p.Child("retries"), *l.Retries, "must not be negative"))
+	}
+	return errs
+}

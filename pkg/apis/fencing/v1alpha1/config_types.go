@@ -1,0 +1,137 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Config is the controller's configuration file (--config).
+type Config struct {
+	// Detection sets when a node counts as unhealthy.
+	Detection Detection `json:"detection"`
+	// LeaderElection configures the Lease that elects the acting replica.
+	LeaderElection LeaderElection `json:"leaderElection"`
+	// Agents are the fence agents the controller may call, by name.
+	Agents []Agent `json:"agents"`
+	// Policies decide, per node, whether and how to fence. The first policy whose
+	// nodeSelector matches a node applies; a policy without a selector matches every node.
+	Policies []Policy `json:"policies"`
+	// PluginDir is the directory that holds the agent binaries.
+	PluginDir string `json:"pluginDir,omitempty"`
+}
+
+// Detection sets the evidence that makes a node unhealthy.
+type Detection struct {
+	// LeaseStaleAfter: a node whose kube-node-lease Lease was not renewed for this long is
+	// unhealthy. Kubelets renew every 10s, so the default of 30s is three missed renewals.
+	LeaseStaleAfter metav1.Duration `json:"leaseStaleAfter,omitempty"`
+	// NotReadyAfter: a node whose Ready condition has been False or Unknown for this long is
+	// unhealthy.
+	NotReadyAfter metav1.Duration `json:"notReadyAfter,omitempty"`
+}
+
+// LeaderElection configures the controller's Lease.
+type LeaderElection struct {
+	// Enabled turns leader election on (default). Only a single replica may run without it.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Namespace and Name of the Lease.
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	// LeaseDuration, RenewDeadline and RetryPeriod as in client-go's leaderelection.
+	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
+	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
+	RetryPeriod   metav1.Duration `json:"retryPeriod,omitempty"`
+}
+
+// Agent is a fence agent plugin and how a node maps to its target.
+type Agent struct {
+	// Name identifies the agent in policies. It is also the binary's file name in
+	// PluginDir unless Binary is set.
+	Name string `json:"name"`
+	// Binary is the agent's file name inside PluginDir.
+	Binary string `json:"binary,omitempty"`
+	// SHA256 is the hex SHA-256 of the binary; the controller refuses any other binary.
+	SHA256 string `json:"sha256"`
+	// Params are default parameters passed on every call (non-secret).
+	Params map[string]string `json:"params,omitempty"`
+	// SecretRef names a Secret whose keys are passed as the agent's secret parameters.
+	SecretRef *SecretRef `json:"secretRef,omitempty"`
+	// Target says how to find the agent's target for a node.
+	Target TargetSource `json:"target"`
+	// Timeout bounds each call to this agent.
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+}
+
+// SecretRef names a Secret.
+type SecretRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// TargetSource finds an agent's target on the Node object. Exactly one field is set.
+type TargetSource struct {
+	// Annotation: the target is the value of this node annotation.
+	Annotation string `json:"annotation,omitempty"`
+	// Label: the target is the value of this node label.
+	Label string `json:"label,omitempty"`
+	// ProviderID: the target is the node's spec.providerID.
+	ProviderID bool `json:"providerID,omitempty"`
+}
+
+// LevelMode says how many agents of a level must succeed.
+type LevelMode string
+
+const (
+	ModeAll LevelMode = "all"
+	ModeAny LevelMode = "any"
+)
+
+// RemediationStrategy says how a fenced node's workloads are released.
+type RemediationStrategy string
+
+const (
+	// StrategyOutOfServiceTaint adds node.kubernetes.io/out-of-service and lets Kubernetes act.
+	StrategyOutOfServiceTaint RemediationStrategy = "OutOfServiceTaint"
+	// StrategyDirect makes the controller delete pods and VolumeAttachments itself.
+	StrategyDirect RemediationStrategy = "Direct"
+	// StrategyBoth does both; the default.
+	StrategyBoth RemediationStrategy = "Both"
+)
+
+// Policy decides how nodes it selects are fenced.
+type Policy struct {
+	Name string `json:"name"`
+	// NodeSelector selects the nodes this policy governs; empty selects all.
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// Action is Off (default) or Reboot.
+	Action FenceAction `json:"action,omitempty"`
+	// Levels are tried in order until one is verified.
+	Levels []Level `json:"levels"`
+	// Remediation is how workloads are released after a verified fence.
+	Remediation RemediationStrategy `json:"remediation,omitempty"`
+	// Budget limits how much fencing may happen at once.
+	Budget Budget `json:"budget,omitempty"`
+}
+
+// Level is one fencing level: a set of agents tried together.
+type Level struct {
+	// Agents are names from Config.Agents.
+	Agents []string `json:"agents"`
+	// Mode is all (default: every agent must verify) or any (one suffices).
+	Mode LevelMode `json:"mode,omitempty"`
+	// Timeout bounds one try of this level, from the Fence call to a verified state.
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// Retries is how many times a failed try is repeated before escalating (default 1).
+	Retries *int32 `json:"retries,omitempty"`
+	// Backoff is the wait before the first retry; it doubles with each retry.
+	Backoff metav1.Duration `json:"backoff,omitempty"`
+}
+
+// Budget limits fencing so that a partition is not mistaken for many dead nodes.
+type Budget struct {
+	// MaxConcurrent is how many fencing operations may run at once.
+	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
+	// MaxUnhealthy is a count or a percentage of the nodes this policy selects; when more
+	// nodes are unhealthy, nothing is fenced (storm hold).
+	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
+}

@@ -1,0 +1,200 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Phase is where an incident stands.
+type Phase string
+
+const (
+	// PhasePending: the incident exists, no agent has been called yet.
+	PhasePending Phase = "Pending"
+	// PhaseFencing: agents are being called and their result verified.
+	PhaseFencing Phase = "Fencing"
+	// PhaseFenced: a level was verified; the node can no longer run or reach storage.
+	PhaseFenced Phase = "Fenced"
+	// PhaseRemediated: the node's pods and volume attachments were released.
+	PhaseRemediated Phase = "Remediated"
+	// PhaseRecovered: the node came back with a new boot and the incident is closed.
+	PhaseRecovered Phase = "Recovered"
+	// PhaseHeld: policy forbids fencing for now (storm, budget, pause); see Status.Message.
+	PhaseHeld Phase = "Held"
+	// PhaseFailed: every level failed; a person must look. Nothing was released.
+	PhaseFailed Phase = "Failed"
+	// PhaseCancelled: the node recovered before any fence was verified; nothing was released.
+	PhaseCancelled Phase = "Cancelled"
+)
+
+// Open reports whether an incident in this phase may still act on its node.
+func (p Phase) Open() bool {
+	switch p {
+	case PhaseRecovered, PhaseFailed, PhaseCancelled:
+		return false
+	}
+	return true
+}
+
+// FenceAction is what fencing does to the node.
+type FenceAction string
+
+const (
+	ActionOff    FenceAction = "Off"
+	ActionReboot FenceAction = "Reboot"
+)
+
+// AttemptState is where one agent call stands.
+type AttemptState string
+
+const (
+	// AttemptFencing: the Fence call was issued; its outcome is not recorded. After a
+	// restart the call is re-issued, which agents make idempotent.
+	AttemptFencing AttemptState = "Fencing"
+	// AttemptVerifying: the agent reported success; the state is being read back.
+	AttemptVerifying AttemptState = "Verifying"
+	// AttemptVerified: the state was read back as fenced.
+	AttemptVerified AttemptState = "Verified"
+	// AttemptFailed: the call failed, or verification did not read fenced in time.
+	AttemptFailed AttemptState = "Failed"
+)
+
+// +genclient
+// +genclient:nonNamespaced
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=nf
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Level",type=integer,JSONPath=`.status.level`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// NodeFence is one fencing incident for one node, and its durable history.
+type NodeFence struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodeFenceSpec   `json:"spec"`
+	Status NodeFenceStatus `json:"status,omitempty"`
+}
+
+// NodeFenceSpec says which node to fence and why.
+type NodeFenceSpec struct {
+	// NodeName is the node to fence.
+	// +kubebuilder:validation:MinLength=1
+	NodeName string `json:"nodeName"`
+	// Reason is why fencing was requested, in words.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// RequestedBy is "controller" for automatic incidents, or who asked for it.
+	// +optional
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// Action overrides the policy's action.
+	// +kubebuilder:validation:Enum=Off;Reboot
+	// +optional
+	Action FenceAction `json:"action,omitempty"`
+}
+
+// NodeFenceStatus is the incident's state and history, written only by the leader.
+type NodeFenceStatus struct {
+	// Phase is where the incident stands.
+	// +optional
+	Phase Phase `json:"phase,omitempty"`
+	// Epoch is the fencing epoch of the leader that last wrote this status. A leader with
+	// a lower epoch must not write.
+	// +optional
+	Epoch int64 `json:"epoch,omitempty"`
+	// Leader is the identity of the replica that last wrote this status.
+	// +optional
+	Leader string `json:"leader,omitempty"`
+	// Policy is the name of the policy that governs this incident.
+	// +optional
+	Policy string `json:"policy,omitempty"`
+	// Level is the fencing level being tried or verified, starting at 1.
+	// +optional
+	Level int32 `json:"level,omitempty"`
+	// VerifiedLevel is the level whose fence was read back as complete; 0 until then.
+	// Remediation never starts while it is 0 (safety invariant 1).
+	// +optional
+	VerifiedLevel int32 `json:"verifiedLevel,omitempty"`
+	// BootID is the node's boot ID when the incident opened; a node that reports another
+	// one has been power cycled.
+	// +optional
+	BootID string `json:"bootID,omitempty"`
+	// Attempts lists every agent call, oldest first.
+	// +optional
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// Remediation records what kubefence changed so that it can be undone exactly.
+	// +optional
+	Remediation Remediation `json:"remediation,omitempty"`
+	// Timeline lists each step of the incident with its time.
+	// +optional
+	Timeline []Step `json:"timeline,omitempty"`
+	// Message explains the phase, e.g. why it is held or failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// Conditions follow Kubernetes conventions.
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Attempt is one call of one agent at one level.
+type Attempt struct {
+	Level int32  `json:"level"`
+	Agent string `json:"agent"`
+	// Try counts calls of this agent at this level, starting at 1.
+	Try   int32        `json:"try"`
+	State AttemptState `json:"state"`
+	// Started is when the Fence call was issued.
+	Started metav1.MicroTime `json:"started"`
+	// Deadline is when the attempt fails if not verified.
+	Deadline metav1.MicroTime `json:"deadline"`
+	// Finished is when it was verified or failed.
+	// +optional
+	Finished *metav1.MicroTime `json:"finished,omitempty"`
+	// PowerState is the last state the agent read back: on, off or unknown.
+	// +optional
+	PowerState string `json:"powerState,omitempty"`
+	// Evidence is what the agent reported it did and read.
+	// +optional
+	Evidence string `json:"evidence,omitempty"`
+	// Error is why the attempt failed.
+	// +optional
+	Error string `json:"error,omitempty"`
+	// ErrorKind is the agent's error class: Retryable, Permanent, TargetUnreachable,
+	// Unsupported or AgentDied.
+	// +optional
+	ErrorKind string `json:"errorKind,omitempty"`
+}
+
+// Remediation records what was changed on the cluster for the fenced node.
+type Remediation struct {
+	// TaintAdded is true when kubefence added the out-of-service taint (and so may remove it).
+	// +optional
+	TaintAdded bool `json:"taintAdded,omitempty"`
+	// PodsDeleted lists namespace/name of pods kubefence force-deleted.
+	// +optional
+	PodsDeleted []string `json:"podsDeleted,omitempty"`
+	// VolumeAttachmentsDeleted lists the VolumeAttachments kubefence deleted.
+	// +optional
+	VolumeAttachmentsDeleted []string `json:"volumeAttachmentsDeleted,omitempty"`
+}
+
+// Step is one entry of the incident's timeline.
+type Step struct {
+	Time metav1.MicroTime `json:"time"`
+	// Type names the step, e.g. Detected, FenceStarted, Verified, TaintAdded.
+	Type    string `json:"type"`
+	Message string `json:"message,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// NodeFenceList is a list of NodeFence.
+type NodeFenceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeFence `json:"items"`
+}
+
+// Verified reports whether a fencing level was read back as complete.
+func (s *NodeFenceStatus) Verified() bool { return s.VerifiedLevel > 0 }

@@ -1,0 +1,121 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// AgentSource hands out agent handles by name; *plugin.Host is one.
+type AgentSource interface {
+	Agent(name string) (plugin.Agent, error)
+}
+
+// agentCaller turns a fencer step into an agent call for one node.
+type agentCaller struct {
+	agents  AgentSource
+	config  map[string]v1alpha1.Agent
+	client  kubernetes.Interface
+	metrics *metrics
+}
+
+// errKindAgentDied classifies calls that failed because the agent process went away.
+const errKindAgentDied = "AgentDied"
+
+// request builds the plugin request for agent on node, with its secrets.
+func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Node, epoch int64) (plugin.Request, v1alpha1.Agent, error) {
+	cfg, ok := a.config[name]
+	if !ok {
+		return plugin.Request{}, cfg, plugin.Errorf(plugin.KindPermanent, "agent %s is not configured", name)
+	}
+	target, err := targetOf(cfg, node)
+	if err != nil {
+		return plugin.Request{}, cfg, err
+	}
+	req := plugin.Request{Node: node.Name, Target: target, Params: maps.Clone(cfg.Params), Epoch: epoch}
+	if req.Params == nil {
+		req.Params = map[string]string{}
+	}
+	if cfg.SecretRef != nil {
+		sec, err := a.client.CoreV1().Secrets(cfg.SecretRef.Namespace).Get(ctx, cfg.SecretRef.Name, metav1.GetOptions{})
+		if err != nil {
+			// The error names the Secret, never its content.
+			return req, cfg, plugin.Errorf(plugin.KindRetryable, "agent %s: read secret %s/%s: %v", name, cfg.SecretRef.Namespace, cfg.SecretRef.Name, err)
+		}
+		req.Secrets = make(map[string]string, len(sec.Data))
+		for k, v := range sec.Data {
+			req.Secrets[k] = string(v)
+		}
+	}
+	return req, cfg, nil
+}
+
+func targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, error) {
+	var target, from string
+	switch {
+	case cfg.Target.Annotation != "":
+		target, from = node.Annotations[cfg.Target.Annotation], "annotation "+cfg.Target.Annotation
+	case cfg.Target.Label != "":
+		target, from = node.Labels[cfg.Target.Label], "label "+cfg.Target.Label
+	case cfg.Target.ProviderID:
+		target, from = node.Spec.ProviderID, "spec.providerID"
+	}
+	if target == "" {
+		return "", plugin.Errorf(plugin.KindPermanent, "agent %s: node %s has no %s to name its target", cfg.Name, node.Name, from)
+	}
+	return target, nil
+}
+
+// call carries out a DoFence or DoVerify step and returns the event to apply. Fencing
+// always asks for off: a Reboot policy powers the node on again only after its workloads
+// were released, never inside the fence, so that "verified off" is always read back.
+func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.Node, epoch int64, deadline time.Time) fencer.Event {
+	kind := fencer.FenceReturned
+	method := "Fence"
+	if step.Kind == fencer.DoVerify {
+		kind, method = fencer.StateRead, "Status"
+	}
+	ev := fencer.Event{Kind: kind, Level: step.Level, Agent: step.Agent, Try: step.Try}
+	req, cfg, err := a.request(ctx, step.Agent, node, epoch)
+	if err == nil {
+		var res plugin.Result
+		if d := time.Now().Add(cfg.Timeout.Duration); d.Before(deadline) {
+			deadline = d
+		}
+		res, err = a.invoke(ctx, step.Agent, method, req, deadline)
+		ev.State, ev.Evidence = string(res.State), res.Evidence
+	}
+	if err != nil {
+		ev.Err, ev.ErrKind = err, string(plugin.KindOf(err))
+		if errors.Is(err, plugin.ErrAgentDied) {
+			ev.ErrKind = errKindAgentDied
+		}
+		a.metrics.agentErrors.WithLabelValues(step.Agent, method, ev.ErrKind).Inc()
+	}
+	return ev
+}
+
+func (a *agentCaller) invoke(ctx context.Context, name, method string, req plugin.Request, deadline time.Time) (plugin.Result, error) {
+	agent, err := a.agents.Agent(name)
+	if err != nil {
+		return plugin.Result{}, fmt.Errorf("agent %s: %w", name, err)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	start := time.Now()
+	defer func() { a.metrics.agentLatency.WithLabelValues(name, method).Observe(time.Since(start).Seconds()) }()
+	if method == "Status" {
+		return agent.Status(ctx, req)
+	}
+	return agent.Fence(ctx, req, plugin.ActionOff)
+}

@@ -1,0 +1,123 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// ExitDeposed is the exit code of a replica that lost its Lease or met a newer epoch.
+const ExitDeposed = 2
+
+// AppOptions are the fence-controller command's flags.
+type AppOptions struct {
+	ConfigPath          string
+	Kubeconfig          string
+	ListenAddress       string
+	ReadyOnlyWhenLeader bool
+}
+
+// LoadConfig reads and validates the configuration file.
+func LoadConfig(path string) (*v1alpha1.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return v1alpha1.ParseConfig(data)
+}
+
+// RunApp runs the controller process until ctx ends. deposed is called (and must not
+// return) when this replica loses its Lease.
+func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
+	cfg, err := LoadConfig(o.ConfigPath)
+	if err != nil {
+		return err
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	host, err := newAgentHost(cfg)
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+
+	identity := NewIdentity()
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+
+	c, err := New(Options{
+		Config: cfg, Client: client, Dynamic: dyn, Agents: host, Identity: identity, OnDeposed: deposed,
+		Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}),
+	})
+	if err != nil {
+		return err
+	}
+	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
+	errc := make(chan error, 1)
+	go func() { errc <- Serve(ctx, o.ListenAddress, health, c.Metrics()) }()
+	if err := c.StartInformers(ctx); err != nil {
+		return err
+	}
+	health.SetSynced()
+	klog.InfoS("Caches synced", "identity", identity)
+
+	lead := func(ctx context.Context, epoch int64) {
+		health.SetLeader()
+		c.Run(ctx, epoch)
+	}
+	if !*cfg.LeaderElection.Enabled {
+		go lead(ctx, 0)
+	} else {
+		c.guard = &LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
+		go func() {
+			err := Elect(ctx, client, cfg.LeaderElection, identity, lead, func() {
+				deposed(errors.New("leader lease lost"))
+			})
+			if err != nil {
+				errc <- err
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+func newAgentHost(cfg *v1alpha1.Config) (*plugin.Host, error) {
+	specs := map[string]plugin.AgentSpec{}
+	for _, a := range cfg.Agents {
+		specs[a.Name] = plugin.AgentSpec{Binary: a.Binary, SHA256: a.SHA256}
+	}
+	return plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: specs})
+}

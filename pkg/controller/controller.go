@@ -1,0 +1,247 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/remediate"
+)
+
+// NodeLeaseNamespace is where kubelets keep their heartbeat Leases.
+const NodeLeaseNamespace = "kube-node-lease"
+
+// Options are what the controller needs from main.
+type Options struct {
+	Config   *v1alpha1.Config
+	Client   kubernetes.Interface
+	Dynamic  dynamic.Interface
+	Agents   AgentSource
+	Recorder record.EventRecorder
+	// Identity names this replica (hostname_PID_suffix).
+	Identity string
+	// Workers is how many nodes are synced at once.
+	Workers int
+	// PollInterval is how often a fenced state is read back while verifying.
+	PollInterval time.Duration
+	// Now is the clock.
+	Now func() time.Time
+	// OnDeposed is called when a newer leader's epoch is found on an incident: the
+	// replica must stop at once (main exits with code 2).
+	OnDeposed func(error)
+}
+
+// Controller detects unhealthy nodes and drives their fencing incidents.
+type Controller struct {
+	opts     Options
+	cfg      *v1alpha1.Config
+	client   kubernetes.Interface
+	nodes    corelisters.NodeLister
+	synced   []cache.InformerSynced
+	store    *store
+	detector *detector.Detector
+	caller   *agentCaller
+	remedy   *remediate.Remediator
+	queue    workqueue.TypedRateLimitingInterface[string]
+	metrics  *metrics
+	recorder record.EventRecorder
+	now      func() time.Time
+
+	kubeInformers informers.SharedInformerFactory
+	leaseInformer informers.SharedInformerFactory
+	nfInformer    dynamicinformer.DynamicSharedInformerFactory
+
+	// guard checks the Lease before irreversible actions; nil without leader election.
+	guard *LeaseGuard
+
+	mu    sync.Mutex
+	epoch int64
+}
+
+// New builds a controller; Run starts it.
+func New(opts Options) (*Controller, error) {
+	if opts.Workers <= 0 {
+		opts.Workers = 16
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 250 * time.Millisecond
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cfg := opts.Config
+	c := &Controller{
+		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, recorder: opts.Recorder,
+		metrics: newMetrics(),
+		detector: detector.New(detector.Thresholds{
+			LeaseStaleAfter: cfg.Detection.LeaseStaleAfter.Duration,
+			NotReadyAfter:   cfg.Detection.NotReadyAfter.Duration,
+		}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
+	}
+	agents := map[string]v1alpha1.Agent{}
+	for _, a := range cfg.Agents {
+		agents[a.Name] = a
+	}
+	c.caller = &agentCaller{agents: opts.Agents, config: agents, client: opts.Client, metrics: c.metrics}
+	c.remedy = &remediate.Remediator{Client: opts.Client}
+	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
+
+	c.kubeInformers = informers.NewSharedInformerFactory(opts.Client, 10*time.Minute)
+	c.leaseInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
+		informers.WithNamespace(NodeLeaseNamespace))
+	c.nfInformer = dynamicinformer.NewDynamicSharedInformerFactory(opts.Dynamic, 10*time.Minute)
+
+	nodeInf := c.kubeInformers.Core().V1().Nodes()
+	leaseInf := c.leaseInformer.Coordination().V1().Leases()
+	nfInf := c.nfInformer.ForResource(v1alpha1.Resource)
+	if err := nfInf.Informer().AddIndexers(nodeFenceIndexers()); err != nil {
+		return nil, fmt.Errorf("index incidents: %w", err)
+	}
+	c.nodes = nodeInf.Lister()
+	c.store = &store{client: opts.Dynamic.Resource(v1alpha1.Resource), indexer: nfInf.Informer().GetIndexer()}
+	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced}
+
+	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueObject(obj) },
+		UpdateFunc: func(_, obj any) { c.enqueueObject(obj) },
+		DeleteFunc: func(obj any) { c.enqueueObject(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := leaseInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onLease(obj) },
+		UpdateFunc: func(_, obj any) { c.onLease(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := nfInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNodeFence(obj) },
+		UpdateFunc: func(_, obj any) { c.onNodeFence(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Metrics returns the controller's registry handle for the HTTP server.
+func (c *Controller) Metrics() *metrics { return c.metrics }
+
+func (c *Controller) enqueueObject(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		c.queue.Add(n.Name)
+	}
+}
+
+func (c *Controller) onLease(obj any) {
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	c.detector.ObserveLease(lease, c.now())
+	c.queue.Add(lease.Name)
+}
+
+func (c *Controller) onNodeFence(obj any) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if node, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); node != "" {
+			c.queue.Add(node)
+		}
+	}
+}
+
+// StartInformers starts the caches; standbys run them too so a takeover starts warm.
+func (c *Controller) StartInformers(ctx context.Context) error {
+	c.kubeInformers.Start(ctx.Done())
+	c.leaseInformer.Start(ctx.Done())
+	c.nfInformer.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("informer caches did not sync")
+	}
+	return nil
+}
+
+// Run acts as leader with the given fencing epoch until ctx ends.
+func (c *Controller) Run(ctx context.Context, epoch int64) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	c.mu.Lock()
+	c.epoch = epoch
+	c.mu.Unlock()
+	c.metrics.leader.Set(1)
+	klog.InfoS("Acting as leader", "identity", c.opts.Identity, "epoch", epoch)
+	nodes, err := c.nodes.List(everything())
+	if err == nil {
+		for _, n := range nodes {
+			c.queue.Add(n.Name)
+		}
+	}
+	for range c.opts.Workers {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	// Leases that stop changing produce no events: look at every node regularly.
+	go wait.UntilWithContext(ctx, func(context.Context) {
+		nodes, err := c.nodes.List(everything())
+		if err != nil {
+			return
+		}
+		for _, n := range nodes {
+			c.queue.Add(n.Name)
+		}
+	}, 5*time.Second)
+	<-ctx.Done()
+}
+
+func (c *Controller) currentEpoch() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	requeue, err := c.sync(ctx, key)
+	switch {
+	case err != nil:
+		utilruntime.HandleErrorWithContext(ctx, err, "Sync failed", "node", key)
+		c.queue.AddRateLimited(key)
+	case requeue > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, requeue)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}

@@ -1,0 +1,297 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/policy"
+	"github.com/kubefence/kubefence/pkg/remediate"
+)
+
+// holdRecheck is how often a held or waiting incident asks policy again.
+const holdRecheck = 2 * time.Second
+
+// drive moves an open incident on by one or more steps, persisting each.
+func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation) (time.Duration, error) {
+	nf = nf.DeepCopy()
+	pol := c.policyByName(nf.Status.Policy)
+	if pol == nil {
+		var err error
+		if pol, err = policy.Select(c.cfg.Policies, node.Labels); err != nil || pol == nil {
+			return 0, fmt.Errorf("incident %s: no policy governs node %s", nf.Name, node.Name)
+		}
+		nf.Status.Policy = pol.Name
+	}
+	switch nf.Status.Phase {
+	case "", v1alpha1.PhasePending, v1alpha1.PhaseHeld:
+		return c.decide(ctx, nf, node, obs, pol)
+	case v1alpha1.PhaseFencing:
+		return c.fence(ctx, nf, node, pol)
+	case v1alpha1.PhaseFenced:
+		return c.release(ctx, nf, node, pol)
+	case v1alpha1.PhaseRemediated:
+		return c.recover(ctx, nf, node, obs)
+	}
+	return 0, nil
+}
+
+func (c *Controller) policyByName(name string) *v1alpha1.Policy {
+	for i := range c.cfg.Policies {
+		if c.cfg.Policies[i].Name == name {
+			return &c.cfg.Policies[i]
+		}
+	}
+	return nil
+}
+
+// decide asks policy whether a pending or held incident may start fencing.
+func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation, pol *v1alpha1.Policy) (time.Duration, error) {
+	now := c.now()
+	if obs.Health != detector.Unhealthy && len(nf.Status.Attempts) == 0 {
+		nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseCancelled, "node healthy again before fencing started"
+		addStep(&nf.Status, now, "Cancelled", nf.Status.Message)
+		c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseCancelled)).Inc()
+		c.event(node, nf, corev1.EventTypeNormal, "Cancelled", "Node %s recovered before fencing; incident %s cancelled", node.Name, nf.Name)
+		return 0, c.save(ctx, nf)
+	}
+	cl, err := c.cluster(pol, now)
+	if err != nil {
+		return 0, err
+	}
+	d := policy.Decide(pol, policy.Node{Name: node.Name, Labels: node.Labels, Unhealthy: true}, cl, now)
+	switch d.Verdict {
+	case policy.Hold, policy.Wait:
+		phase := v1alpha1.PhasePending
+		if d.Verdict == policy.Hold {
+			phase = v1alpha1.PhaseHeld
+		}
+		if nf.Status.Phase != phase || nf.Status.Message != d.Message {
+			if d.Verdict == policy.Hold {
+				c.metrics.holds.WithLabelValues(d.Reason).Inc()
+				c.event(node, nf, corev1.EventTypeWarning, d.Reason, "Fencing of node %s held: %s", node.Name, d.Message)
+			}
+			nf.Status.Phase, nf.Status.Message = phase, d.Message
+			addStep(&nf.Status, now, string(d.Verdict), d.Reason+": "+d.Message)
+			if err := c.save(ctx, nf); err != nil {
+				return 0, err
+			}
+		}
+		return holdRecheck, nil
+	}
+	nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseFencing, ""
+	nf.Status.Level = 1
+	addStep(&nf.Status, now, "FenceStarted", fmt.Sprintf("policy %s: %s", pol.Name, d.Message))
+	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFencing)).Inc()
+	c.event(node, nf, corev1.EventTypeWarning, "FenceStarted", "Fencing node %s (incident %s)", node.Name, nf.Name)
+	if err := c.save(ctx, nf); err != nil {
+		return 0, err
+	}
+	return c.fence(ctx, nf, node, pol)
+}
+
+// fence runs the fencer state machine until it must wait, is done or gives up.
+func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
+	plan := fencer.PlanFor(pol, c.opts.PollInterval)
+	for {
+		now := c.now()
+		step := fencer.Next(&nf.Status, plan, now)
+		switch step.Kind {
+		case fencer.DoWait:
+			return max(step.Until.Sub(now), 10*time.Millisecond), nil
+		case fencer.Done:
+			return c.fenced(ctx, nf, node, pol)
+		case fencer.GiveUp:
+			nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseFailed, step.Reason
+			addStep(&nf.Status, now, "Failed", step.Reason)
+			c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
+			c.event(node, nf, corev1.EventTypeWarning, "FenceFailed", "Fencing node %s failed; nothing was released: %s", node.Name, step.Reason)
+			return 0, c.save(ctx, nf)
+		case fencer.DoExpire:
+			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Expired, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
+				return 0, err
+			}
+		case fencer.DoFence:
+			if err := c.checkLease(ctx); err != nil {
+				return 0, err
+			}
+			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
+				return 0, err
+			}
+			addStep(&nf.Status, c.now(), "AgentCalled", fmt.Sprintf("level %d agent %s try %d: Fence off", step.Level, step.Agent, step.Try))
+			if err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
+				return 0, err
+			}
+		case fencer.DoVerify:
+			before := len(nf.Status.Timeline)
+			if err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
+				return 0, err
+			}
+			if a := lastAttempt(nf); a != nil && a.State == v1alpha1.AttemptVerifying && len(nf.Status.Timeline) == before {
+				return plan.PollInterval, nil
+			}
+		}
+	}
+}
+
+// callAndApply calls the agent for step, applies the outcome and persists it.
+func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, plan fencer.Plan, step fencer.Step) error {
+	a := lastAttempt(nf)
+	ev := c.caller.call(ctx, step, node, c.currentEpoch(), a.Deadline.Time)
+	prev := a.State
+	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {
+		return fmt.Errorf("incident %s: %w", nf.Name, err)
+	}
+	now := c.now()
+	switch {
+	case ev.Err != nil && step.Kind == fencer.DoVerify && lastAttempt(nf).State == prev && lastStepIs(nf, "AgentError", ev.Err.Error()):
+		// The same read error again while verifying: nothing new to record.
+		return nil
+	case ev.Err != nil:
+		addStep(&nf.Status, now, "AgentError", fmt.Sprintf("agent %s %s %s: %v", step.Agent, method(step), ev.ErrKind, ev.Err))
+	case step.Kind == fencer.DoFence:
+		addStep(&nf.Status, now, "AgentReturned", fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
+	case lastAttempt(nf).State != prev:
+		addStep(&nf.Status, now, "StateReadBack", fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence))
+	default:
+		// Still verifying with nothing new: no write, the next poll comes soon.
+		return nil
+	}
+	return c.save(ctx, nf)
+}
+
+func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, plan fencer.Plan, ev fencer.Event) error {
+	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {
+		return fmt.Errorf("incident %s: %w", nf.Name, err)
+	}
+	return c.save(ctx, nf)
+}
+
+func method(step fencer.Step) string {
+	if step.Kind == fencer.DoVerify {
+		return "Status"
+	}
+	return "Fence"
+}
+
+func lastStepIs(nf *v1alpha1.NodeFence, typ, contains string) bool {
+	tl := nf.Status.Timeline
+	return len(tl) > 0 && tl[len(tl)-1].Type == typ && strings.Contains(tl[len(tl)-1].Message, contains)
+}
+
+func lastAttempt(nf *v1alpha1.NodeFence) *v1alpha1.Attempt {
+	if len(nf.Status.Attempts) == 0 {
+		return nil
+	}
+	return &nf.Status.Attempts[len(nf.Status.Attempts)-1]
+}
+
+// fenced records the verified fence and releases the node's workloads.
+func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
+	now := c.now()
+	nf.Status.Phase = v1alpha1.PhaseFenced
+	addStep(&nf.Status, now, "Verified", fmt.Sprintf("level %d read back as fenced", nf.Status.VerifiedLevel))
+	if a := lastAttempt(nf); a != nil {
+		c.metrics.phaseDuration.WithLabelValues("fence").Observe(now.Sub(a.Started.Time).Seconds())
+	}
+	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFenced)).Inc()
+	c.event(node, nf, corev1.EventTypeNormal, "Fenced", "Node %s verified fenced at level %d", node.Name, nf.Status.VerifiedLevel)
+	if err := c.save(ctx, nf); err != nil {
+		return 0, err
+	}
+	return c.release(ctx, nf, node, pol)
+}
+
+// release carries out the policy's remediation for a verified incident.
+func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
+	if err := c.checkLease(ctx); err != nil {
+		return 0, err
+	}
+	start := c.now()
+	var steps []v1alpha1.Step
+	r := *c.remedy
+	r.OnStep = func(step, msg string) {
+		steps = append(steps, v1alpha1.Step{Time: nowMicro(c.now()), Type: step, Message: msg})
+	}
+	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
+	nf.Status.Timeline = append(nf.Status.Timeline, steps...)
+	if errors.Is(err, remediate.ErrNodeRebooted) {
+		nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseRemediated, err.Error()
+		addStep(&nf.Status, c.now(), "ReleaseSkipped", err.Error())
+		return 0, c.save(ctx, nf)
+	}
+	if err != nil {
+		// Record what was done so far; the next try resumes from it.
+		if serr := c.save(ctx, nf); serr != nil {
+			klog.ErrorS(serr, "Recording partial remediation", "incident", nf.Name)
+		}
+		return 0, err
+	}
+	now := c.now()
+	nf.Status.Phase = v1alpha1.PhaseRemediated
+	addStep(&nf.Status, now, "Remediated", fmt.Sprintf("strategy %s: taint added %t, %d pods and %d volume attachments deleted",
+		pol.Remediation, nf.Status.Remediation.TaintAdded, len(nf.Status.Remediation.PodsDeleted), len(nf.Status.Remediation.VolumeAttachmentsDeleted)))
+	c.metrics.phaseDuration.WithLabelValues("remediate").Observe(now.Sub(start).Seconds())
+	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRemediated)).Inc()
+	c.event(node, nf, corev1.EventTypeNormal, "Remediated", "Released workloads of node %s", node.Name)
+	return 0, c.save(ctx, nf)
+}
+
+// recover closes an incident once its node is back with a new boot.
+func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation) (time.Duration, error) {
+	if obs.Health != detector.Healthy || !nodeReady(node) || obs.BootID == "" || obs.BootID == nf.Status.BootID {
+		return 0, nil
+	}
+	if err := c.remedy.RemoveTaint(ctx, node.Name, &nf.Status.Remediation); err != nil {
+		return 0, err
+	}
+	now := c.now()
+	nf.Status.Phase = v1alpha1.PhaseRecovered
+	addStep(&nf.Status, now, "Recovered", fmt.Sprintf("node Ready with new boot ID %s", obs.BootID))
+	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRecovered)).Inc()
+	c.event(node, nf, corev1.EventTypeNormal, "Recovered", "Node %s is back with a new boot; incident %s closed", node.Name, nf.Name)
+	return 0, c.save(ctx, nf)
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, cnd := range node.Status.Conditions {
+		if cnd.Type == corev1.NodeReady {
+			return cnd.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// checkLease confirms, before an irreversible action, that this replica still leads at
+// its epoch; a deposed replica stops at once.
+func (c *Controller) checkLease(ctx context.Context) error {
+	if c.guard == nil {
+		return nil
+	}
+	err := c.guard.Check(ctx, c.currentEpoch(), c.now())
+	if errors.Is(err, ErrStaleEpoch) && c.opts.OnDeposed != nil {
+		c.opts.OnDeposed(err)
+	}
+	return err
+}
+
+// save persists the incident's status at this replica's epoch and keeps the fresh copy.
+func (c *Controller) save(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	saved, err := c.store.writeStatus(ctx, nf, c.currentEpoch(), c.opts.Identity)
+	if err != nil {
+		if errors.Is(err, ErrStaleEpoch) && c.opts.OnDeposed != nil {
+			c.opts.OnDeposed(err)
+		}
+		return err
+	}
+	*nf = *saved
+	return nil
+}

@@ -1,0 +1,125 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// NewIdentity returns hostname_PID_suffix, unique per process even across restarts
+// with a recycled PID, as the apiserver-identity proposal does for kube-apiservers.
+func NewIdentity() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s_%d_%s", host, os.Getpid(), hex.EncodeToString(b))
+}
+
+// Elect runs leader election on the configured Lease. lead runs while this replica
+// leads, with the fencing epoch (the Lease's transition count when it was acquired).
+// onLost is called the moment leadership is lost; it must not return (main exits 2).
+func Elect(ctx context.Context, client kubernetes.Interface, cfg v1alpha1.LeaderElection, identity string,
+	lead func(ctx context.Context, epoch int64), onLost func()) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   cfg.LeaseDuration.Duration,
+		RenewDeadline:   cfg.RenewDeadline.Duration,
+		RetryPeriod:     cfg.RetryPeriod.Duration,
+		ReleaseOnCancel: true,
+		Name:            cfg.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				epoch, err := currentEpoch(ctx, client, cfg, identity)
+				if err != nil {
+					klog.ErrorS(err, "Reading fencing epoch")
+					onLost()
+					return
+				}
+				lead(ctx, epoch)
+			},
+			OnStoppedLeading: func() {
+				if ctx.Err() == nil {
+					onLost()
+				}
+			},
+			OnNewLeader: func(id string) { klog.InfoS("Leader observed", "leader", id) },
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	le.Run(ctx)
+	return nil
+}
+
+// currentEpoch reads the Lease this replica just acquired.
+func currentEpoch(ctx context.Context, client kubernetes.Interface, cfg v1alpha1.LeaderElection, identity string) (int64, error) {
+	lease, err := client.CoordinationV1().Leases(cfg.Namespace).Get(ctx, cfg.Name, metav1.GetOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("read lease %s/%s: %w", cfg.Namespace, cfg.Name, err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != identity {
+		return 0, fmt.Errorf("lease %s/%s is not held by %s", cfg.Namespace, cfg.Name, identity)
+	}
+	var t int32
+	if lease.Spec.LeaseTransitions != nil {
+		t = *lease.Spec.LeaseTransitions
+	}
+	// Transitions start at 0 for the first holder; epoch 0 means "no election".
+	return int64(t) + 1, nil
+}
+
+// LeaseGuard checks, right before an irreversible action, that this replica still holds
+// the Lease with the epoch it acts under: a replica paused past its lease (GC, SIGSTOP,
+// a partition) finds out here instead of fencing or releasing on stale authority.
+type LeaseGuard struct {
+	Client   kubernetes.Interface
+	Config   v1alpha1.LeaderElection
+	Identity string
+}
+
+// Check returns ErrStaleEpoch when the Lease moved on.
+func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) error {
+	lease, err := g.Client.CoordinationV1().Leases(g.Config.Namespace).Get(ctx, g.Config.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("check lease %s/%s: %w", g.Config.Namespace, g.Config.Name, err)
+	}
+	holder := ""
+	if lease.Spec.HolderIdentity != nil {
+		holder = *lease.Spec.HolderIdentity
+	}
+	var t int32
+	if lease.Spec.LeaseTransitions != nil {
+		t = *lease.Spec.LeaseTransitions
+	}
+	if holder != g.Identity || int64(t)+1 != epoch {
+		return fmt.Errorf("lease %s/%s held by %q at epoch %d, this replica acts at epoch %d: %w",
+			g.Config.Namespace, g.Config.Name, holder, int64(t)+1, epoch, ErrStaleEpoch)
+	}
+	if lease.Spec.RenewTime != nil && lease.Spec.LeaseDurationSeconds != nil {
+		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+		if now.After(expiry) {
+			return fmt.Errorf("lease %s/%s expired at %s: %w", g.Config.Namespace, g.Config.Name, expiry.UTC().Format(time.RFC3339), ErrStaleEpoch)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are kubefence's Prometheus metrics, on a registry of their own.
+type metrics struct {
+	registry      *prometheus.Registry
+	incidents     *prometheus.CounterVec
+	phaseDuration *prometheus.HistogramVec
+	agentLatency  *prometheus.HistogramVec
+	agentErrors   *prometheus.CounterVec
+	unhealthy     prometheus.Gauge
+	holds         *prometheus.CounterVec
+	leader        prometheus.Gauge
+	identity      *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		incidents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubefence_incidents_total",
+			Help: "Incidents that entered each phase.",
+		}, []string{"phase"}),
+		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kubefence_phase_duration_seconds",
+			Help:    "Time spent per incident step: detect (bad evidence to incident), fence (start to verified), remediate.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+		}, []string{"phase"}),
+		agentLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kubefence_agent_call_duration_seconds",
+			Help:    "Latency of agent calls by agent and method.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"agent", "method"}),
+		agentErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubefence_agent_errors_total",
+			Help: "Failed agent calls by agent, method and error kind.",
+		}, []string{"agent", "method", "kind"}),
+		unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kubefence_nodes_unhealthy",
+			Help: "Nodes the detector currently finds unhealthy.",
+		}),
+		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubefence_holds_total",
+			Help: "Fencing decisions held by policy, by reason.",
+		}, []string{"reason"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kubefence_leader",
+			Help: "1 while this replica is the leader.",
+		}),
+		identity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubefence_identity",
+			Help: "Constant 1, labelled with this replica's identity.",
+		}, []string{"id"}),
+	}
+	m.registry.MustRegister(m.incidents, m.phaseDuration, m.agentLatency, m.agentErrors,
+		m.unhealthy, m.holds, m.leader, m.identity,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

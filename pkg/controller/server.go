@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Health reports liveness and readiness.
+type Health struct {
+	// ReadyOnlyWhenLeader makes /readyz succeed only on the leader, so that a Service
+	// selecting ready pods reaches the leader alone.
+	ReadyOnlyWhenLeader bool
+	synced              atomic.Bool
+	leader              atomic.Bool
+}
+
+// SetSynced marks the caches as synced.
+func (h *Health) SetSynced() { h.synced.Store(true) }
+
+// SetLeader marks this replica as the leader.
+func (h *Health) SetLeader() { h.leader.Store(true) }
+
+func (h *Health) ready() bool {
+	if h.ReadyOnlyWhenLeader {
+		return h.leader.Load()
+	}
+	return h.synced.Load()
+}
+
+// Serve serves /healthz, /readyz and /metrics on addr until ctx ends.
+func Serve(ctx context.Context, addr string, h *Health, m *metrics) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !h.ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/policy"
+)
+
+func everything() labels.Selector { return labels.Everything() }
+
+// sync looks at one node and moves its incident on. It returns when to look again.
+func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
+	node, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		// A deleted Node object says nothing about the machine; an open incident keeps
+		// its state and a person decides. Nothing new is started for a node we cannot see.
+		c.detector.Forget(name)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	now := c.now()
+	obs := c.detector.Assess(node, now)
+	inc, err := c.openIncident(name)
+	if err != nil {
+		return 0, err
+	}
+	if inc == nil {
+		return c.maybeOpen(ctx, node, obs, now)
+	}
+	return c.drive(ctx, inc, node, obs)
+}
+
+// openIncident returns the node's open incident from the cache. Two open incidents for
+// one node would break invariant 3; the older one is driven and the other reported.
+func (c *Controller) openIncident(node string) (*v1alpha1.NodeFence, error) {
+	all, err := c.store.forNode(node)
+	if err != nil {
+		return nil, err
+	}
+	var open []*v1alpha1.NodeFence
+	for _, nf := range all {
+		if nf.Status.Phase.Open() {
+			open = append(open, nf)
+		}
+	}
+	if len(open) == 0 {
+		return nil, nil
+	}
+	sort.Slice(open, func(i, j int) bool { return open[i].CreationTimestamp.Before(&open[j].CreationTimestamp) })
+	if len(open) > 1 {
+		klog.ErrorS(nil, "Several open incidents for one node; driving the oldest", "node", node, "incidents", len(open))
+	}
+	return open[0], nil
+}
+
+// maybeOpen opens an incident for an unhealthy node, or says when to look again.
+func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, obs detector.Observation, now time.Time) (time.Duration, error) {
+	if obs.Health != detector.Unhealthy {
+		if !obs.UnhealthyAt.IsZero() {
+			return max(obs.UnhealthyAt.Sub(now), 10*time.Millisecond), nil
+		}
+		return 0, nil
+	}
+	live, err := c.store.openLive(ctx, node.Name)
+	if err != nil {
+		return 0, err
+	}
+	if len(live) > 0 {
+		// The cache is behind the API server; the informer event will bring it.
+		return time.Second, nil
+	}
+	pol, err := policy.Select(c.cfg.Policies, node.Labels)
+	if err != nil || pol == nil {
+		return 0, err
+	}
+	nf := &v1alpha1.NodeFence{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-", Labels: map[string]string{NodeLabel: node.Name}},
+		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: "controller",
+			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
+		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},
+	}
+	addStep(&nf.Status, obs.Since, "EvidenceStarted", obs.Evidence)
+	addStep(&nf.Status, now, "Detected", fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
+	created, err := c.store.create(ctx, nf, c.currentEpoch(), c.opts.Identity)
+	if err != nil {
+		return 0, err
+	}
+	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
+	c.metrics.phaseDuration.WithLabelValues("detect").Observe(now.Sub(obs.Since).Seconds())
+	c.event(node, created, corev1.EventTypeWarning, "Detected", "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
+	klog.InfoS("Incident opened", "node", node.Name, "incident", created.Name, "evidence", obs.Evidence)
+	return 0, nil
+}
+
+// cluster is the policy's view of the nodes it governs.
+func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluster, error) {
+	nodes, err := c.nodes.List(everything())
+	if err != nil {
+		return policy.Cluster{}, err
+	}
+	var cl policy.Cluster
+	unhealthy := 0
+	for _, n := range nodes {
+		obs := c.detector.Assess(n, now)
+		if obs.Health == detector.Unhealthy {
+			unhealthy++
+		}
+		if ok, err := policy.Matches(pol, n.Labels); err != nil || !ok {
+			continue
+		}
+		inc, err := c.openIncident(n.Name)
+		if err != nil {
+			return cl, err
+		}
+		cl.Nodes = append(cl.Nodes, policy.Node{
+			Name: n.Name, Labels: n.Labels, Unhealthy: obs.Health == detector.Unhealthy,
+			UnhealthyAt: obs.UnhealthyAt, Fencing: inc != nil && inc.Status.Phase == v1alpha1.PhaseFencing,
+		})
+	}
+	c.metrics.unhealthy.Set(float64(unhealthy))
+	return cl, nil
+}
+
+func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
+	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})
+}
+
+// event records an event on the node and on the incident.
+func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
+	if c.recorder == nil {
+		return
+	}
+	if node != nil {
+		c.recorder.Eventf(node, typ, reason, format, args...)
+	}
+	if nf != nil {
+		c.recorder.Eventf(nf, typ, reason, format, args...)
+	}
+}
+
+func nowMicro(t time.Time) metav1.MicroTime { return metav1.NewMicroTime(t) }

@@ -1,0 +1,145 @@
+package fencer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// EventKind is what happened.
+type EventKind string
+
+const (
+	// FenceIssued: a Fence call is about to be made. Recorded before the call, so that a
+	// crash during the call leaves an attempt that is re-issued, never forgotten.
+	FenceIssued EventKind = "FenceIssued"
+	// FenceReturned: the Fence call returned (Err nil or not).
+	FenceReturned EventKind = "FenceReturned"
+	// StateRead: a Status call returned (Err nil or not).
+	StateRead EventKind = "StateRead"
+	// Expired: the attempt passed its deadline without being verified.
+	Expired EventKind = "Expired"
+)
+
+// Event is the outcome of carrying out a Step.
+type Event struct {
+	Kind  EventKind
+	Level int32
+	Agent string
+	Try   int32
+	// State is the power state the agent read: "on", "off" or "unknown".
+	State    string
+	Evidence string
+	Err      error
+	// ErrKind classifies Err (the agent contract's kinds, or AgentDied).
+	ErrKind string
+}
+
+// StateFenced is the state an agent reads back from a fenced target.
+const StateFenced = "off"
+
+// Apply records ev in st at now and moves the incident on: to the next level when the
+// current one has failed, to Fenced when it is verified, to Failed after the last level.
+func Apply(st *v1alpha1.NodeFenceStatus, plan Plan, ev Event, now time.Time) error {
+	level := max(st.Level, 1)
+	if ev.Level != level {
+		return fmt.Errorf("event for level %d, incident is at level %d", ev.Level, level)
+	}
+	if int(level) > len(plan.Levels) {
+		return fmt.Errorf("incident is past its last level")
+	}
+	lv := plan.Levels[level-1]
+	st.Level = level
+	if ev.Kind == FenceIssued {
+		issue(st, lv, ev, now)
+		return nil
+	}
+	a := latest(st, level, ev.Agent)
+	if a == nil || a.Try != ev.Try {
+		return fmt.Errorf("no try %d of agent %s at level %d", ev.Try, ev.Agent, level)
+	}
+	if a.State == v1alpha1.AttemptVerified || a.State == v1alpha1.AttemptFailed {
+		return fmt.Errorf("try %d of agent %s is already %s", ev.Try, ev.Agent, a.State)
+	}
+	record(a, ev, now)
+	settle(st, lv, now)
+	return nil
+}
+
+func issue(st *v1alpha1.NodeFenceStatus, lv Level, ev Event, now time.Time) {
+	if st.Phase == v1alpha1.PhasePending || st.Phase == v1alpha1.PhaseHeld || st.Phase == "" {
+		st.Phase = v1alpha1.PhaseFencing
+	}
+	if a := latest(st, ev.Level, ev.Agent); a != nil && a.Try == ev.Try && a.State == v1alpha1.AttemptFencing {
+		// Re-issue after a lost outcome: same attempt, same deadline.
+		return
+	}
+	st.Attempts = append(st.Attempts, v1alpha1.Attempt{
+		Level: ev.Level, Agent: ev.Agent, Try: ev.Try, State: v1alpha1.AttemptFencing,
+		Started: micro(now), Deadline: micro(now.Add(lv.Timeout)),
+	})
+}
+
+func record(a *v1alpha1.Attempt, ev Event, now time.Time) {
+	if ev.Evidence != "" {
+		a.Evidence = ev.Evidence
+	}
+	if ev.State != "" {
+		a.PowerState = ev.State
+	}
+	fail := func(kind, msg string) {
+		a.State, a.ErrorKind, a.Error = v1alpha1.AttemptFailed, kind, msg
+		t := micro(now)
+		a.Finished = &t
+	}
+	switch ev.Kind {
+	case FenceReturned:
+		if ev.Err != nil {
+			fail(ev.ErrKind, ev.Err.Error())
+			return
+		}
+		// The agent's word is not enough: the state is read back separately.
+		a.State = v1alpha1.AttemptVerifying
+	case StateRead:
+		if ev.Err == nil && ev.State == StateFenced {
+			a.State = v1alpha1.AttemptVerified
+			t := micro(now)
+			a.Finished = &t
+		}
+		// Anything else keeps verifying until the deadline: a BMC may report the old
+		// state for a moment, and a failed read proves nothing either way.
+	case Expired:
+		last := a.PowerState
+		if last == "" {
+			last = "never read"
+		}
+		fail("Timeout", fmt.Sprintf("not verified fenced by %s (last state read: %s)",
+			a.Deadline.UTC().Format(time.RFC3339), last))
+	}
+}
+
+// settle moves the incident on once the current level is decided.
+func settle(st *v1alpha1.NodeFenceStatus, lv Level, now time.Time) {
+	verified, exhausted := 0, 0
+	for _, agent := range lv.Agents {
+		a := latest(st, st.Level, agent)
+		switch {
+		case a == nil:
+		case a.State == v1alpha1.AttemptVerified:
+			verified++
+		case a.State == v1alpha1.AttemptFailed && a.Try > lv.Retries:
+			exhausted++
+		}
+	}
+	n := len(lv.Agents)
+	done := verified == n || (lv.Mode == v1alpha1.ModeAny && verified > 0)
+	failed := (lv.Mode == v1alpha1.ModeAll && exhausted > 0) || exhausted == n
+	switch {
+	case done:
+		st.VerifiedLevel = st.Level
+		st.Phase = v1alpha1.PhaseFenced
+	case failed:
+		st.Level++
+	}
+}

@@ -1,0 +1,48 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrorKind classifies an agent failure so the controller knows what to do next.
+type ErrorKind string
+
+const (
+	// KindRetryable: try the same agent again after a backoff (BMC busy, throttled).
+	KindRetryable ErrorKind = "Retryable"
+	// KindPermanent: retrying will not help (wrong password, unknown instance).
+	KindPermanent ErrorKind = "Permanent"
+	// KindTargetUnreachable: the agent could not reach the target (timeout, refused).
+	KindTargetUnreachable ErrorKind = "TargetUnreachable"
+	// KindUnsupported: the agent does not implement the action or method.
+	KindUnsupported ErrorKind = "Unsupported"
+)
+
+// ErrAgentDied means the agent process (or remote agent connection) went away during
+// or before the call. It says nothing about the target: the fence may or may not have
+// happened, so the caller re-issues the idempotent call on a restarted agent.
+var ErrAgentDied = errors.New("agent process died")
+
+// Error is an agent failure of a known kind. It crosses the gRPC boundary intact.
+type Error struct {
+	Kind    ErrorKind
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Kind, e.Message) }
+
+// Errorf returns an *Error of the given kind.
+func Errorf(kind ErrorKind, format string, args ...any) error {
+	return &Error{Kind: kind, Message: fmt.Sprintf(format, args...)}
+}
+
+// KindOf reports the kind of err; errors of no known kind count as retryable,
+// the one choice that neither gives up early nor claims success.
+func KindOf(err error) ErrorKind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return KindRetryable
+}

@@ -1,0 +1,106 @@
+package remediate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// mirrorPodAnnotation marks static pods; deleting their API mirror does nothing useful.
+const mirrorPodAnnotation = "kubernetes.io/config.mirror"
+
+// deletePods marks each pod of the node with a DisruptionTarget condition and phase
+// Failed, as PodGC does for out-of-service nodes, then deletes it with grace period 0.
+func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
+	pods, err := podsOn(ctx, r.Client, nodeName)
+	if err != nil {
+		return err
+	}
+	deleted := 0
+	for i := range pods {
+		pod := &pods[i]
+		if _, mirror := pod.Annotations[mirrorPodAnnotation]; mirror {
+			continue
+		}
+		if err := r.markFailed(ctx, pod); err != nil {
+			return err
+		}
+		err := r.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: new(int64),
+			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete pod %s/%s of node %s: %w", pod.Namespace, pod.Name, nodeName, err)
+		}
+		key := pod.Namespace + "/" + pod.Name
+		if !slices.Contains(rem.PodsDeleted, key) {
+			rem.PodsDeleted = append(rem.PodsDeleted, key)
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		r.step("PodsDeleted", fmt.Sprintf("force-deleted %d pods", deleted))
+	}
+	return nil
+}
+
+func (r *Remediator) markFailed(ctx context.Context, pod *corev1.Pod) error {
+	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+		return nil
+	}
+	now := metav1.Now()
+	status := pod.Status.DeepCopy()
+	status.Phase = corev1.PodFailed
+	cond := corev1.PodCondition{
+		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: ConditionReason,
+		Message: "kubefence: the node was fenced (verified powered off or cut off from storage)", LastTransitionTime: now,
+	}
+	if i := slices.IndexFunc(status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget }); i >= 0 {
+		status.Conditions[i] = cond
+	} else {
+		status.Conditions = append(status.Conditions, cond)
+	}
+	p := pod.DeepCopy()
+	p.Status = *status
+	_, err := r.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("mark pod %s/%s failed: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// deleteVolumeAttachments deletes every VolumeAttachment of the node.
+func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
+	list, err := r.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list volume attachments of node %s: %w", nodeName, err)
+	}
+	deleted := 0
+	for _, va := range list.Items {
+		if va.Spec.NodeName != nodeName {
+			continue
+		}
+		uid := types.UID(va.UID)
+		err := r.Client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &uid},
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete volume attachment %s of node %s: %w", va.Name, nodeName, err)
+		}
+		if !slices.Contains(rem.VolumeAttachmentsDeleted, va.Name) {
+			rem.VolumeAttachmentsDeleted = append(rem.VolumeAttachmentsDeleted, va.Name)
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		r.step("VolumeAttachmentsDeleted", fmt.Sprintf("deleted %d volume attachments", deleted))
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package remediate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+var (
+	// ErrNotVerified: the incident has no verified fence; nothing may be released.
+	ErrNotVerified = errors.New("fence not verified")
+	// ErrNodeRebooted: the node reports another boot than when it was fenced.
+	ErrNodeRebooted = errors.New("node booted again since the incident opened")
+)
+
+// OutOfServiceTaint is the taint that tells Kubernetes a node is shut down for good.
+var OutOfServiceTaint = corev1.Taint{
+	Key:    "node.kubernetes.io/out-of-service",
+	Value:  "nodeshutdown",
+	Effect: corev1.TaintEffectNoExecute,
+}
+
+// ConditionReason is the reason of the DisruptionTarget condition kubefence sets on pods.
+const ConditionReason = "NodeFenced"
+
+// Remediator changes the cluster on behalf of a verified incident.
+type Remediator struct {
+	Client kubernetes.Interface
+	// OnStep, if set, is told of each action as it completes (for the timeline and events).
+	OnStep func(step, message string)
+}
+
+func (r *Remediator) step(step, msg string) {
+	if r.OnStep != nil {
+		r.OnStep(step, msg)
+	}
+}
+
+// Release releases the workloads of the incident's node with the given strategy and
+// records what it did in rem, which the caller persists. It is idempotent: a second call
+// finds nothing left to do.
+func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strategy v1alpha1.RemediationStrategy, rem *v1alpha1.Remediation) error {
+	if !nf.Status.Verified() {
+		return fmt.Errorf("release node %s: %w", nf.Spec.NodeName, ErrNotVerified)
+	}
+	node, err := r.Client.CoreV1().Nodes().Get(ctx, nf.Spec.NodeName, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("release node %s: %w", nf.Spec.NodeName, err)
+	}
+	if node != nil && err == nil {
+		if nf.Status.BootID != "" && node.Status.NodeInfo.BootID != nf.Status.BootID {
+			return fmt.Errorf("release node %s: %w (was %s, now %s)", node.Name, ErrNodeRebooted,
+				nf.Status.BootID, node.Status.NodeInfo.BootID)
+		}
+		if strategy != v1alpha1.StrategyDirect {
+			if err := r.addTaint(ctx, node.Name, rem); err != nil {
+				return err
+			}
+		}
+	}
+	if strategy == v1alpha1.StrategyOutOfServiceTaint {
+		return nil
+	}
+	if err := r.deletePods(ctx, nf.Spec.NodeName, rem); err != nil {
+		return err
+	}
+	return r.deleteVolumeAttachments(ctx, nf.Spec.NodeName, rem)
+}
+
+func (r *Remediator) addTaint(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
+	added := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := r.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if hasTaint(node, OutOfServiceTaint) {
+			return nil
+		}
+		node.Spec.Taints = append(node.Spec.Taints, OutOfServiceTaint)
+		if _, err := r.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		added = true
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("add out-of-service taint to node %s: %w", nodeName, err)
+	}
+	if added {
+		rem.TaintAdded = true
+		r.step("TaintAdded", fmt.Sprintf("added %s=%s:%s", OutOfServiceTaint.Key, OutOfServiceTaint.Value, OutOfServiceTaint.Effect))
+	}
+	return nil
+}
+
+// RemoveTaint removes the out-of-service taint from the node if kubefence added it.
+func (r *Remediator) RemoveTaint(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
+	if !rem.TaintAdded {
+		return nil
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := r.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return sameTaint(t, OutOfServiceTaint) })
+		if i < 0 {
+			return nil
+		}
+		node.Spec.Taints = slices.Delete(node.Spec.Taints, i, i+1)
+		_, err = r.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove out-of-service taint from node %s: %w", nodeName, err)
+	}
+	rem.TaintAdded = false
+	r.step("TaintRemoved", "removed the out-of-service taint kubefence had added")
+	return nil
+}
+
+func hasTaint(node *corev1.Node, taint corev1.Taint) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return sameTaint(t, taint) })
+}
+
+func sameTaint(a, b corev1.Taint) bool { return a.Key == b.Key && a.Effect == b.Effect }
+
+// podsOn lists the pods bound to a node, straight from the API server: a stale cache
+// must not hide a pod from release.
+func podsOn(ctx context.Context, c kubernetes.Interface, nodeName string) ([]corev1.Pod, error) {
+	list, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pods on node %s: %w", nodeName, err)
+	}
+	return list.Items, nil
+}

@@ -1,0 +1,176 @@
+package bmc
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Files the simulator keeps in IPMIOptions.Dir.
+const (
+	lanConfFile  = "lan.conf"
+	emuFile      = "bmc.emu"
+	chassisFile  = "chassis_control.sh"
+	powerFile    = "power"
+	eventsFile   = "events.log"
+	passwordFile = "password"
+	simLogFile   = "ipmi_sim.log"
+	stateDir     = "state"
+)
+
+// Sources of power events. The chassis script writes sourceBMC, SetPower writes sourceSim.
+const (
+	sourceBMC = "bmc"
+	sourceSim = "sim"
+)
+
+// lanConfTemplate is ipmi_sim's LAN configuration; see ipmi_lan(5).
+// The user line grants admin over lanplus with every auth type ipmitool may choose.
+const lanConfTemplate = `name "kubefence-sim"
+set_working_mc 0x20
+  startlan 1
+    addr 127.0.0.1 %d
+    priv_limit admin
+    allowed_auths_callback none md2 md5 straight
+    allowed_auths_user none md2 md5 straight
+    allowed_auths_operator none md2 md5 straight
+    allowed_auths_admin none md2 md5 straight
+    guid %s
+  endlan
+  chassis_control "%s"
+user 2 true "%s" "%s" admin 10 none md2 md5 straight
+`
+
+// emuContent declares the one BMC the simulator serves. It has no sensors:
+// fencing needs only chassis power.
+const emuContent = `mc_setbmc 0x20
+mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02
+sel_enable 0x20 50 0x0a
+mc_enable 0x20
+`
+
+// chassisScriptTemplate is what ipmi_sim runs for chassis control. ipmi_sim calls it as
+//
+//	SCRIPT get power            -> must print "power:1" or "power:0"
+//	SCRIPT set power 0|1        -> chassis power off / on (also "power cycle" sends "set power 0")
+//	SCRIPT set reset 1          -> hard reset
+//	SCRIPT set shutdown 1       -> soft (ACPI) shutdown request
+//
+// optionally preceded by a device name if lan.conf adds one. The power state lives in a
+// file so a test reads the BMC's own state, not what a driver claims. State writes go
+// through a rename so a reader never sees a half-written file; log lines are appended in
+// one write each, which O_APPEND keeps whole.
+const chassisScriptTemplate = `#!/bin/sh
+STATE=%q
+LOG=%q
+IGNORE_OFF=%d
+log() { printf '%%s %%s %s\n' "$(date +%%s.%%N)" "$1" >> "$LOG"; }
+setpower() { printf '%%s\n' "$1" > "$STATE.tmp.$$" && mv -f "$STATE.tmp.$$" "$STATE"; }
+case "$1" in get|set) ;; *) shift ;; esac
+op=$1
+shift
+case "$op" in
+get)
+	for p in "$@"; do
+		case "$p" in
+		power) printf 'power:%%s\n' "$(cat "$STATE")" ;;
+		esac
+	done
+	;;
+set)
+	while [ $# -ge 2 ]; do
+		case "$1" in
+		power)
+			if [ "$2" = 0 ]; then
+				if [ "$IGNORE_OFF" = 1 ]; then log ignored-off; else setpower 0; log off; fi
+			else
+				setpower 1; log on
+			fi
+			;;
+		reset) log reset ;;
+		shutdown) log shutdown ;;
+		esac
+		shift 2
+	done
+	;;
+*)
+	echo "unknown operation: $op"
+	exit 1
+	;;
+esac
+exit 0
+`
+
+// writeConfig writes every file ipmi_sim needs for one BMC listening on port.
+// The power file is written only when absent so a restarted sim keeps its state.
+func writeConfig(opts IPMIOptions, port int) error {
+	if err := os.MkdirAll(filepath.Join(opts.Dir, stateDir), 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	guid, err := randomGUID()
+	if err != nil {
+		return err
+	}
+	script := filepath.Join(opts.Dir, chassisFile)
+	ignore := 0
+	if opts.IgnorePowerOff {
+		ignore = 1
+	}
+	files := []struct {
+		name    string
+		content string
+		mode    os.FileMode
+	}{
+		{lanConfFile, fmt.Sprintf(lanConfTemplate, port, guid, script, opts.User, opts.Password), 0o600},
+		{emuFile, emuContent, 0o600},
+		{chassisFile, fmt.Sprintf(chassisScriptTemplate,
+			filepath.Join(opts.Dir, powerFile), filepath.Join(opts.Dir, eventsFile), ignore, sourceBMC), 0o700},
+		// ipmitool reads the password from this file (-f) so it never shows on argv.
+		{passwordFile, opts.Password, 0o600},
+	}
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(opts.Dir, f.name), []byte(f.content), f.mode); err != nil {
+			return fmt.Errorf("write %s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// initPower sets the initial power state unless a previous run left one.
+func initPower(dir string, on bool) error {
+	path := filepath.Join(dir, powerFile)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	return writePower(dir, on)
+}
+
+// checkCredentials rejects values that lan.conf cannot quote or IPMI cannot carry.
+func checkCredentials(user, password string) error {
+	for name, v := range map[string]string{"user": user, "password": password} {
+		if v == "" {
+			return fmt.Errorf("%s is empty", name)
+		}
+		if strings.ContainsAny(v, "\"\\ \t\r\n") {
+			return fmt.Errorf("%s contains a quote, backslash or space, which lan.conf cannot hold", name)
+		}
+	}
+	if len(user) > 16 {
+		return fmt.Errorf("user is longer than 16 bytes, the IPMI limit")
+	}
+	if len(password) > 20 {
+		return fmt.Errorf("password is longer than 20 bytes, the IPMI v2 limit")
+	}
+	return nil
+}
+
+func randomGUID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate guid: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}

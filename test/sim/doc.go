@@ -1,0 +1,13 @@
+// Package sim is kubefence's simulated cluster: a real etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler on loopback, and one simulated kubelet
+// (a goroutine) per node that renews its Lease, posts Ready, runs the pods bound to it and
+// attaches their CSI volumes.
+//
+// A node is alive only while its kubelet is not crashed and its Power reports on. A dead
+// node does nothing: its Lease goes stale, its pods stay Running or Terminating in the API
+// and its VolumeAttachments stay, and a replacement pod elsewhere is refused with a
+// Multi-Attach error. That is the situation kubefence exists to resolve, so scenarios
+// drive it with Node.Crash, Node.Restart and the nodes' Power (e.g. ipmi_sim BMCs).
+//
+// Start needs the binaries built by hack/controlplane.sh and Debian's etcd-server.
+package sim
