@@ -51,6 +51,9 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	// client-go's default of 5 requests per second would queue the few writes of an
+	// incident behind each other; fencing is latency-critical and rare.
+	rc.QPS, rc.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err

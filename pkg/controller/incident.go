@@ -237,8 +237,8 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	}
 	now := c.now()
 	nf.Status.Phase = v1alpha1.PhaseRemediated
-	addStep(&nf.Status, now, "Remediated", fmt.Sprintf("strategy %s: taint added %t, %d pods and %d volume attachments deleted",
-		pol.Remediation, nf.Status.Remediation.TaintAdded, len(nf.Status.Remediation.PodsDeleted), len(nf.Status.Remediation.VolumeAttachmentsDeleted)))
+	addStep(&nf.Status, now, "Remediated", fmt.Sprintf("strategy %s: taints added %v, %d pods and %d volume attachments deleted",
+		pol.Remediation, nf.Status.Remediation.TaintsAdded, len(nf.Status.Remediation.PodsDeleted), len(nf.Status.Remediation.VolumeAttachmentsDeleted)))
 	c.metrics.phaseDuration.WithLabelValues("remediate").Observe(now.Sub(start).Seconds())
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRemediated)).Inc()
 	c.event(node, nf, corev1.EventTypeNormal, "Remediated", "Released workloads of node %s", node.Name)
@@ -250,7 +250,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	if obs.Health != detector.Healthy || !nodeReady(node) || obs.BootID == "" || obs.BootID == nf.Status.BootID {
 		return 0, nil
 	}
-	if err := c.remedy.RemoveTaint(ctx, node.Name, &nf.Status.Remediation); err != nil {
+	if err := c.remedy.RemoveTaints(ctx, node.Name, &nf.Status.Remediation); err != nil {
 		return 0, err
 	}
 	now := c.now()

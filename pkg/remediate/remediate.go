@@ -30,6 +30,15 @@ var OutOfServiceTaint = corev1.Taint{
 	Effect: corev1.TaintEffectNoExecute,
 }
 
+// FencedTaint keeps the scheduler away from a fenced node while its pods are released:
+// the node controller has usually not yet marked it unreachable, and a recreated pod
+// must not land on a machine that is powered off. NoSchedule evicts nothing.
+var FencedTaint = corev1.Taint{
+	Key:    "fencing.kubefence.io/fenced",
+	Value:  "true",
+	Effect: corev1.TaintEffectNoSchedule,
+}
+
 // ConditionReason is the reason of the DisruptionTarget condition kubefence sets on pods.
 const ConditionReason = "NodeFenced"
 
@@ -57,37 +66,48 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("release node %s: %w", nf.Spec.NodeName, err)
 	}
-	if node != nil && err == nil {
-		if nf.Status.BootID != "" && node.Status.NodeInfo.BootID != nf.Status.BootID {
-			return fmt.Errorf("release node %s: %w (was %s, now %s)", node.Name, ErrNodeRebooted,
-				nf.Status.BootID, node.Status.NodeInfo.BootID)
-		}
-		if strategy != v1alpha1.StrategyDirect {
-			if err := r.addTaint(ctx, node.Name, rem); err != nil {
-				return err
-			}
-		}
+	exists := err == nil
+	if exists && nf.Status.BootID != "" && node.Status.NodeInfo.BootID != nf.Status.BootID {
+		return fmt.Errorf("release node %s: %w (was %s, now %s)", node.Name, ErrNodeRebooted,
+			nf.Status.BootID, node.Status.NodeInfo.BootID)
 	}
 	if strategy == v1alpha1.StrategyOutOfServiceTaint {
-		return nil
+		if !exists {
+			return nil
+		}
+		return r.addTaint(ctx, node.Name, OutOfServiceTaint, rem)
+	}
+	if exists {
+		if err := r.addTaint(ctx, node.Name, FencedTaint, rem); err != nil {
+			return err
+		}
 	}
 	if err := r.deletePods(ctx, nf.Spec.NodeName, rem); err != nil {
 		return err
 	}
-	return r.deleteVolumeAttachments(ctx, nf.Spec.NodeName, rem)
+	if err := r.deleteVolumeAttachments(ctx, nf.Spec.NodeName, rem); err != nil {
+		return err
+	}
+	// The out-of-service taint comes last: kube-controller-manager's taint eviction queues
+	// pods by name, and a queued eviction of a pod deleted here would hit its replacement
+	// of the same name on a healthy node.
+	if strategy == v1alpha1.StrategyBoth && exists {
+		return r.addTaint(ctx, node.Name, OutOfServiceTaint, rem)
+	}
+	return nil
 }
 
-func (r *Remediator) addTaint(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
+func (r *Remediator) addTaint(ctx context.Context, nodeName string, taint corev1.Taint, rem *v1alpha1.Remediation) error {
 	added := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		node, err := r.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if hasTaint(node, OutOfServiceTaint) {
+		if hasTaint(node, taint) {
 			return nil
 		}
-		node.Spec.Taints = append(node.Spec.Taints, OutOfServiceTaint)
+		node.Spec.Taints = append(node.Spec.Taints, taint)
 		if _, err := r.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
@@ -95,18 +115,20 @@ func (r *Remediator) addTaint(ctx context.Context, nodeName string, rem *v1alpha
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("add out-of-service taint to node %s: %w", nodeName, err)
+		return fmt.Errorf("add taint %s to node %s: %w", taint.Key, nodeName, err)
 	}
 	if added {
-		rem.TaintAdded = true
-		r.step("TaintAdded", fmt.Sprintf("added %s=%s:%s", OutOfServiceTaint.Key, OutOfServiceTaint.Value, OutOfServiceTaint.Effect))
+		if !slices.Contains(rem.TaintsAdded, taint.Key) {
+			rem.TaintsAdded = append(rem.TaintsAdded, taint.Key)
+		}
+		r.step("TaintAdded", fmt.Sprintf("added %s=%s:%s", taint.Key, taint.Value, taint.Effect))
 	}
 	return nil
 }
 
-// RemoveTaint removes the out-of-service taint from the node if kubefence added it.
-func (r *Remediator) RemoveTaint(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
-	if !rem.TaintAdded {
+// RemoveTaints removes from the node the taints kubefence added, and no other.
+func (r *Remediator) RemoveTaints(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
+	if len(rem.TaintsAdded) == 0 {
 		return nil
 	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -114,11 +136,13 @@ func (r *Remediator) RemoveTaint(ctx context.Context, nodeName string, rem *v1al
 		if err != nil {
 			return err
 		}
-		i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return sameTaint(t, OutOfServiceTaint) })
-		if i < 0 {
+		n := len(node.Spec.Taints)
+		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+			return slices.Contains(rem.TaintsAdded, t.Key)
+		})
+		if len(node.Spec.Taints) == n {
 			return nil
 		}
-		node.Spec.Taints = slices.Delete(node.Spec.Taints, i, i+1)
 		_, err = r.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 		return err
 	})
@@ -126,10 +150,10 @@ func (r *Remediator) RemoveTaint(ctx context.Context, nodeName string, rem *v1al
 		err = nil
 	}
 	if err != nil {
-		return fmt.Errorf("remove out-of-service taint from node %s: %w", nodeName, err)
+		return fmt.Errorf("remove taints %v from node %s: %w", rem.TaintsAdded, nodeName, err)
 	}
-	rem.TaintAdded = false
-	r.step("TaintRemoved", "removed the out-of-service taint kubefence had added")
+	r.step("TaintsRemoved", fmt.Sprintf("removed the taints kubefence had added: %v", rem.TaintsAdded))
+	rem.TaintsAdded = nil
 	return nil
 }
 

@@ -50,7 +50,8 @@ type Options struct {
 	StatusUpdateInterval time.Duration
 	// Authorization is kube-apiserver's --authorization-mode; default AlwaysAllow.
 	Authorization string
-	// ControllerManagerArgs are extra kube-controller-manager flags.
+	// ControllerManagerArgs are extra kube-controller-manager flags. Without a --controllers
+	// flag here, every default controller runs except attach-detach (the kubelets do that).
 	ControllerManagerArgs []string
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)

@@ -46,9 +46,22 @@ func startTestCluster(t *testing.T, ctx context.Context, names ...string) (*Clus
 		if err := c.Stop(); err != nil {
 			t.Errorf("stop: %v", err)
 		}
+		keepLogs(t, c)
 	})
 	t.Logf("cluster of %d nodes started in %s", len(names), time.Since(began).Round(time.Millisecond))
 	return c, power
+}
+
+// keepLogs copies the component logs out of the test's temporary directory on failure.
+func keepLogs(t *testing.T, c *Cluster) {
+	if !t.Failed() {
+		return
+	}
+	dst, err := os.MkdirTemp("", "kubefence-sim-logs-")
+	if err == nil {
+		err = os.CopyFS(dst, os.DirFS(c.LogDir()))
+	}
+	t.Logf("component logs kept in %s (%v)", dst, err)
 }
 
 // eventually polls cond every 100ms until it holds or timeout passes.
@@ -158,6 +171,7 @@ func TestCluster(t *testing.T) {
 // until the stale VolumeAttachment goes, as kubefence's remediation would remove it.
 func expectMultiAttach(t *testing.T, ctx context.Context, c *Cluster, crashed string, oldUID types.UID) string {
 	t.Helper()
+	expectAttached(t, ctx, c, crashed)
 	patch := []byte(`{"spec":{"unschedulable":true}}`)
 	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, crashed, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)

@@ -165,6 +165,12 @@ func (c *Cluster) startControllers(ctx context.Context, b binaries, kcmArgs []st
 		"--service-account-private-key-file="+c.pki.saKey,
 		"--root-ca-file="+c.pki.caCert,
 	)
+	if !hasFlag(kcmArgs, "--controllers") {
+		// The simulated kubelets own VolumeAttachments of the sim driver. Left running, the
+		// real attach-detach controller adopts attachments it finds at its start and
+		// detaches them a few seconds later, since no pod of a managed node wants them.
+		kcm = append(kcm, "--controllers=*,-persistentvolume-attach-detach-controller")
+	}
 	kcm = append(kcm, kcmArgs...)
 	kcmProc, err := c.launch("kube-controller-manager", b.controllerManager, kcm)
 	if err != nil {
@@ -194,4 +200,13 @@ func (c *Cluster) launch(name, bin string, args []string) (*process, error) {
 	c.mu.Unlock()
 	c.logf("sim: started %s (pid %d), log %s", name, p.pid(), p.logPath)
 	return p, nil
+}
+
+func hasFlag(args []string, name string) bool {
+	for _, a := range args {
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
 }

@@ -67,6 +67,9 @@ func StartIPMI(ctx context.Context, opts IPMIOptions) (*IPMISim, error) {
 	if strings.ContainsAny(dir, " \t\n\"\\") {
 		return nil, fmt.Errorf("start ipmi sim: Dir %q contains a space, quote or backslash", dir)
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("start ipmi sim: %w", err)
+	}
 	opts.Dir = dir
 	if opts.User == "" {
 		opts.User = "admin"

@@ -168,9 +168,10 @@ type Attempt struct {
 
 // Remediation records what was changed on the cluster for the fenced node.
 type Remediation struct {
-	// TaintAdded is true when kubefence added the out-of-service taint (and so may remove it).
+	// TaintsAdded lists the keys of the node taints kubefence added; only these are ever
+	// removed on recovery.
 	// +optional
-	TaintAdded bool `json:"taintAdded,omitempty"`
+	TaintsAdded []string `json:"taintsAdded,omitempty"`
 	// PodsDeleted lists namespace/name of pods kubefence force-deleted.
 	// +optional
 	PodsDeleted []string `json:"podsDeleted,omitempty"`

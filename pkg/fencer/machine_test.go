@@ -1,0 +1,160 @@
+package fencer
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+func twoLevels(mode v1alpha1.LevelMode) Plan {
+	return Plan{PollInterval: 100 * time.Millisecond, Levels: []Level{
+		{Agents: []string{"ipmi", "redfish"}, Mode: mode, Timeout: 10 * time.Second, Retries: 1, Backoff: time.Second},
+		{Agents: []string{"iscsi"}, Mode: v1alpha1.ModeAll, Timeout: 10 * time.Second, Retries: 0, Backoff: time.Second},
+	}}
+}
+
+// agentBehaviour scripts what one agent does: fails the Fence call, reads back a state,
+// or never answers in time.
+type agentBehaviour struct {
+	fenceErr error
+	state    string
+	hang     bool
+}
+
+// run drives the machine the way the controller does, with a fake clock, and returns
+// the final status and the agent calls made, in order.
+func run(t *testing.T, plan Plan, agents map[string]agentBehaviour) (*v1alpha1.NodeFenceStatus, []string) {
+	t.Helper()
+	st := &v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending}
+	now := t0
+	var calls []string
+	for range 5000 {
+		step := Next(st, plan, now)
+		var ev *Event
+		switch step.Kind {
+		case Done, GiveUp:
+			return st, calls
+		case DoWait:
+			if !step.Until.After(now) {
+				t.Fatalf("wait until %s is not in the future of %s", step.Until, now)
+			}
+			now = step.Until
+			continue
+		case DoExpire:
+			ev = &Event{Kind: Expired}
+		case DoFence:
+			mustApply(t, st, plan, Event{Kind: FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}, now)
+			calls = append(calls, "fence:"+step.Agent)
+			b := agents[step.Agent]
+			if b.hang {
+				now = now.Add(11 * time.Second)
+				continue
+			}
+			ev = &Event{Kind: FenceReturned, Err: b.fenceErr, ErrKind: "Retryable"}
+		case DoVerify:
+			calls = append(calls, "status:"+step.Agent)
+			ev = &Event{Kind: StateRead, State: agents[step.Agent].state}
+			now = now.Add(plan.PollInterval)
+		}
+		ev.Level, ev.Agent, ev.Try = step.Level, step.Agent, step.Try
+		mustApply(t, st, plan, *ev, now)
+	}
+	t.Fatal("machine did not finish in 5000 steps")
+	return nil, nil
+}
+
+func mustApply(t *testing.T, st *v1alpha1.NodeFenceStatus, plan Plan, ev Event, now time.Time) {
+	t.Helper()
+	if err := Apply(st, plan, ev, now); err != nil {
+		t.Fatalf("apply %+v: %v", ev, err)
+	}
+}
+
+func TestMachine(t *testing.T) {
+	errBMC := errors.New("bmc busy")
+	off := agentBehaviour{state: "off"}
+	on := agentBehaviour{state: "on"}
+	tests := map[string]struct {
+		plan          Plan
+		agents        map[string]agentBehaviour
+		wantPhase     v1alpha1.Phase
+		wantVerified  int32
+		wantCalls     []string
+		wantLastError string
+	}{
+		"level 1 succeeds": {
+			plan:         twoLevels(v1alpha1.ModeAny),
+			agents:       map[string]agentBehaviour{"ipmi": off},
+			wantPhase:    v1alpha1.PhaseFenced,
+			wantVerified: 1,
+			wantCalls:    []string{"fence:ipmi", "status:ipmi"},
+		},
+		"level 1 fails with retries, level 2 succeeds": {
+			plan:         twoLevels(v1alpha1.ModeAll),
+			agents:       map[string]agentBehaviour{"ipmi": {fenceErr: errBMC}, "iscsi": off},
+			wantPhase:    v1alpha1.PhaseFenced,
+			wantVerified: 2,
+			wantCalls:    []string{"fence:ipmi", "fence:ipmi", "fence:iscsi", "status:iscsi"},
+		},
+		"mode any tries the second agent": {
+			plan:         twoLevels(v1alpha1.ModeAny),
+			agents:       map[string]agentBehaviour{"ipmi": {fenceErr: errBMC}, "redfish": off},
+			wantPhase:    v1alpha1.PhaseFenced,
+			wantVerified: 1,
+			wantCalls:    []string{"fence:ipmi", "fence:redfish", "status:redfish"},
+		},
+		"mode all needs every agent": {
+			plan:         twoLevels(v1alpha1.ModeAll),
+			agents:       map[string]agentBehaviour{"ipmi": off, "redfish": off},
+			wantPhase:    v1alpha1.PhaseFenced,
+			wantVerified: 1,
+			wantCalls:    []string{"fence:ipmi", "status:ipmi", "fence:redfish", "status:redfish"},
+		},
+		"state never reads off: timeout is a failure, never success": {
+			plan:          twoLevels(v1alpha1.ModeAll),
+			agents:        map[string]agentBehaviour{"ipmi": on, "iscsi": on},
+			wantPhase:     "",
+			wantLastError: "not verified fenced",
+		},
+		"hung agent call expires": {
+			plan:          twoLevels(v1alpha1.ModeAll),
+			agents:        map[string]agentBehaviour{"ipmi": {hang: true}, "iscsi": {hang: true}},
+			wantLastError: "last state read: never read",
+		},
+		"all levels fail": {
+			plan:          twoLevels(v1alpha1.ModeAll),
+			agents:        map[string]agentBehaviour{"ipmi": {fenceErr: errBMC}, "iscsi": {fenceErr: errBMC}},
+			wantCalls:     []string{"fence:ipmi", "fence:ipmi", "fence:iscsi"},
+			wantLastError: "bmc busy",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			st, calls := run(t, tc.plan, tc.agents)
+			if st.VerifiedLevel != tc.wantVerified {
+				t.Errorf("verified level = %d, want %d", st.VerifiedLevel, tc.wantVerified)
+			}
+			if tc.wantVerified == 0 {
+				if st.Verified() {
+					t.Errorf("incident verified, want not verified")
+				}
+				step := Next(st, tc.plan, t0.Add(time.Hour))
+				if step.Kind != GiveUp {
+					t.Errorf("final step = %s, want GiveUp", step.Kind)
+				}
+				if !contains(step.Reason, tc.wantLastError) {
+					t.Errorf("give-up reason %q does not mention %q", step.Reason, tc.wantLastError)
+				}
+			} else if st.Phase != tc.wantPhase {
+				t.Errorf("phase = %s, want %s", st.Phase, tc.wantPhase)
+			}
+			if tc.wantCalls != nil && !equalPrefix(calls, tc.wantCalls) {
+				t.Errorf("calls = %v, want %v", calls, tc.wantCalls)
+			}
+		})
+	}
+}

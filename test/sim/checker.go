@@ -1,0 +1,71 @@
+package sim
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kubefence/kubefence/test/sim/bmc"
+)
+
+func dynamicClient(c *Cluster) (dynamic.Interface, error) { return dynamic.NewForConfig(c.Config) }
+
+// releaseKinds are the observations that release a node's workloads.
+var releaseKinds = map[string]bool{
+	SeenPodDeleted: true, SeenPodDisruptionTarget: true, SeenVADeleted: true, SeenTaintAdded: true,
+}
+
+// FirstPowerOff returns when the BMC itself logged the first power-off request that took
+// effect, as the checker's evidence that the node stopped; not the controller's word.
+func FirstPowerOff(events []bmc.PowerEvent) (time.Time, bool) {
+	for _, e := range events {
+		if e.Action == bmc.ActionOff && e.Source != "sim" {
+			return e.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// CheckReleasedAfterFence returns a violation for every release of node's workloads
+// observed before its BMC logged power off (safety invariant 1). Observations are timed
+// when the watch event arrived, after the change itself, so an observation earlier than
+// the power-off is a release that certainly came first.
+func CheckReleasedAfterFence(seen []Seen, node string, power []bmc.PowerEvent) []string {
+	off, ok := FirstPowerOff(power)
+	var v []string
+	for _, s := range seen {
+		if s.Node != node || !releaseKinds[s.Kind] {
+			continue
+		}
+		switch {
+		case !ok:
+			v = append(v, fmt.Sprintf("%s %s of node %s at %s, but its BMC never logged power off",
+				s.Kind, s.Object, node, s.At.Format(time.RFC3339Nano)))
+		case s.At.Before(off):
+			v = append(v, fmt.Sprintf("%s %s of node %s at %s, %s before its BMC logged power off",
+				s.Kind, s.Object, node, s.At.Format(time.RFC3339Nano), off.Sub(s.At)))
+		}
+	}
+	return v
+}
+
+// CheckUntouched returns a violation for anything kubefence did to a node that must be
+// left alone: a release of its workloads, an incident, or a power action on its BMC.
+func CheckUntouched(seen []Seen, node string, power []bmc.PowerEvent) []string {
+	var v []string
+	for _, s := range seen {
+		if s.Node != node {
+			continue
+		}
+		if releaseKinds[s.Kind] || s.Kind == SeenIncidentPhase {
+			v = append(v, fmt.Sprintf("healthy node %s: %s %s %s", node, s.Kind, s.Object, s.Detail))
+		}
+	}
+	for _, e := range power {
+		if e.Source != "sim" {
+			v = append(v, fmt.Sprintf("healthy node %s: BMC logged %s at %s", node, e.Action, e.Time.Format(time.RFC3339Nano)))
+		}
+	}
+	return v
+}

@@ -1,0 +1,283 @@
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/test/sim/bmc"
+)
+
+// Names the harness gives to what it installs.
+const (
+	ControllerNamespace = "kubefence-system"
+	BMCSecret           = "bmc-credentials"
+	IPMIAddressKey      = "fencing.kubefence.io/ipmi-address"
+	ipmiAgent           = "ipmi"
+)
+
+// HarnessOptions configures a simulated cluster with kubefence installed.
+type HarnessOptions struct {
+	// Dir is the work directory; the caller owns it.
+	Dir string
+	// Nodes is how many nodes (node-1 … node-N), each with its own ipmi_sim BMC.
+	Nodes int
+	// BinDir holds fence-controller and fence-agent-ipmi; empty means build them into Dir.
+	BinDir string
+	// Config adjusts the controller configuration the harness writes.
+	Config func(*v1alpha1.Config)
+	// Cluster adjusts the cluster options (kubelet intervals, controller-manager flags).
+	Cluster func(*Options)
+	Logf    func(format string, args ...any)
+}
+
+// Harness is a simulated cluster with ipmi_sim BMCs and kubefence's CRD, credentials and
+// configuration installed. The controller is started separately (StartController).
+type Harness struct {
+	Cluster    *Cluster
+	BMCs       map[string]*bmc.IPMISim
+	ConfigPath string
+	Config     *v1alpha1.Config
+	dir, bin   string
+	logf       func(string, ...any)
+	procs      []*process
+}
+
+// StartHarness starts BMCs, the cluster and installs kubefence's prerequisites. On
+// failure it stops what it started.
+func StartHarness(ctx context.Context, o HarnessOptions) (h *Harness, err error) {
+	if o.Nodes <= 0 {
+		o.Nodes = 3
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	h = &Harness{BMCs: map[string]*bmc.IPMISim{}, dir: o.Dir, bin: o.BinDir, logf: o.Logf}
+	defer func() {
+		if err != nil {
+			_ = h.Stop()
+			h = nil
+		}
+	}()
+	if h.bin == "" {
+		h.bin = filepath.Join(o.Dir, "bin")
+		if err := BuildBinaries(ctx, h.bin); err != nil {
+			return h, err
+		}
+	}
+	opts := Options{Dir: filepath.Join(o.Dir, "cluster"), Logf: o.Logf}
+	for i := 1; i <= o.Nodes; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		b, err := bmc.StartIPMI(ctx, bmc.IPMIOptions{Dir: filepath.Join(o.Dir, "bmc", name), PoweredOn: true})
+		if err != nil {
+			return h, fmt.Errorf("start BMC of %s: %w", name, err)
+		}
+		h.BMCs[name] = b
+		opts.Nodes = append(opts.Nodes, NodeSpec{Name: name, Power: b,
+			Annotations: map[string]string{IPMIAddressKey: net.JoinHostPort(b.Host(), strconv.Itoa(b.Port()))}})
+	}
+	if o.Cluster != nil {
+		o.Cluster(&opts)
+	}
+	if h.Cluster, err = Start(ctx, opts); err != nil {
+		return h, err
+	}
+	if err := InstallCRD(ctx, h.Cluster); err != nil {
+		return h, err
+	}
+	if err := h.installCredentials(ctx); err != nil {
+		return h, err
+	}
+	return h, h.writeConfig(o.Config)
+}
+
+// BuildBinaries builds kubefence's commands into dir with the go tool.
+func BuildBinaries(ctx context.Context, dir string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/fence-controller", "./cmd/fence-agent-ipmi")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build kubefence binaries: %w\n%s", err, out)
+	}
+	return nil
+}
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// InstallCRD creates the NodeFence CRD and waits until it is established.
+func InstallCRD(ctx context.Context, c *Cluster) error {
+	dyn, err := dynamicClient(c)
+	if err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(v1alpha1.NodeFenceCRD, &obj.Object); err != nil {
+		return fmt.Errorf("decode NodeFence CRD: %w", err)
+	}
+	if _, err := dyn.Resource(crdGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create NodeFence CRD: %w", err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if _, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return false, nil
+		}
+		return true, nil
+	})
+}
+
+func (h *Harness) installCredentials(ctx context.Context) error {
+	cs := h.Cluster.Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ControllerNamespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", ControllerNamespace, err)
+	}
+	var any *bmc.IPMISim
+	for _, b := range h.BMCs {
+		any = b
+		break
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ControllerNamespace, Name: BMCSecret},
+		StringData: map[string]string{"username": any.User(), "password": any.Password()},
+	}
+	if _, err := cs.CoreV1().Secrets(ControllerNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create secret %s: %w", BMCSecret, err)
+	}
+	return nil
+}
+
+// writeConfig installs the agent into a plugin directory and writes the controller's
+// configuration file, with its checksum.
+func (h *Harness) writeConfig(adjust func(*v1alpha1.Config)) error {
+	pluginDir := filepath.Join(h.dir, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		return err
+	}
+	sum, err := copyFile(filepath.Join(h.bin, "fence-agent-ipmi"), filepath.Join(pluginDir, ipmiAgent))
+	if err != nil {
+		return fmt.Errorf("install agent: %w", err)
+	}
+	cfg := &v1alpha1.Config{
+		PluginDir: pluginDir,
+		LeaderElection: v1alpha1.LeaderElection{Namespace: ControllerNamespace},
+		Agents: []v1alpha1.Agent{{
+			Name: ipmiAgent, SHA256: sum,
+			Params:    map[string]string{"cipherSuite": "3"},
+			SecretRef: &v1alpha1.SecretRef{Namespace: ControllerNamespace, Name: BMCSecret},
+			Target:    v1alpha1.TargetSource{Annotation: IPMIAddressKey},
+		}},
+		Policies: []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{ipmiAgent}}}}},
+	}
+	if adjust != nil {
+		adjust(cfg)
+	}
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	if h.Config, err = v1alpha1.ParseConfig(data); err != nil {
+		return fmt.Errorf("harness wrote an invalid config: %w", err)
+	}
+	h.ConfigPath = filepath.Join(h.dir, "config.yaml")
+	return os.WriteFile(h.ConfigPath, data, 0o644)
+}
+
+func copyFile(src, dst string) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+	if err != nil {
+		return "", err
+	}
+	hash := sha256.New()
+	if _, err := io.Copy(io.MultiWriter(out, hash), in); err != nil {
+		out.Close()
+		return "", err
+	}
+	return hex.EncodeToString(hash.Sum(nil)), out.Close()
+}
+
+// StartController starts a fence-controller replica; name distinguishes replicas' logs.
+func (h *Harness) StartController(name string) (*process, error) {
+	args := []string{"--config", h.ConfigPath, "--kubeconfig", h.Cluster.Kubeconfig, "--listen-address", "127.0.0.1:0", "-v=2"}
+	p, err := startProcess(h.dir, name, filepath.Join(h.bin, "fence-controller"), args)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	h.procs = append(h.procs, p)
+	return p, nil
+}
+
+// WaitLeader waits until some replica holds the controller's Lease and returns its identity.
+func (h *Harness) WaitLeader(ctx context.Context) (string, error) {
+	var holder string
+	le := h.Config.LeaderElection
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := h.Cluster.Client.CoordinationV1().Leases(le.Namespace).Get(ctx, le.Name, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return false, nil
+		}
+		holder = *l.Spec.HolderIdentity
+		return true, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("no controller became leader: %w", err)
+	}
+	return holder, nil
+}
+
+// PIDs returns every process the harness started, by name, for leak checks.
+func (h *Harness) PIDs() map[string]int {
+	pids := map[string]int{}
+	if h.Cluster != nil {
+		for k, v := range h.Cluster.PIDs() {
+			pids[k] = v
+		}
+	}
+	for name, b := range h.BMCs {
+		pids["bmc-"+name] = b.PID()
+	}
+	for _, p := range h.procs {
+		pids[p.name] = p.pid()
+	}
+	return pids
+}
+
+// Stop stops controllers, the cluster and the BMCs, by PID, and reports every failure.
+func (h *Harness) Stop() error {
+	var errs []error
+	for _, p := range h.procs {
+		errs = append(errs, p.stop(5*time.Second))
+	}
+	if h.Cluster != nil {
+		errs = append(errs, h.Cluster.Stop())
+	}
+	for _, b := range h.BMCs {
+		errs = append(errs, b.Stop())
+	}
+	return errors.Join(errs...)
+}
