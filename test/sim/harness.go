@@ -179,7 +179,7 @@ func (h *Harness) writeConfig(adjust func(*v1alpha1.Config)) error {
 		return fmt.Errorf("install agent: %w", err)
 	}
 	cfg := &v1alpha1.Config{
-		PluginDir: pluginDir,
+		PluginDir:      pluginDir,
 		LeaderElection: v1alpha1.LeaderElection{Namespace: ControllerNamespace},
 		Agents: []v1alpha1.Agent{{
 			Name: ipmiAgent, SHA256: sum,
