@@ -83,6 +83,9 @@ func StartHarness(ctx context.Context, o HarnessOptions) (h *Harness, err error)
 			return h, err
 		}
 	}
+	if h.bin, err = filepath.Abs(h.bin); err != nil {
+		return h, err
+	}
 	opts := Options{Dir: filepath.Join(o.Dir, "cluster"), Logf: o.Logf}
 	for i := 1; i <= o.Nodes; i++ {
 		name := fmt.Sprintf("node-%d", i)
