@@ -20,7 +20,7 @@ type powerSwitch struct{ on atomic.Bool }
 
 func (p *powerSwitch) PoweredOn() (bool, error) { return p.on.Load(), nil }
 
-const tick = time.Second
+const simHeartbeat = time.Second
 
 func startTestCluster(t *testing.T, ctx context.Context, names ...string) (*Cluster, map[string]*powerSwitch) {
 	t.Helper()
@@ -33,8 +33,8 @@ func startTestCluster(t *testing.T, ctx context.Context, names ...string) (*Clus
 			Annotations: map[string]string{"fencing.kubefence.io/bmc": "sim"}, Power: power[n]})
 	}
 	began := time.Now()
-	c, err := Start(ctx, Options{Dir: t.TempDir(), Nodes: nodes, LeaseRenewInterval: tick,
-		StatusUpdateInterval: tick, Logf: t.Logf,
+	c, err := Start(ctx, Options{Dir: t.TempDir(), Nodes: nodes, LeaseRenewInterval: simHeartbeat,
+		StatusUpdateInterval: simHeartbeat, Logf: t.Logf,
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=5s"}})
 	if errors.Is(err, ErrNoControlPlane) {
 		t.Skipf("simulated cluster unavailable: %v", err)
@@ -103,9 +103,9 @@ func expectSilent(t *testing.T, ctx context.Context, c *Cluster, dead string, li
 		t.Fatal(err)
 	}
 	for _, n := range live {
-		eventually(t, 20*tick, "lease of "+n+" advances", func() (bool, error) {
+		eventually(t, 20*simHeartbeat, "lease of "+n+" advances", func() (bool, error) {
 			rt, err := renewTime(ctx, c, n)
-			return rt.After(frozen.Add(3 * tick)), err
+			return rt.After(frozen.Add(3 * simHeartbeat)), err
 		})
 	}
 	if rt, err := renewTime(ctx, c, dead); err != nil || !rt.Equal(frozen) {
@@ -155,7 +155,7 @@ func TestCluster(t *testing.T) {
 		off = others[1]
 	}
 	power[off].on.Store(false)
-	eventually(t, 20*tick, off+" notices power off", func() (bool, error) { return !c.Node(off).Alive(), nil })
+	eventually(t, 20*simHeartbeat, off+" notices power off", func() (bool, error) { return !c.Node(off).Alive(), nil })
 	expectSilent(t, ctx, c, off, replacement)
 	if got := c.Node(off).RunningPods(); len(got) != 0 {
 		t.Fatalf("powered-off node still runs %v", got)
@@ -241,7 +241,7 @@ func expectNewBoot(t *testing.T, ctx context.Context, c *Cluster, node string, r
 	}
 	oldBoot := c.Node(node).BootID()
 	revive()
-	eventually(t, 20*tick, node+" reports a new bootID and renews", func() (bool, error) {
+	eventually(t, 20*simHeartbeat, node+" reports a new bootID and renews", func() (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err
