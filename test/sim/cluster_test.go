@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -36,9 +35,6 @@ func startTestCluster(t *testing.T, ctx context.Context, names ...string) (*Clus
 	c, err := Start(ctx, Options{Dir: t.TempDir(), Nodes: nodes, LeaseRenewInterval: simHeartbeat,
 		StatusUpdateInterval: simHeartbeat, Logf: t.Logf,
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=5s"}})
-	if errors.Is(err, ErrNoControlPlane) {
-		t.Skipf("simulated cluster unavailable: %v", err)
-	}
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
