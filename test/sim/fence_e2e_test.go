@@ -20,20 +20,26 @@ import (
 // threshold, so that an incident runs in seconds.
 func fastHarness(t *testing.T, ctx context.Context, adjust func(*v1alpha1.Config)) *Harness {
 	t.Helper()
-	h, err := StartHarness(ctx, HarnessOptions{
-		Dir: t.TempDir(), Nodes: 3, Logf: t.Logf,
-		Cluster: func(o *Options) {
-			o.LeaseRenewInterval = time.Second
-			o.StatusUpdateInterval = 2 * time.Second
-		},
-		Config: func(c *v1alpha1.Config) {
-			c.Detection.LeaseStaleAfter = metav1.Duration{Duration: 5 * time.Second}
-			c.Detection.NotReadyAfter = metav1.Duration{Duration: 5 * time.Second}
-			if adjust != nil {
-				adjust(c)
-			}
-		},
-	})
+	return fastHarnessWith(t, ctx, HarnessOptions{Config: adjust})
+}
+
+// fastHarnessWith is fastHarness with more options; o.Config still applies on top.
+func fastHarnessWith(t *testing.T, ctx context.Context, o HarnessOptions) *Harness {
+	t.Helper()
+	adjust := o.Config
+	o.Dir, o.Nodes, o.Logf = t.TempDir(), 3, t.Logf
+	o.Cluster = func(o *Options) {
+		o.LeaseRenewInterval = time.Second
+		o.StatusUpdateInterval = 2 * time.Second
+	}
+	o.Config = func(c *v1alpha1.Config) {
+		c.Detection.LeaseStaleAfter = metav1.Duration{Duration: 5 * time.Second}
+		c.Detection.NotReadyAfter = metav1.Duration{Duration: 5 * time.Second}
+		if adjust != nil {
+			adjust(c)
+		}
+	}
+	h, err := StartHarness(ctx, o)
 	if err != nil {
 		t.Fatalf("start harness: %v", err)
 	}

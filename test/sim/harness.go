@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,7 +47,9 @@ type HarnessOptions struct {
 	Config func(*v1alpha1.Config)
 	// Cluster adjusts the cluster options (kubelet intervals, controller-manager flags).
 	Cluster func(*Options)
-	Logf    func(format string, args ...any)
+	// BMC adjusts each node's BMC options (a slow or broken BMC).
+	BMC  func(node string, o *bmc.IPMIOptions)
+	Logf func(format string, args ...any)
 }
 
 // Harness is a simulated cluster with ipmi_sim BMCs and kubefence's CRD, credentials and
@@ -89,7 +92,11 @@ func StartHarness(ctx context.Context, o HarnessOptions) (h *Harness, err error)
 	opts := Options{Dir: filepath.Join(o.Dir, "cluster"), Logf: o.Logf}
 	for i := 1; i <= o.Nodes; i++ {
 		name := fmt.Sprintf("node-%d", i)
-		b, err := bmc.StartIPMI(ctx, bmc.IPMIOptions{Dir: filepath.Join(o.Dir, "bmc", name), PoweredOn: true})
+		bo := bmc.IPMIOptions{Dir: filepath.Join(o.Dir, "bmc", name), PoweredOn: true}
+		if o.BMC != nil {
+			o.BMC(name, &bo)
+		}
+		b, err := bmc.StartIPMI(ctx, bo)
 		if err != nil {
 			return h, fmt.Errorf("start BMC of %s: %w", name, err)
 		}
@@ -224,15 +231,39 @@ func copyFile(src, dst string) (string, error) {
 	return hex.EncodeToString(hash.Sum(nil)), out.Close()
 }
 
+// Replica is one fence-controller process (with its agent plugins, in its process group).
+type Replica struct{ p *process }
+
 // StartController starts a fence-controller replica; name distinguishes replicas' logs.
-func (h *Harness) StartController(name string) (*process, error) {
+func (h *Harness) StartController(name string) (*Replica, error) {
 	args := []string{"--config", h.ConfigPath, "--kubeconfig", h.Cluster.Kubeconfig, "--listen-address", "127.0.0.1:0", "-v=2"}
 	p, err := startProcess(h.dir, name, filepath.Join(h.bin, "fence-controller"), args)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	h.procs = append(h.procs, p)
-	return p, nil
+	return &Replica{p: p}, nil
+}
+
+// Signal sends sig to the replica's whole process group (SIGKILL: it dies with its agents
+// mid-call; SIGSTOP/SIGCONT: a paused replica, as after a long GC or a frozen VM).
+func (r *Replica) Signal(sig syscall.Signal) error {
+	if err := syscall.Kill(-r.p.pid(), sig); err != nil {
+		return fmt.Errorf("signal %s %s: %w", r.p.name, sig, err)
+	}
+	return nil
+}
+
+// Done is closed when the replica's process has exited.
+func (r *Replica) Done() <-chan struct{} { return r.p.done }
+
+// ExitCode is the replica's exit code once Done is closed; -1 when killed by a signal.
+func (r *Replica) ExitCode() int { return r.p.cmd.ProcessState.ExitCode() }
+
+// Log returns the replica's log so far.
+func (r *Replica) Log() string {
+	b, _ := os.ReadFile(r.p.logPath)
+	return string(b)
 }
 
 // WaitLeader waits until some replica holds the controller's Lease and returns its identity.

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Files the simulator keeps in IPMIOptions.Dir.
@@ -67,6 +69,7 @@ const chassisScriptTemplate = `#!/bin/sh
 STATE=%q
 LOG=%q
 IGNORE_OFF=%d
+OFF_DELAY=%s
 log() { printf '%%s %%s %s\n' "$(date +%%s.%%N)" "$1" >> "$LOG"; }
 setpower() { printf '%%s\n' "$1" > "$STATE.tmp.$$" && mv -f "$STATE.tmp.$$" "$STATE"; }
 case "$1" in get|set) ;; *) shift ;; esac
@@ -85,7 +88,15 @@ set)
 		case "$1" in
 		power)
 			if [ "$2" = 0 ]; then
-				if [ "$IGNORE_OFF" = 1 ]; then log ignored-off; else setpower 0; log off; fi
+				if [ "$IGNORE_OFF" = 1 ]; then
+					log ignored-off
+				elif [ "$OFF_DELAY" != 0 ]; then
+					# A slow BMC: it acknowledges now and cuts power later.
+					log off-requested
+					(sleep "$OFF_DELAY"; setpower 0; log off) </dev/null >/dev/null 2>&1 &
+				else
+					setpower 0; log off
+				fi
 			else
 				setpower 1; log on
 			fi
@@ -103,6 +114,14 @@ set)
 esac
 exit 0
 `
+
+// offDelay formats a delay for sleep(1); "0" turns the delay off.
+func offDelay(d time.Duration) string {
+	if d <= 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
+}
 
 // writeConfig writes every file ipmi_sim needs for one BMC listening on port.
 // The power file is written only when absent so a restarted sim keeps its state.
@@ -127,7 +146,8 @@ func writeConfig(opts IPMIOptions, port int) error {
 		{lanConfFile, fmt.Sprintf(lanConfTemplate, port, guid, script, opts.User, opts.Password), 0o600},
 		{emuFile, emuContent, 0o600},
 		{chassisFile, fmt.Sprintf(chassisScriptTemplate,
-			filepath.Join(opts.Dir, powerFile), filepath.Join(opts.Dir, eventsFile), ignore, sourceBMC), 0o700},
+			filepath.Join(opts.Dir, powerFile), filepath.Join(opts.Dir, eventsFile), ignore,
+			offDelay(opts.OffDelay), sourceBMC), 0o700},
 		// ipmitool reads the password from this file (-f) so it never shows on argv.
 		{passwordFile, opts.Password, 0o600},
 	}

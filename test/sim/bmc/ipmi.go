@@ -35,6 +35,9 @@ type IPMIOptions struct {
 	PoweredOn bool
 	// IgnorePowerOff makes a broken BMC: it acknowledges "power off" but leaves power on.
 	IgnorePowerOff bool
+	// OffDelay makes a slow BMC: it acknowledges "power off" at once (logged as
+	// off-requested) and cuts power after this delay (logged as off).
+	OffDelay time.Duration
 }
 
 // IPMISim is one running ipmi_sim process serving a BMC on 127.0.0.1.

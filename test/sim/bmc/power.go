@@ -18,6 +18,8 @@ const (
 	ActionReset      = "reset"
 	ActionShutdown   = "shutdown"
 	ActionIgnoredOff = "ignored-off"
+	// ActionOffRequested: a slow BMC (OffDelay) accepted power off; ActionOff follows.
+	ActionOffRequested = "off-requested"
 )
 
 // PowerEvent is one line of the BMC's power log.
