@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -22,8 +23,19 @@ func main() {
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
 	flag.StringVar(&o.ListenAddress, "listen-address", ":8080", "address of /healthz, /readyz and /metrics")
 	flag.BoolVar(&o.ReadyOnlyWhenLeader, "ready-only-when-leader", false, "report ready only while leader")
+	flag.DurationVar(&o.IdentityLeaseDuration, "identity-lease-duration", time.Hour, "how long an unrenewed replica identity Lease lives before the leader collects it")
+	flag.DurationVar(&o.IdentityRenewInterval, "identity-renew-interval", 10*time.Second, "how often each replica renews its identity Lease")
+	leaderCondition := flag.Bool("leader-pod-condition", false, "set the "+string(controller.LeaderCondition)+
+		" condition on this replica's pod (POD_NAMESPACE, POD_NAME from the downward API); use it as a readiness gate")
 	klog.InitFlags(nil)
 	flag.Parse()
+	if *leaderCondition {
+		o.LeaderPod = &controller.PodRef{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")}
+		if o.LeaderPod.Namespace == "" || o.LeaderPod.Name == "" {
+			fmt.Fprintln(os.Stderr, "--leader-pod-condition needs POD_NAMESPACE and POD_NAME in the environment")
+			os.Exit(1)
+		}
+	}
 
 	if *validate {
 		if _, err := controller.LoadConfig(o.ConfigPath); err != nil {

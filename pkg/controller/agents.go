@@ -119,3 +119,32 @@ func (a *agentCaller) invoke(ctx context.Context, name, method string, req plugi
 	}
 	return agent.Fence(ctx, req, plugin.ActionOff)
 }
+
+// ParamRestore carries, on Unfence, the evidence of the fence being undone, so that an
+// agent restores exactly what it removed (storage ACLs) and nothing more.
+const ParamRestore = "restore"
+
+// unfence undoes what an agent's verified attempt did: powers the node on, restores
+// storage access.
+func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *corev1.Node, epoch int64) (plugin.Result, error) {
+	req, cfg, err := a.request(ctx, at.Agent, node, epoch)
+	if err != nil {
+		return plugin.Result{}, err
+	}
+	req.Params[ParamRestore] = at.Evidence
+	agent, err := a.agents.Agent(at.Agent)
+	if err != nil {
+		return plugin.Result{}, fmt.Errorf("agent %s: %w", at.Agent, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout.Duration)
+	defer cancel()
+	start := time.Now()
+	defer func() {
+		a.metrics.agentLatency.WithLabelValues(at.Agent, "Unfence").Observe(time.Since(start).Seconds())
+	}()
+	res, err := agent.Unfence(ctx, req)
+	if err != nil {
+		a.metrics.agentErrors.WithLabelValues(at.Agent, "Unfence", string(plugin.KindOf(err))).Inc()
+	}
+	return res, err
+}

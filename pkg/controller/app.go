@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -29,6 +31,12 @@ type AppOptions struct {
 	Kubeconfig          string
 	ListenAddress       string
 	ReadyOnlyWhenLeader bool
+	// IdentityLeaseDuration is how long a replica's identity Lease lives unrenewed before
+	// the leader collects it; IdentityRenewInterval how often each replica renews its own.
+	IdentityLeaseDuration time.Duration
+	IdentityRenewInterval time.Duration
+	// LeaderPod, when set, is this replica's own pod: it gets the LeaderCondition.
+	LeaderPod *PodRef
 }
 
 // LoadConfig reads and validates the configuration file.
@@ -92,8 +100,27 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	health.SetSynced()
 	klog.InfoS("Caches synced", "identity", identity)
 
+	ids := &IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity,
+		Component: "controller", Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
+		Metrics: c.Metrics(), Now: time.Now}
+	go ids.Run(ctx)
+	if o.LeaderPod != nil {
+		if err := SetLeaderCondition(ctx, client, *o.LeaderPod, false); err != nil {
+			klog.ErrorS(err, "Marking own pod as standby")
+		}
+	}
 	lead := func(ctx context.Context, epoch int64) {
 		health.SetLeader()
+		if o.LeaderPod != nil {
+			if err := SetLeaderCondition(ctx, client, *o.LeaderPod, true); err != nil {
+				klog.ErrorS(err, "Marking own pod as leader")
+			}
+		}
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			if _, err := ids.Collect(ctx); err != nil {
+				klog.ErrorS(err, "Collecting identity leases")
+			}
+		}, o.IdentityRenewInterval)
 		c.Run(ctx, epoch)
 	}
 	if !*cfg.LeaderElection.Enabled {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -216,13 +218,10 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		return 0, err
 	}
 	start := c.now()
-	var steps []v1alpha1.Step
 	r := *c.remedy
-	r.OnStep = func(step, msg string) {
-		steps = append(steps, v1alpha1.Step{Time: nowMicro(c.now()), Type: step, Message: msg})
-	}
+	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }
+	r.Checkpoint = func(ctx context.Context) error { return c.save(ctx, nf) }
 	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
-	nf.Status.Timeline = append(nf.Status.Timeline, steps...)
 	if errors.Is(err, remediate.ErrNodeRebooted) {
 		nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseRemediated, err.Error()
 		addStep(&nf.Status, c.now(), "ReleaseSkipped", err.Error())
@@ -242,15 +241,64 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	c.metrics.phaseDuration.WithLabelValues("remediate").Observe(now.Sub(start).Seconds())
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRemediated)).Inc()
 	c.event(node, nf, corev1.EventTypeNormal, "Remediated", "Released workloads of node %s", node.Name)
-	return 0, c.save(ctx, nf)
+	if err := c.save(ctx, nf); err != nil {
+		return 0, err
+	}
+	if action(nf, pol) == v1alpha1.ActionReboot {
+		// Only now that its workloads are released is the node powered on again; it comes
+		// back with a new boot and the incident closes through recovery.
+		c.powerOn(ctx, nf, node)
+	}
+	return 0, nil
 }
 
-// recover closes an incident once its node is back with a new boot.
+func action(nf *v1alpha1.NodeFence, pol *v1alpha1.Policy) v1alpha1.FenceAction {
+	if nf.Spec.Action != "" {
+		return nf.Spec.Action
+	}
+	return pol.Action
+}
+
+// powerOn asks the agents that fenced the node to undo it, for the Reboot action. A
+// failure is recorded, not retried: the node stays off, which is safe, until a person acts.
+func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) {
+	for _, at := range verifiedAttempts(nf) {
+		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
+		if err != nil {
+			addStep(&nf.Status, c.now(), "AgentError", fmt.Sprintf("agent %s power on: %v", at.Agent, err))
+			continue
+		}
+		addStep(&nf.Status, c.now(), "PoweredOn", fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+	}
+	if err := c.save(ctx, nf); err != nil {
+		klog.ErrorS(err, "Recording power on", "incident", nf.Name)
+	}
+}
+
+// recover closes an incident once its node is back with a new boot: it undoes the fence
+// (power on is idempotent for a node that booted; storage access is restored exactly as
+// recorded) and removes the taints kubefence added. A node that reports Ready with the
+// boot it had when it was verified fenced contradicts the fence: that is raised loudly and
+// nothing is undone.
 func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation) (time.Duration, error) {
-	if obs.Health != detector.Healthy || !nodeReady(node) || obs.BootID == "" || obs.BootID == nf.Status.BootID {
+	if obs.Health != detector.Healthy || !nodeReady(node) || obs.BootID == "" {
 		return 0, nil
 	}
-	if err := c.remedy.RemoveTaints(ctx, node.Name, &nf.Status.Remediation); err != nil {
+	if obs.BootID == nf.Status.BootID {
+		return 0, c.contradiction(ctx, nf, node)
+	}
+	for _, at := range verifiedAttempts(nf) {
+		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
+		if err != nil {
+			addStep(&nf.Status, c.now(), "AgentError", fmt.Sprintf("agent %s Unfence: %v", at.Agent, err))
+			_ = c.save(ctx, nf)
+			return 0, fmt.Errorf("incident %s: unfence agent %s: %w", nf.Name, at.Agent, err)
+		}
+		addStep(&nf.Status, c.now(), "Unfenced", fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+	}
+	r := *c.remedy
+	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }
+	if err := r.RemoveTaints(ctx, node.Name, &nf.Status.Remediation); err != nil {
 		return 0, err
 	}
 	now := c.now()
@@ -259,6 +307,37 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRecovered)).Inc()
 	c.event(node, nf, corev1.EventTypeNormal, "Recovered", "Node %s is back with a new boot; incident %s closed", node.Name, nf.Name)
 	return 0, c.save(ctx, nf)
+}
+
+// ConditionContradiction is set on an incident whose node reports Ready with the same
+// boot ID after it was verified fenced: either the agent's verification or the node's
+// identity is wrong, and a person must look before anything is undone.
+const ConditionContradiction = "FenceContradicted"
+
+func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
+	if meta.IsStatusConditionTrue(nf.Status.Conditions, ConditionContradiction) {
+		return nil
+	}
+	msg := fmt.Sprintf("node %s reports Ready with boot ID %s, the boot it had when it was verified fenced; nothing is unfenced",
+		node.Name, nf.Status.BootID)
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionTrue,
+		Reason: "SameBootAfterFence", Message: msg, ObservedGeneration: nf.Generation})
+	addStep(&nf.Status, c.now(), "Contradiction", msg)
+	c.metrics.contradictions.Inc()
+	c.event(node, nf, corev1.EventTypeWarning, "FenceContradicted", "%s", msg)
+	klog.ErrorS(nil, "Fence contradicted", "node", node.Name, "incident", nf.Name, "bootID", nf.Status.BootID)
+	return c.save(ctx, nf)
+}
+
+// verifiedAttempts returns the attempts that verified the incident's fence.
+func verifiedAttempts(nf *v1alpha1.NodeFence) []v1alpha1.Attempt {
+	var out []v1alpha1.Attempt
+	for _, a := range nf.Status.Attempts {
+		if a.Level == nf.Status.VerifiedLevel && a.State == v1alpha1.AttemptVerified {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func nodeReady(node *corev1.Node) bool {

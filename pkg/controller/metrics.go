@@ -16,6 +16,12 @@ type metrics struct {
 	holds         *prometheus.CounterVec
 	leader        prometheus.Gauge
 	identity      *prometheus.GaugeVec
+	// contradictions counts nodes back with the same boot after a verified fence.
+	contradictions prometheus.Counter
+	// Identity Lease of this replica, as the apiserver-identity proposal's metrics.
+	identityStart    prometheus.Gauge
+	identityRenew    prometheus.Gauge
+	identityRenewals *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -55,7 +61,24 @@ func newMetrics() *metrics {
 			Name: "kubefence_identity",
 			Help: "Constant 1, labelled with this replica's identity.",
 		}, []string{"id"}),
+		contradictions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kubefence_fence_contradictions_total",
+			Help: "Nodes that reported Ready with the same boot ID after a verified fence.",
+		}),
+		identityStart: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kubefence_identity_lease_start_time_seconds",
+			Help: "When this replica's identity Lease was acquired (Unix seconds).",
+		}),
+		identityRenew: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kubefence_identity_lease_renew_time_seconds",
+			Help: "When this replica's identity Lease was last renewed (Unix seconds).",
+		}),
+		identityRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubefence_identity_lease_renewals_total",
+			Help: "Renewals of this replica's identity Lease, by result.",
+		}, []string{"result"}),
 	}
+	m.registry.MustRegister(m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
 	m.registry.MustRegister(m.incidents, m.phaseDuration, m.agentLatency, m.agentErrors,
 		m.unhealthy, m.holds, m.leader, m.identity,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -151,4 +151,3 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 	}
 }
 
-func nowMicro(t time.Time) metav1.MicroTime { return metav1.NewMicroTime(t) }

@@ -47,6 +47,10 @@ type Remediator struct {
 	Client kubernetes.Interface
 	// OnStep, if set, is told of each action as it completes (for the timeline and events).
 	OnStep func(step, message string)
+	// Checkpoint, if set, persists the incident. It is called after a taint is recorded
+	// in the Remediation and before it is put on the node, so that a crash in between
+	// leaves a record of a taint kubefence owns, never a taint nobody owns.
+	Checkpoint func(ctx context.Context) error
 }
 
 func (r *Remediator) step(step, msg string) {
@@ -104,8 +108,19 @@ func (r *Remediator) addTaint(ctx context.Context, nodeName string, taint corev1
 		if err != nil {
 			return err
 		}
+		owned := slices.Contains(rem.TaintsAdded, taint.Key)
 		if hasTaint(node, taint) {
+			// Present and not recorded as ours: a person's taint, left alone (invariant 6).
 			return nil
+		}
+		if !owned {
+			rem.TaintsAdded = append(rem.TaintsAdded, taint.Key)
+			if r.Checkpoint != nil {
+				if err := r.Checkpoint(ctx); err != nil {
+					rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return k == taint.Key })
+					return fmt.Errorf("record taint %s before adding it: %w", taint.Key, err)
+				}
+			}
 		}
 		node.Spec.Taints = append(node.Spec.Taints, taint)
 		if _, err := r.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
@@ -118,9 +133,6 @@ func (r *Remediator) addTaint(ctx context.Context, nodeName string, taint corev1
 		return fmt.Errorf("add taint %s to node %s: %w", taint.Key, nodeName, err)
 	}
 	if added {
-		if !slices.Contains(rem.TaintsAdded, taint.Key) {
-			rem.TaintsAdded = append(rem.TaintsAdded, taint.Key)
-		}
 		r.step("TaintAdded", fmt.Sprintf("added %s=%s:%s", taint.Key, taint.Value, taint.Effect))
 	}
 	return nil

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -234,4 +235,87 @@ func checkResumed(t *testing.T, ctx context.Context, h *Harness, rec *Recorder, 
 		actions = append(actions, e.Action)
 	}
 	t.Logf("BMC of %s logged %v; attempts %d", victim, actions, len(nf.Status.Attempts))
+}
+
+var identityRE = regexp.MustCompile(`"Caches synced" identity="([^"]+)"`)
+
+// identityOf returns the replica's identity as it logged it.
+func identityOf(t *testing.T, ctx context.Context, r *Replica) string {
+	t.Helper()
+	pollLog(t, ctx, r, "Caches synced")
+	m := identityRE.FindStringSubmatch(r.Log())
+	if m == nil {
+		t.Fatalf("no identity in replica log")
+	}
+	return m[1]
+}
+
+// TestIdentityLeases: every replica keeps its own identity Lease; when one dies, the
+// leader collects its Lease after the (shortened) duration and leaves the others.
+func TestIdentityLeases(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	h := fastHarness(t, ctx, nil)
+	args := []string{"--identity-lease-duration=3s", "--identity-renew-interval=500ms"}
+	ids := map[string]*Replica{}
+	for _, name := range []string{"controller-a", "controller-b", "controller-c"} {
+		r, err := h.StartController(name, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[identityOf(t, ctx, r)] = r
+	}
+	leader, err := h.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders := func() map[string]bool {
+		list, err := h.Cluster.Client.CoordinationV1().Leases(ControllerNamespace).List(ctx,
+			metav1.ListOptions{LabelSelector: "fencing.kubefence.io/identity=true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for _, l := range list.Items {
+			got[deref(l.Spec.HolderIdentity)] = true
+		}
+		return got
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return len(holders()) == 3, nil
+	})
+	if err != nil {
+		t.Fatalf("identity leases %v, want one per replica %v", holders(), ids)
+	}
+	var victim string
+	for id := range ids {
+		if id != leader {
+			victim = id
+			break
+		}
+	}
+	if err := ids[victim].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return !holders()[victim], nil
+	})
+	if err != nil {
+		t.Fatalf("lease of killed replica %s never collected", victim)
+	}
+	t.Logf("lease of killed replica collected %.1fs after the kill", time.Since(killedAt).Seconds())
+	got := holders()
+	for id := range ids {
+		if id != victim && !got[id] {
+			t.Errorf("lease of live replica %s was collected", id)
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

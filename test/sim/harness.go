@@ -235,8 +235,9 @@ func copyFile(src, dst string) (string, error) {
 type Replica struct{ p *process }
 
 // StartController starts a fence-controller replica; name distinguishes replicas' logs.
-func (h *Harness) StartController(name string) (*Replica, error) {
+func (h *Harness) StartController(name string, extraArgs ...string) (*Replica, error) {
 	args := []string{"--config", h.ConfigPath, "--kubeconfig", h.Cluster.Kubeconfig, "--listen-address", "127.0.0.1:0", "-v=2"}
+	args = append(args, extraArgs...)
 	p, err := startProcess(h.dir, name, filepath.Join(h.bin, "fence-controller"), args)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
