@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,6 +58,7 @@ type HarnessOptions struct {
 type Harness struct {
 	Cluster    *Cluster
 	BMCs       map[string]*bmc.IPMISim
+	machines   map[string]*machine
 	ConfigPath string
 	Config     *v1alpha1.Config
 	dir, bin   string
@@ -73,7 +75,7 @@ func StartHarness(ctx context.Context, o HarnessOptions) (h *Harness, err error)
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	h = &Harness{BMCs: map[string]*bmc.IPMISim{}, dir: o.Dir, bin: o.BinDir, logf: o.Logf}
+	h = &Harness{BMCs: map[string]*bmc.IPMISim{}, machines: map[string]*machine{}, dir: o.Dir, bin: o.BinDir, logf: o.Logf}
 	defer func() {
 		if err != nil {
 			_ = h.Stop()
@@ -101,7 +103,8 @@ func StartHarness(ctx context.Context, o HarnessOptions) (h *Harness, err error)
 			return h, fmt.Errorf("start BMC of %s: %w", name, err)
 		}
 		h.BMCs[name] = b
-		opts.Nodes = append(opts.Nodes, NodeSpec{Name: name, Power: b,
+		h.machines[name] = &machine{bmc: b}
+		opts.Nodes = append(opts.Nodes, NodeSpec{Name: name, Power: h.machines[name],
 			Annotations: map[string]string{IPMIAddressKey: net.JoinHostPort(b.Host(), strconv.Itoa(b.Port()))}})
 	}
 	if o.Cluster != nil {
@@ -118,6 +121,23 @@ func StartHarness(ctx context.Context, o HarnessOptions) (h *Harness, err error)
 	}
 	return h, h.writeConfig(o.Config)
 }
+
+// machine is a node's hardware as the simulated kubelet sees it: powered as its BMC says,
+// unless it is wired to ignore the BMC (the false "off" every fence agent fears).
+type machine struct {
+	bmc        *bmc.IPMISim
+	ignoresBMC atomic.Bool
+}
+
+func (m *machine) PoweredOn() (bool, error) {
+	if m.ignoresBMC.Load() {
+		return true, nil
+	}
+	return m.bmc.PoweredOn()
+}
+
+// MachineIgnoresBMC makes node keep running whatever its BMC reports.
+func (h *Harness) MachineIgnoresBMC(node string) { h.machines[node].ignoresBMC.Store(true) }
 
 // BuildBinaries builds kubefence's commands into dir with the go tool.
 func BuildBinaries(ctx context.Context, dir string) error {

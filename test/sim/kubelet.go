@@ -90,6 +90,18 @@ func (n *Node) Restart() {
 	signal(n.kick)
 }
 
+// Resume brings a crashed kubelet back with the same boot, as when a partition heals: its
+// containers kept running all along.
+func (n *Node) Resume() {
+	n.tickMu.Lock()
+	n.mu.Lock()
+	n.crashed = false
+	n.mu.Unlock()
+	n.tickMu.Unlock()
+	n.c.logf("sim: node %s: kubelet resumed, same bootID %s", n.Name(), n.BootID())
+	signal(n.kick)
+}
+
 // reboot needs n.mu held.
 func (n *Node) reboot() {
 	n.crashed = false
