@@ -79,7 +79,7 @@ func (a *handle) call(ctx context.Context, op string, fn func(Agent) error) erro
 	// transport saw at that moment; unless the caller's own context ended,
 	// that failure is the death, not the agent's verdict.
 	died := errors.Is(err, ErrAgentDied)
-	if !died && ctx.Err() == nil && p.client.Exited() {
+	if !died && ctx.Err() == nil && p.exited() {
 		died = true
 		err = fmt.Errorf("%w: %w", ErrAgentDied, err)
 	}

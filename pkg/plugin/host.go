@@ -15,6 +15,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 )
 
 // agentName keeps names usable as file names and log keys, and rules out paths.
@@ -37,12 +39,25 @@ type HostConfig struct {
 	Logger hclog.Logger
 }
 
-// AgentSpec says which binary runs an agent and what it must hash to.
+// AgentSpec says how to reach an agent: either a binary in the plugin directory
+// that the host launches (SHA256 set), or a remote agent at a TCP address that
+// the host dials with mutual TLS (Address set). Exactly one of the two.
 type AgentSpec struct {
 	// Binary is a file name inside HostConfig.Dir; empty means the agent's name.
 	Binary string
 	// SHA256 is the hex SHA-256 of the binary, checked before every launch.
 	SHA256 string
+
+	// Address is host:port of a remote agent (one started with "serve").
+	Address string
+	// CertFile and KeyFile are the PEM client certificate and key the host
+	// presents to the remote agent.
+	CertFile, KeyFile string
+	// CAFile is the PEM CA bundle the remote agent's certificate must verify against.
+	CAFile string
+	// ServerName is the name the remote agent's certificate must carry; empty
+	// means the host part of Address.
+	ServerName string
 }
 
 // Validate returns every problem in c, each with its field path.
@@ -67,6 +82,12 @@ func (s AgentSpec) validate(name string) []error {
 	field := fmt.Sprintf("agents[%q]", name)
 	if !agentName.MatchString(name) {
 		errs = append(errs, fmt.Errorf("%s: invalid agent name %q: want %s", field, name, agentName))
+	}
+	if s.remote() {
+		return append(errs, s.validateRemote(field)...)
+	}
+	if s.CertFile != "" || s.KeyFile != "" || s.CAFile != "" || s.ServerName != "" {
+		errs = append(errs, fmt.Errorf("%s: certFile, keyFile, caFile and serverName apply only with address", field))
 	}
 	bin := s.binary(name)
 	if bin != filepath.Base(bin) || bin == "." || bin == ".." {
@@ -104,9 +125,30 @@ type slot struct {
 	proc *process
 }
 
+// process is one live agent: a launched process (client set) or a connection
+// to a remote agent (conn set).
 type process struct {
 	client *goplugin.Client
+	conn   *grpc.ClientConn
 	agent  Agent
+}
+
+// exited reports whether the process is gone; a remote connection that has
+// shut down counts as gone too.
+func (p *process) exited() bool {
+	if p.client != nil {
+		return p.client.Exited()
+	}
+	return p.conn.GetState() == connectivity.Shutdown
+}
+
+// kill ends the process or closes the connection.
+func (p *process) kill() {
+	if p.client != nil {
+		p.client.Kill()
+		return
+	}
+	_ = p.conn.Close()
 }
 
 // NewHost checks cfg and returns a Host. It launches nothing: each agent starts
@@ -164,7 +206,7 @@ func (h *Host) Close() {
 		s.proc = nil
 		s.mu.Unlock()
 		if p != nil {
-			wg.Go(p.client.Kill)
+			wg.Go(p.kill)
 		}
 	}
 	wg.Wait()
@@ -194,11 +236,11 @@ func (h *Host) acquire(name string) (*process, error) {
 	if h.isClosed() {
 		return nil, fmt.Errorf("agent %s: plugin host is closed", name)
 	}
-	if s.proc != nil && !s.proc.client.Exited() {
+	if s.proc != nil && !s.proc.exited() {
 		return s.proc, nil
 	}
 	if s.proc != nil {
-		s.proc.client.Kill()
+		s.proc.kill()
 		s.proc = nil
 	}
 	p, err := h.launch(name)
@@ -222,7 +264,7 @@ func (h *Host) discard(name string, p *process) {
 		}
 		s.mu.Unlock()
 	}
-	p.client.Kill()
+	p.kill()
 }
 
 // binaryPath resolves the binary of name and refuses one that, through a
@@ -239,8 +281,12 @@ func (h *Host) binaryPath(name string) (string, error) {
 	return path, nil
 }
 
-// launch starts one process for name and dispenses its client shim.
+// launch starts one process for name and dispenses its client shim, or, for a
+// remote agent, connects to it.
 func (h *Host) launch(name string) (*process, error) {
+	if h.specs[name].remote() {
+		return h.dial(name)
+	}
 	path, err := h.binaryPath(name)
 	if err != nil {
 		return nil, err

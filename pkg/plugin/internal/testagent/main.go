@@ -22,7 +22,7 @@ import (
 
 func main() {
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: os.Stderr, JSONFormat: true})
-	plugin.Serve(&agent{logger: logger})
+	plugin.Main(&agent{logger: logger})
 }
 
 type agent struct {

@@ -1,0 +1,16 @@
+// Command fence-agent-exec runs existing ClusterLabs fence_* scripts through the
+// FenceAgentAPI stdin protocol. The controller launches it as a go-plugin;
+// "serve" runs it as a remote agent over mutual TLS; -version prints its version.
+package main
+
+import (
+	"github.com/kubefence/kubefence/pkg/agent/exec"
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	plugin.Main(exec.New(exec.WithVersion(version)))
+}

@@ -1,0 +1,218 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// Name is the agent name Describe reports.
+const Name = "exec"
+
+// Agent runs a ClusterLabs fence_* script for each call. It keeps no state
+// between calls.
+type Agent struct {
+	version string
+}
+
+// Option configures an Agent.
+type Option func(*Agent)
+
+// WithVersion sets the version Describe reports.
+func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
+
+// New returns an exec agent.
+func New(opts ...Option) *Agent {
+	a := &Agent{version: "dev"}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+var _ plugin.Agent = (*Agent)(nil)
+
+// Describe lists the agent's own parameters; any other param is passed to the
+// script as a stdin line.
+func (a *Agent) Describe(context.Context) (plugin.Description, error) {
+	ps := make([]plugin.Param, len(paramSpecs))
+	copy(ps, paramSpecs)
+	return plugin.Description{
+		Name:    Name,
+		Version: a.version,
+		Actions: []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn},
+		Params:  ps,
+	}, nil
+}
+
+// Validate checks the params, including that the script exists and is
+// executable, without running it.
+func (a *Agent) Validate(_ context.Context, params map[string]string) error {
+	_, err := parseParams(params)
+	return err
+}
+
+// Fence runs action=off (or on, or off then on for reboot) and succeeds only
+// once the script's status reads the requested state back.
+func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Action) (plugin.Result, error) {
+	c, err := open(req)
+	if err != nil {
+		return unknown(), err
+	}
+	switch action {
+	case plugin.ActionOff:
+		err = c.ensure(ctx, plugin.StateOff)
+	case plugin.ActionOn:
+		err = c.ensure(ctx, plugin.StateOn)
+	case plugin.ActionReboot:
+		// Not sent as action=reboot: a reboot never seen off proves nothing.
+		if err = c.ensure(ctx, plugin.StateOff); err == nil {
+			err = c.ensure(ctx, plugin.StateOn)
+		}
+	default:
+		return unknown(), plugin.Errorf(plugin.KindUnsupported, "action %q is not supported; want off, reboot or on", action)
+	}
+	return c.result(), err
+}
+
+// Status runs action=status: exit 0 is on, 2 is off, anything else an error.
+func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	c, err := open(req)
+	if err != nil {
+		return unknown(), err
+	}
+	_, err = c.status(ctx)
+	return c.result(), err
+}
+
+// Unfence runs action=on and verifies it.
+func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	c, err := open(req)
+	if err != nil {
+		return unknown(), err
+	}
+	err = c.ensure(ctx, plugin.StateOn)
+	return c.result(), err
+}
+
+func unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }
+
+// call is one agent call against one target and the evidence it gathers.
+type call struct {
+	p      params
+	target string
+	state  plugin.PowerState
+	// lastRead is the last state a status run completed with, for errors.
+	lastRead plugin.PowerState
+	evidence []string
+}
+
+func open(req plugin.Request) (*call, error) {
+	p, err := parseRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{p: p, target: req.Target, state: plugin.StateUnknown, lastRead: plugin.StateUnknown}
+	c.note("%s for node %q target %q", filepath.Base(p.script), req.Node, req.Target)
+	return c, nil
+}
+
+func (c *call) note(format string, args ...any) {
+	c.evidence = append(c.evidence, fmt.Sprintf(format, args...))
+}
+
+func (c *call) result() plugin.Result {
+	return plugin.Result{State: c.state, Evidence: strings.Join(c.evidence, "; ")}
+}
+
+// what names the script and target in errors.
+func (c *call) what(action string) string {
+	return fmt.Sprintf("%s %s action=%s", filepath.Base(c.p.script), c.target, action)
+}
+
+// status runs action=status once and records what it read.
+func (c *call) status(ctx context.Context) (plugin.PowerState, error) {
+	o, err := run(ctx, c.p, "status", c.target)
+	if err != nil {
+		c.state = plugin.StateUnknown
+		return c.state, err
+	}
+	switch o.code {
+	case exitOn:
+		c.state = plugin.StateOn
+	case exitOff:
+		c.state = plugin.StateOff
+	default:
+		c.state = plugin.StateUnknown
+		return c.state, plugin.Errorf(plugin.KindRetryable, "%s: exit %d: %s", c.what("status"), o.code, o.output)
+	}
+	c.lastRead = c.state
+	c.note("status exit %d (%s)", o.code, c.state)
+	return c.state, nil
+}
+
+// ensure brings the target to want and reads it back. A target already in
+// want gets no power command. A status the script cannot give does not stop
+// the power command, but the verification after it must succeed.
+func (c *call) ensure(ctx context.Context, want plugin.PowerState) error {
+	got, err := c.status(ctx)
+	if isContextErr(err) {
+		return err
+	}
+	if err == nil && got == want {
+		c.note("already %s, nothing sent", want)
+		return nil
+	}
+	o, err := run(ctx, c.p, string(want), c.target)
+	if err != nil {
+		return err
+	}
+	if o.code != 0 {
+		return plugin.Errorf(plugin.KindRetryable, "%s: exit %d: %s", c.what(string(want)), o.code, o.output)
+	}
+	c.note("action=%s exit 0", want)
+	return c.verify(ctx, want)
+}
+
+// verify polls status until it reads want, the verify timeout passes, or ctx
+// ends. Only a read of want is success.
+func (c *call) verify(ctx context.Context, want plugin.PowerState) error {
+	vctx, cancel := context.WithTimeout(ctx, c.p.verifyTimeout)
+	defer cancel()
+	tick := time.NewTicker(c.p.pollInterval)
+	defer tick.Stop()
+	var last error
+	for reads := 1; ; reads++ {
+		got, err := c.status(vctx)
+		if err == nil && got == want {
+			c.note("verified %s after %d status read(s)", want, reads)
+			return nil
+		}
+		if err != nil && !isContextErr(err) {
+			last = err
+		}
+		select {
+		case <-tick.C:
+			continue
+		case <-vctx.Done():
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("verify %s: %w", c.what(string(want)), ctx.Err())
+		}
+		msg := fmt.Sprintf("%s: not read back as %s within %s %s (last state %s)",
+			c.what(string(want)), want, ParamVerifyTimeout, c.p.verifyTimeout, c.lastRead)
+		if last != nil {
+			msg += ": " + last.Error()
+		}
+		return plugin.Errorf(plugin.KindRetryable, "%s", msg)
+	}
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}

@@ -1,0 +1,186 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// Parameters the agent itself reads; every other param goes to the script.
+const (
+	ParamScript        = "script"
+	ParamTargetKey     = "target_key"
+	ParamVerifyTimeout = "verify_timeout"
+	ParamPollInterval  = "poll_interval"
+	SecretPassword     = "password"
+)
+
+// keyAction is the stdin key the agent writes itself; no param may set it.
+const keyAction = "action"
+
+// stdinKey is what a FenceAgentAPI stdin key may look like. It keeps a
+// param from smuggling a second line, or another key, into the script's input.
+var stdinKey = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,63}$`)
+
+// paramSpecs is the single list of parameters: Describe publishes it, Validate checks it.
+var paramSpecs = []plugin.Param{
+	{Name: ParamScript, Type: plugin.ParamString, Required: true,
+		Description: "absolute path of the fence_* script to run; it must exist and be executable"},
+	{Name: ParamTargetKey, Type: plugin.ParamString, Default: "plug",
+		Description: "stdin key that receives the request's target (plug, port, ip, ...); empty sends no target"},
+	{Name: ParamVerifyTimeout, Type: plugin.ParamDuration, Default: "20s",
+		Description: "how long to poll action=status for the requested state after a power command"},
+	{Name: ParamPollInterval, Type: plugin.ParamDuration, Default: "500ms",
+		Description: "pause between action=status runs while verifying"},
+	{Name: SecretPassword, Type: plugin.ParamString, Secret: true,
+		Description: "device password, written to the script's stdin; other secrets are passed on stdin as given"},
+}
+
+// params is what one call needs, parsed from a Request.
+type params struct {
+	script        string
+	targetKey     string
+	verifyTimeout time.Duration
+	pollInterval  time.Duration
+	// forward are the key=value pairs for the script besides action and target.
+	forward map[string]string
+	secrets map[string]string
+}
+
+func specByName(name string) (plugin.Param, bool) {
+	for _, s := range paramSpecs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return plugin.Param{}, false
+}
+
+// parseParams applies defaults and checks every param, naming each bad one.
+func parseParams(in map[string]string) (params, error) {
+	p := params{forward: map[string]string{}}
+	var errs []error
+	get := func(name string) string {
+		if v, ok := in[name]; ok {
+			return strings.TrimSpace(v)
+		}
+		s, _ := specByName(name)
+		return s.Default
+	}
+	p.script = get(ParamScript)
+	if err := checkScript(p.script); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", ParamScript, err))
+	}
+	p.targetKey = get(ParamTargetKey)
+	if p.targetKey != "" && (!stdinKey.MatchString(p.targetKey) || p.targetKey == keyAction) {
+		errs = append(errs, fmt.Errorf("%s: %q is not a usable stdin key", ParamTargetKey, p.targetKey))
+	}
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{ParamVerifyTimeout, &p.verifyTimeout}, {ParamPollInterval, &p.pollInterval}} {
+		v := get(d.name)
+		parsed, err := time.ParseDuration(v)
+		if err != nil || parsed <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", d.name, v))
+			continue
+		}
+		*d.dst = parsed
+	}
+	for _, key := range sortedKeys(in) {
+		if s, ok := specByName(key); ok {
+			if s.Secret {
+				errs = append(errs, fmt.Errorf("%s: is a secret; pass it in the agent's secret, not in params", key))
+			}
+			continue
+		}
+		if err := checkPair(key, in[key], p.targetKey); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		p.forward[key] = in[key]
+	}
+	if len(errs) > 0 {
+		return params{}, plugin.Errorf(plugin.KindPermanent, "invalid parameters: %v", errors.Join(errs...))
+	}
+	return p, nil
+}
+
+// parseRequest parses the params and checks the secrets and the target.
+func parseRequest(req plugin.Request) (params, error) {
+	p, err := parseParams(req.Params)
+	if err != nil {
+		return params{}, err
+	}
+	var errs []error
+	for _, key := range sortedKeys(req.Secrets) {
+		if _, clash := p.forward[key]; clash {
+			errs = append(errs, fmt.Errorf("secret %s: also set as a param", key))
+			continue
+		}
+		// The value is never quoted back: it is a credential.
+		if err := checkPair(key, req.Secrets[key], p.targetKey); err != nil {
+			errs = append(errs, fmt.Errorf("secret %s: invalid key or a line break in the value", key))
+		}
+	}
+	if strings.ContainsAny(req.Target, "\r\n\x00") {
+		errs = append(errs, fmt.Errorf("target %q: contains a line break", req.Target))
+	}
+	if len(errs) > 0 {
+		return params{}, plugin.Errorf(plugin.KindPermanent, "invalid request: %v", errors.Join(errs...))
+	}
+	p.secrets = req.Secrets
+	return p, nil
+}
+
+// checkPair refuses anything that would not be exactly one key=value line.
+func checkPair(key, value, targetKey string) error {
+	switch {
+	case !stdinKey.MatchString(key):
+		return fmt.Errorf("%s: not a FenceAgentAPI key (want %s)", key, stdinKey)
+	case key == keyAction:
+		return fmt.Errorf("%s: is set by the agent for each call", key)
+	case key == targetKey:
+		return fmt.Errorf("%s: is the target key; the request's target fills it", key)
+	case strings.ContainsAny(value, "\r\n\x00"):
+		return fmt.Errorf("%s: value contains a line break or NUL", key)
+	}
+	return nil
+}
+
+// checkScript accepts an absolute path to an executable regular file.
+func checkScript(path string) error {
+	if path == "" {
+		return errors.New("must be set")
+	}
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("%q is not an absolute path", path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", path)
+	}
+	if fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not executable", path)
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,127 @@
+package exec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	osexec "os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// childEnv is the script's whole environment. Nothing is inherited: the agent's
+// environment is none of the script's business, and secrets never go there.
+var childEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+
+// outputLimit bounds what is kept of a script's output for errors and evidence.
+const outputLimit = 4 << 10
+
+// waitDelay bounds how long a killed script's children may hold its output open.
+const waitDelay = time.Second
+
+// FenceAgentAPI exit codes of action=status.
+const (
+	exitOn  = 0
+	exitOff = 2
+)
+
+// outcome is one run of the script.
+type outcome struct {
+	code int
+	// output is the tail of stdout and stderr, secrets scrubbed.
+	output string
+}
+
+// run runs the script once with action and everything else on stdin. An error
+// means there is no exit code to read: the script could not start, was killed,
+// or ctx ended.
+func run(ctx context.Context, p params, action, target string) (outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return outcome{}, fmt.Errorf("run %s action=%s: %w", p.script, action, err)
+	}
+	cmd := osexec.CommandContext(ctx, p.script)
+	cmd.Env = childEnv
+	cmd.Dir = "/"
+	cmd.Stdin = strings.NewReader(stdin(p, action, target))
+	out := &tailBuffer{limit: outputLimit}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its own process group, so a deadline kills whatever the script started too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = waitDelay
+	err := cmd.Run()
+	o := outcome{output: scrub(strings.TrimSpace(out.String()), p)}
+	if ctx.Err() != nil {
+		return o, fmt.Errorf("run %s action=%s: %w", p.script, action, ctx.Err())
+	}
+	var exitErr *osexec.ExitError
+	switch {
+	case err == nil:
+		return o, nil
+	case errors.As(err, &exitErr) && exitErr.ExitCode() >= 0:
+		o.code = exitErr.ExitCode()
+		return o, nil
+	case errors.As(err, &exitErr):
+		return o, plugin.Errorf(plugin.KindRetryable, "run %s action=%s: %s: %s", p.script, action, exitErr, o.output)
+	default:
+		// Not startable (gone, not executable, bad interpreter): retrying will not help.
+		return o, plugin.Errorf(plugin.KindPermanent, "run %s action=%s: %v", p.script, action, err)
+	}
+}
+
+// stdin is the FenceAgentAPI input: one key=value per line, action first.
+// Keys and values were checked by parseRequest, so every pair is one line.
+func stdin(p params, action, target string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s=%s\n", keyAction, action)
+	if p.targetKey != "" && target != "" {
+		fmt.Fprintf(&b, "%s=%s\n", p.targetKey, target)
+	}
+	for _, k := range sortedKeys(p.forward) {
+		fmt.Fprintf(&b, "%s=%s\n", k, p.forward[k])
+	}
+	for _, k := range sortedKeys(p.secrets) {
+		fmt.Fprintf(&b, "%s=%s\n", k, p.secrets[k])
+	}
+	return b.String()
+}
+
+// scrub removes secret values from text that came back from the script, which
+// may echo its input. A mangled message is better than a leaked secret.
+func scrub(s string, p params) string {
+	for _, v := range p.secrets {
+		if v != "" {
+			s = strings.ReplaceAll(s, v, "<redacted>")
+		}
+	}
+	return s
+}
+
+// tailBuffer keeps the last limit bytes written to it; the script's stdout and
+// stderr write from two goroutines.
+type tailBuffer struct {
+	mu    sync.Mutex
+	limit int
+	buf   bytes.Buffer
+}
+
+func (t *tailBuffer) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf.Write(b)
+	if over := t.buf.Len() - t.limit; over > 0 {
+		t.buf.Next(over)
+	}
+	return len(b), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.buf.String()
+}
