@@ -9,25 +9,36 @@ import (
 // Name is the agent name Describe reports.
 const Name = "ipmi"
 
-// Agent fences nodes by chassis power through their BMC's IPMI LAN interface.
+// Agent fences nodes by chassis power through their BMC, over IPMI LAN or Redfish.
 // It keeps no state between calls, so calls for different targets may run at once.
 type Agent struct {
-	newClient ClientFunc
-	version   string
+	// clients makes a PowerClient per provider name.
+	clients map[string]ClientFunc
+	version string
 }
 
 // Option configures an Agent.
 type Option func(*Agent)
 
-// WithClientFunc replaces how the agent connects to a BMC (default NewIpmitoolClient).
-func WithClientFunc(f ClientFunc) Option { return func(a *Agent) { a.newClient = f } }
+// WithClientFunc replaces how the agent connects to a BMC over IPMI (default
+// NewIpmitoolClient).
+func WithClientFunc(f ClientFunc) Option { return func(a *Agent) { a.clients[ProviderIPMI] = f } }
+
+// WithRedfishClientFunc replaces how the agent connects to a BMC over Redfish
+// (default NewRedfishClient).
+func WithRedfishClientFunc(f ClientFunc) Option {
+	return func(a *Agent) { a.clients[ProviderRedfish] = f }
+}
 
 // WithVersion sets the version Describe reports.
 func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
 
-// New returns an IPMI agent.
+// New returns a BMC agent.
 func New(opts ...Option) *Agent {
-	a := &Agent{newClient: NewIpmitoolClient, version: "dev"}
+	a := &Agent{
+		clients: map[string]ClientFunc{ProviderIPMI: NewIpmitoolClient, ProviderRedfish: NewRedfishClient},
+		version: "dev",
+	}
 	for _, o := range opts {
 		o(a)
 	}
@@ -64,7 +75,7 @@ func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Act
 	}
 	s, err := a.open(ctx, req)
 	if err != nil {
-		return unknown(), err
+		return s.result(), err
 	}
 	defer s.close(ctx)
 	switch action {
@@ -87,12 +98,10 @@ func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Act
 func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
 	s, err := a.open(ctx, req)
 	if err != nil {
-		return unknown(), err
-	}
-	defer s.close(ctx)
-	if _, err := s.readAndNote(ctx); err != nil {
 		return s.result(), err
 	}
+	// open has read the state through the first provider that answered.
+	defer s.close(ctx)
 	return s.result(), nil
 }
 
@@ -100,7 +109,7 @@ func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, 
 func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
 	s, err := a.open(ctx, req)
 	if err != nil {
-		return unknown(), err
+		return s.result(), err
 	}
 	defer s.close(ctx)
 	err = s.ensure(ctx, plugin.StateOn)

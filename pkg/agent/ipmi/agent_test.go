@@ -23,7 +23,7 @@ import (
 
 const testPassword = "Pw-7f3a9c2e"
 
-func startBMC(t *testing.T, opts bmc.IPMIOptions) *bmc.IPMISim {
+func startBMC(t testing.TB, opts bmc.IPMIOptions) *bmc.IPMISim {
 	t.Helper()
 	opts.Dir = t.TempDir()
 	if opts.Password == "" {
@@ -53,7 +53,7 @@ func requestFor(s *bmc.IPMISim) plugin.Request {
 	}
 }
 
-func callCtx(t *testing.T, d time.Duration) context.Context {
+func callCtx(t testing.TB, d time.Duration) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

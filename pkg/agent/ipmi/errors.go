@@ -37,7 +37,7 @@ var unreachablePhrases = []string{
 
 // classify turns a failure of a BMC call into a plugin error of the right kind, with
 // every secret scrubbed from its text. what says what the driver was doing.
-func classify(err error, what string, p params) error {
+func classify(err error, what, provider string, p params) error {
 	if err == nil {
 		return nil
 	}
@@ -45,11 +45,16 @@ func classify(err error, what string, p params) error {
 	if errors.As(err, &pe) {
 		return plugin.Errorf(pe.Kind, "%s", scrub(what+": "+pe.Message, p))
 	}
-	msg := scrub(what+": "+err.Error(), p)
+	msg := scrub(what+": "+oneLine(err.Error()), p)
 	lower := strings.ToLower(err.Error())
-	switch {
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return plugin.Errorf(plugin.KindTargetUnreachable, "%s", msg)
+	}
+	if provider == ProviderRedfish {
+		kind, hint := classifyRedfish(err, lower)
+		return plugin.Errorf(kind, "%s%s", msg, hint)
+	}
+	switch {
 	case containsAny(lower, authPhrases):
 		return plugin.Errorf(plugin.KindPermanent, "%s (check the BMC credentials and %s)", msg, ParamCipherSuite)
 	case containsAny(lower, unreachablePhrases):

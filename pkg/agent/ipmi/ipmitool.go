@@ -12,13 +12,14 @@ import (
 	"time"
 )
 
-// PowerClient is a connection to one BMC. The method set is bmclib's (*bmclib.Client),
-// so a bmclib client can be plugged in through ClientFunc for protocols where bmclib
-// keeps credentials safe (Redfish).
+// PowerClient is a connection to one BMC. The method set is bmclib's (*bmclib.Client):
+// NewRedfishClient wraps bmclib's redfish provider, which keeps credentials safe;
+// NewIpmitoolClient runs ipmitool itself, because bmclib's ipmitool provider does not.
 type PowerClient interface {
 	Open(ctx context.Context) error
 	Close(ctx context.Context) error
-	// GetPowerState returns the BMC's raw answer, e.g. "Chassis Power is on".
+	// GetPowerState returns the BMC's raw answer, e.g. "Chassis Power is on" (IPMI)
+	// or "PoweringOff" (Redfish).
 	GetPowerState(ctx context.Context) (string, error)
 	// SetPowerState sends "on", "off", "reset" or "cycle".
 	SetPowerState(ctx context.Context, state string) (bool, error)
@@ -33,13 +34,17 @@ type Conn struct {
 	Password    string
 	// Timeout bounds each call to the BMC.
 	Timeout time.Duration
+	// CABundle holds PEM CA certificates that verify a Redfish BMC; empty means the
+	// system roots. Redfish only, like Insecure and SystemName.
+	CABundle string
+	// Insecure skips Redfish certificate verification.
+	Insecure bool
+	// SystemName picks the Redfish ComputerSystem by Name when there are several.
+	SystemName string
 }
 
 // ClientFunc makes the client for one call; tests inject fakes with it.
 type ClientFunc func(c Conn) (PowerClient, error)
-
-// providerName names the default client in evidence.
-const providerName = "ipmitool"
 
 // NewIpmitoolClient is the default ClientFunc. It runs ipmitool itself rather than
 // through bmclib v2.3.5, whose ipmitool provider hands the password over in the

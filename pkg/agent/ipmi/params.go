@@ -19,6 +19,12 @@ const (
 	ParamTimeout       = "timeout"
 	ParamVerifyTimeout = "verifyTimeout"
 	ParamPollInterval  = "pollInterval"
+	ParamProtocol      = "protocol"
+	ParamProviders     = "providers"
+	ParamRedfishPort   = "redfishPort"
+	ParamCABundle      = "caBundle"
+	ParamInsecure      = "insecure"
+	ParamSystemName    = "systemName"
 	SecretUsername     = "username"
 	SecretPassword     = "password"
 )
@@ -33,8 +39,14 @@ type params struct {
 	// verifyTimeout bounds polling for the requested power state after a power command.
 	verifyTimeout time.Duration
 	pollInterval  time.Duration
-	username      string
-	password      string
+	// providers are the protocols to try, in order, until one reads the power state.
+	providers   []string
+	redfishPort int
+	caBundle    string
+	insecure    bool
+	systemName  string
+	username    string
+	password    string
 }
 
 // paramSpecs is the single list of parameters: Describe publishes it, Validate checks it.
@@ -49,10 +61,22 @@ var paramSpecs = []plugin.Param{
 		Description: "how long to poll for the requested power state after a power command; not reaching it fails the call"},
 	{Name: ParamPollInterval, Type: plugin.ParamDuration, Default: "250ms",
 		Description: "pause between power state reads while verifying"},
+	{Name: ParamProtocol, Type: plugin.ParamString, Default: ProviderIPMI,
+		Description: "how to reach the BMC: ipmi (IPMI v2 lanplus via ipmitool) or redfish (bmclib's gofish provider); providers, when set, takes precedence"},
+	{Name: ParamProviders, Type: plugin.ParamString,
+		Description: "comma-separated protocols tried in order per call until one reads the power state, e.g. redfish,ipmi; each one tried and why it failed goes into the evidence"},
+	{Name: ParamRedfishPort, Type: plugin.ParamInt, Default: "443",
+		Description: "TCP port of the BMC's Redfish service; a port in the target takes precedence when only one provider is used"},
+	{Name: ParamCABundle, Type: plugin.ParamString,
+		Description: "PEM certificates of the CAs that sign the BMCs' Redfish certificates; empty means the system roots"},
+	{Name: ParamInsecure, Type: plugin.ParamBool, Default: "false",
+		Description: "true skips verification of the Redfish certificate; only for BMCs whose certificate cannot be trusted otherwise"},
+	{Name: ParamSystemName, Type: plugin.ParamString,
+		Description: "Name of the Redfish ComputerSystem to act on; required when the service has more than one"},
 	{Name: SecretUsername, Type: plugin.ParamString, Secret: true, Required: true,
 		Description: "BMC user name"},
 	{Name: SecretPassword, Type: plugin.ParamString, Secret: true, Required: true,
-		Description: "BMC password; passed to ipmitool in a 0600 file, never on its command line or environment"},
+		Description: "BMC password; passed to ipmitool in a 0600 file, to Redfish in the session login over TLS; never on a command line, in an environment or a log"},
 }
 
 // validateParams checks non-secret params and returns every problem, each naming its parameter.
@@ -109,6 +133,7 @@ func parseParams(in map[string]string) (params, error) {
 		}
 		*d.dst = parsed
 	}
+	errs = append(errs, parseRedfishParams(&p, get)...)
 	if p.pollInterval > 0 && p.verifyTimeout > 0 && p.pollInterval > p.verifyTimeout {
 		errs = append(errs, fmt.Errorf("%s: %s is longer than %s %s", ParamPollInterval, p.pollInterval, ParamVerifyTimeout, p.verifyTimeout))
 	}
@@ -131,7 +156,16 @@ func parseRequest(req plugin.Request) (params, error) {
 	}
 	p.host = host
 	if port != 0 {
-		p.port = port
+		switch {
+		case len(p.providers) > 1:
+			return params{}, plugin.Errorf(plugin.KindPermanent,
+				"target: %q has a port, which is ambiguous with providers %s; set %s and %s instead",
+				req.Target, strings.Join(p.providers, ","), ParamPort, ParamRedfishPort)
+		case p.providers[0] == ProviderRedfish:
+			p.redfishPort = port
+		default:
+			p.port = port
+		}
 	}
 	p.username = req.Secrets[SecretUsername]
 	p.password = req.Secrets[SecretPassword]

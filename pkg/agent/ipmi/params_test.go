@@ -155,7 +155,7 @@ func TestClassify(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			err := classify(tc.err, "read power state", p)
+			err := classify(tc.err, "read power state", ProviderIPMI, p)
 			if k := plugin.KindOf(err); k != tc.want {
 				t.Errorf("kind %s, want %s: %v", k, tc.want, err)
 			}

@@ -17,31 +17,91 @@ const closeTimeout = 5 * time.Second
 type session struct {
 	p      params
 	client PowerClient
+	// provider is the protocol in use (or being tried) and port its port.
+	provider string
+	port     int
+	// probed means state was read when the provider was chosen and nothing has been
+	// sent since, so the first ensure need not read it again.
+	probed bool
 	// state is the last power state read from the BMC, unknown until one is read.
 	state    plugin.PowerState
 	evidence []string
 }
 
-// open parses the request and opens a client. Failures are typed plugin errors.
+// open parses the request and tries its providers in order until one opens and reads
+// the power state. Failures are typed plugin errors; the session comes back even then,
+// with the evidence of every provider tried, unless the request itself is bad.
 func (a *Agent) open(ctx context.Context, req plugin.Request) (*session, error) {
 	p, err := parseRequest(req)
 	if err != nil {
 		return nil, err
 	}
 	s := &session{p: p, state: plugin.StateUnknown}
-	client, err := a.newClient(Conn{
-		Host: p.host, Port: p.port, CipherSuite: p.cipherSuite,
-		Username: p.username, Password: p.password, Timeout: p.timeout,
+	var failures []string
+	var kinds []plugin.ErrorKind
+	for _, provider := range p.providers {
+		err := s.try(ctx, a.clients[provider], provider, req.Node)
+		if err == nil {
+			return s, nil
+		}
+		if len(p.providers) == 1 {
+			return s, err
+		}
+		s.note("provider %s failed (%s): %s", provider, plugin.KindOf(err), messageOf(err))
+		failures = append(failures, fmt.Sprintf("%s (%s) %s: %s", provider, s.bmc(), plugin.KindOf(err), messageOf(err)))
+		kinds = append(kinds, plugin.KindOf(err))
+	}
+	return s, plugin.Errorf(combinedKind(kinds), "every provider failed, tried %s: %s",
+		strings.Join(p.providers, ", "), strings.Join(failures, "; "))
+}
+
+// try opens one provider and reads the power state through it; on failure it closes
+// what it opened and leaves the session without a client.
+func (s *session) try(ctx context.Context, newClient ClientFunc, provider, node string) error {
+	s.provider, s.port = provider, s.p.port
+	if provider == ProviderRedfish {
+		s.port = s.p.redfishPort
+	}
+	if newClient == nil {
+		return plugin.Errorf(plugin.KindUnsupported, "provider %s: no client", provider)
+	}
+	client, err := newClient(Conn{
+		Host: s.p.host, Port: s.port, CipherSuite: s.p.cipherSuite,
+		Username: s.p.username, Password: s.p.password, Timeout: s.p.timeout,
+		CABundle: s.p.caBundle, Insecure: s.p.insecure, SystemName: s.p.systemName,
 	})
 	if err != nil {
-		return nil, classify(err, "connect to "+s.bmc(), p)
+		return s.classify(err, "connect to "+s.bmc())
 	}
 	if err := client.Open(ctx); err != nil {
-		return nil, classify(err, "open "+s.bmc(), p)
+		s.client = client
+		s.close(ctx)
+		s.client = nil
+		return s.classify(err, "open "+s.bmc())
 	}
 	s.client = client
-	s.note("%s node %q via %s, cipher suite %s", s.bmc(), req.Node, providerName, p.cipherSuite)
-	return s, nil
+	s.note("%s node %q via %s (%s), %s", s.bmc(), node, providerClients[provider], provider, s.transport())
+	if _, err := s.readAndNote(ctx); err != nil {
+		s.close(ctx)
+		s.client = nil
+		return err
+	}
+	s.probed = true
+	return nil
+}
+
+// transport says how the connection is protected, for the evidence.
+func (s *session) transport() string {
+	switch {
+	case s.provider == ProviderIPMI:
+		return "cipher suite " + s.p.cipherSuite
+	case s.p.insecure:
+		return "tls NOT verified (insecure=true)"
+	case s.p.caBundle != "":
+		return "tls verified against caBundle"
+	default:
+		return "tls verified against the system roots"
+	}
 }
 
 func (s *session) close(ctx context.Context) {
@@ -49,18 +109,24 @@ func (s *session) close(ctx context.Context) {
 	defer cancel()
 	// A failed close cannot change what was read from the BMC; it is evidence only.
 	if err := s.client.Close(ctx); err != nil {
-		s.note("close: %s", scrub(err.Error(), s.p))
+		s.note("close: %s", oneLine(scrub(err.Error(), s.p)))
 	}
 }
 
-func (s *session) bmc() string { return fmt.Sprintf("bmc %s:%d", s.p.host, s.p.port) }
+func (s *session) bmc() string { return fmt.Sprintf("bmc %s:%d", s.p.host, s.port) }
+
+func (s *session) classify(err error, what string) error { return classify(err, what, s.provider, s.p) }
 
 // ensure brings the chassis to want and verifies it by reading it back.
 func (s *session) ensure(ctx context.Context, want plugin.PowerState) error {
-	got, err := s.readAndNote(ctx)
-	if err != nil {
-		return err
+	got := s.state
+	if !s.probed {
+		var err error
+		if got, err = s.readAndNote(ctx); err != nil {
+			return err
+		}
 	}
+	s.probed = false
 	if got == want {
 		s.note("already %s, nothing sent", want)
 		return nil
@@ -75,9 +141,12 @@ func (s *session) ensure(ctx context.Context, want plugin.PowerState) error {
 func (s *session) read(ctx context.Context) (plugin.PowerState, string, error) {
 	raw, err := s.client.GetPowerState(ctx)
 	if err != nil {
-		return plugin.StateUnknown, raw, classify(err, "read power state of "+s.bmc(), s.p)
+		return plugin.StateUnknown, raw, s.classify(err, "read power state of "+s.bmc())
 	}
 	st := parseState(raw)
+	if s.provider == ProviderRedfish {
+		st = parseRedfishState(raw)
+	}
 	s.state = st
 	return st, raw, nil
 }
@@ -89,7 +158,7 @@ func (s *session) readAndNote(ctx context.Context) (plugin.PowerState, error) {
 		return st, err
 	}
 	if st == plugin.StateUnknown {
-		s.note("read unparseable power state %q", truncate(scrub(strings.TrimSpace(raw), s.p), 120))
+		s.note("read power state %q, neither on nor off", truncate(scrub(strings.TrimSpace(raw), s.p), 120))
 	} else {
 		s.note("read %s", st)
 	}
@@ -100,7 +169,7 @@ func (s *session) readAndNote(ctx context.Context) (plugin.PowerState, error) {
 func (s *session) set(ctx context.Context, want plugin.PowerState) error {
 	ok, err := s.client.SetPowerState(ctx, string(want))
 	if err != nil {
-		return classify(err, fmt.Sprintf("power %s %s", want, s.bmc()), s.p)
+		return s.classify(err, fmt.Sprintf("power %s %s", want, s.bmc()))
 	}
 	if !ok {
 		return plugin.Errorf(plugin.KindRetryable, "power %s %s: command not acknowledged", want, s.bmc())
@@ -152,8 +221,12 @@ func (s *session) notVerified(want plugin.PowerState, reads int, waited time.Dur
 		want, s.bmc(), waited, reads, s.state)
 }
 
-// result is what the call observed: the last state read and the evidence.
+// result is what the call observed: the last state read and the evidence. A nil
+// session (a request refused before any BMC was contacted) observed nothing.
 func (s *session) result() plugin.Result {
+	if s == nil {
+		return unknown()
+	}
 	return plugin.Result{State: s.state, Evidence: strings.Join(s.evidence, "; ")}
 }
 
