@@ -7,6 +7,7 @@ need=()
 command -v ipmi_sim >/dev/null || need+=(openipmi)
 command -v ipmitool >/dev/null || need+=(ipmitool)
 command -v etcd >/dev/null || need+=(etcd-server)
+command -v tgtd >/dev/null && command -v iscsi-readcapacity16 >/dev/null || need+=(tgt libiscsi-bin)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   if [ "$(id -u)" != 0 ]; then sudo=sudo; else sudo=; fi

@@ -1,0 +1,149 @@
+package iscsi
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// Name is the agent name Describe reports.
+const Name = "iscsi"
+
+// Agent fences nodes at their iSCSI storage. For this agent "off" means cut off: no
+// ACL rule of a protected target admits the node's initiator and it has no live
+// connection; "on" means some protected target admits it again. It keeps no state
+// between calls.
+type Agent struct {
+	version string
+	tgtadm  string
+}
+
+// Option configures an Agent.
+type Option func(*Agent)
+
+// WithVersion sets the version Describe reports.
+func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
+
+// WithTgtadm sets the tgtadm executable (default: tgtadm on PATH).
+func WithTgtadm(path string) Option { return func(a *Agent) { a.tgtadm = path } }
+
+// New returns an iSCSI agent.
+func New(opts ...Option) *Agent {
+	a := &Agent{version: "dev"}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+var _ plugin.Agent = (*Agent)(nil)
+
+// Describe lists the actions and parameters. Reboot means nothing for storage.
+func (a *Agent) Describe(context.Context) (plugin.Description, error) {
+	ps := make([]plugin.Param, len(paramSpecs))
+	copy(ps, paramSpecs)
+	return plugin.Description{
+		Name:    Name,
+		Version: a.version,
+		Actions: []plugin.Action{plugin.ActionOff, plugin.ActionOn},
+		Params:  ps,
+	}, nil
+}
+
+// Validate checks parameters without contacting the storage server; the error names
+// every bad parameter.
+func (a *Agent) Validate(_ context.Context, params map[string]string) error {
+	return validateParams(params)
+}
+
+// Fence cuts the initiator off (off) or restores its access (on, the same as Unfence)
+// and succeeds only after reading the result back from the storage server.
+func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Action) (plugin.Result, error) {
+	switch action {
+	case plugin.ActionOff:
+	case plugin.ActionOn:
+		return a.Unfence(ctx, req)
+	default:
+		return unknown(), plugin.Errorf(plugin.KindUnsupported, "action %q is not supported by storage fencing; want off or on", action)
+	}
+	c, err := a.open(req)
+	if err != nil {
+		return unknown(), err
+	}
+	err = c.fence(ctx)
+	return c.result(true), err
+}
+
+// Status reads ACLs and connections of the protected targets.
+func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	c, err := a.open(req)
+	if err != nil {
+		return unknown(), err
+	}
+	ts, err := c.protected(ctx)
+	if err != nil {
+		return c.result(false), err
+	}
+	c.observe(ts, true)
+	return c.result(false), nil
+}
+
+// Unfence restores exactly the rules named by the "removed:" lines of the restore
+// parameter or, without it, binds the initiator to every protected target that does
+// not admit it; then reads the rules back.
+func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	c, err := a.open(req)
+	if err != nil {
+		return unknown(), err
+	}
+	err = c.unfence(ctx)
+	return c.result(false), err
+}
+
+// call is one request's view of one storage server and the evidence it gathers.
+type call struct {
+	p        params
+	b        Backend
+	server   string
+	state    plugin.PowerState
+	evidence []string
+	removed  []removal
+}
+
+func (a *Agent) open(req plugin.Request) (*call, error) {
+	p, err := parseRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{p: p, state: plugin.StateUnknown}
+	switch p.backend {
+	case BackendLIO:
+		c.b = &LIO{Root: p.configfsRoot}
+		c.server = "lio configfs " + p.configfsRoot
+	default:
+		c.b = &Tgt{Bin: a.tgtadm, ControlPort: p.controlPort, LLD: p.lld, Timeout: p.timeout}
+		c.server = fmt.Sprintf("tgtd control port %d", p.controlPort)
+	}
+	c.note("%s, initiator %s of node %q, epoch %d", c.server, p.initiator, req.Node, req.Epoch)
+	return c, nil
+}
+
+// result is what the call observed. A fence call always ends with the removed line,
+// also when it failed part way, so that what it did can be undone.
+func (c *call) result(fence bool) plugin.Result {
+	lines := c.evidence
+	if fence {
+		lines = append(lines[:len(lines):len(lines)], formatRemoved(c.removed))
+	}
+	return plugin.Result{State: c.state, Evidence: strings.Join(lines, "\n")}
+}
+
+// note adds a timestamped step to the evidence.
+func (c *call) note(format string, args ...any) {
+	c.evidence = append(c.evidence, time.Now().UTC().Format("2006-01-02T15:04:05.000Z")+" "+fmt.Sprintf(format, args...))
+}
+
+func unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }
