@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -51,19 +53,22 @@ type Options struct {
 
 // Controller detects unhealthy nodes and drives their fencing incidents.
 type Controller struct {
-	opts     Options
-	cfg      *v1alpha1.Config
-	client   kubernetes.Interface
-	nodes    corelisters.NodeLister
-	synced   []cache.InformerSynced
-	store    *store
-	detector *detector.Detector
-	caller   *agentCaller
-	remedy   *remediate.Remediator
-	queue    workqueue.TypedRateLimitingInterface[string]
-	metrics  *metrics
-	recorder record.EventRecorder
-	now      func() time.Time
+	opts        Options
+	cfg         *v1alpha1.Config
+	client      kubernetes.Interface
+	nodes       corelisters.NodeLister
+	pods        cache.SharedIndexInformer
+	pdbs        policylisters.PodDisruptionBudgetLister
+	attachments storagelisters.VolumeAttachmentLister
+	synced      []cache.InformerSynced
+	store       *store
+	detector    *detector.Detector
+	caller      *agentCaller
+	remedy      *remediate.Remediator
+	queue       workqueue.TypedRateLimitingInterface[string]
+	metrics     *metrics
+	recorder    record.EventRecorder
+	now         func() time.Time
 
 	kubeInformers informers.SharedInformerFactory
 	leaseInformer informers.SharedInformerFactory
@@ -74,6 +79,8 @@ type Controller struct {
 
 	mu    sync.Mutex
 	epoch int64
+	// dryRunSeen remembers the unhealthy episodes already reported in dry run.
+	dryRunSeen map[string]bool
 }
 
 // New builds a controller; Run starts it.
@@ -94,7 +101,10 @@ func New(opts Options) (*Controller, error) {
 		detector: detector.New(detector.Thresholds{
 			LeaseStaleAfter: cfg.Detection.LeaseStaleAfter.Duration,
 			NotReadyAfter:   cfg.Detection.NotReadyAfter.Duration,
+			FlapWindow:      cfg.Detection.FlapWindow.Duration,
+			FlapThreshold:   int(cfg.Detection.FlapThreshold),
 		}),
+		dryRunSeen: map[string]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
@@ -114,13 +124,27 @@ func New(opts Options) (*Controller, error) {
 
 	nodeInf := c.kubeInformers.Core().V1().Nodes()
 	leaseInf := c.leaseInformer.Coordination().V1().Leases()
+	podInf := c.kubeInformers.Core().V1().Pods()
+	pdbInf := c.kubeInformers.Policy().V1().PodDisruptionBudgets()
+	vaInf := c.kubeInformers.Storage().V1().VolumeAttachments()
+	// Caches of every node, lease and pod are the controller's memory; drop what it never reads.
+	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), leaseInf.Informer(), podInf.Informer()} {
+		if err := inf.SetTransform(detector.TrimForCache); err != nil {
+			return nil, err
+		}
+	}
+	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: podsByNode}); err != nil {
+		return nil, err
+	}
+	c.pods, c.pdbs, c.attachments = podInf.Informer(), pdbInf.Lister(), vaInf.Lister()
 	nfInf := c.nfInformer.ForResource(v1alpha1.Resource)
 	if err := nfInf.Informer().AddIndexers(nodeFenceIndexers()); err != nil {
 		return nil, fmt.Errorf("index incidents: %w", err)
 	}
 	c.nodes = nodeInf.Lister()
 	c.store = &store{client: opts.Dynamic.Resource(v1alpha1.Resource), indexer: nfInf.Informer().GetIndexer()}
-	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced}
+	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced,
+		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced}
 
 	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueObject(obj) },

@@ -16,6 +16,7 @@ type metrics struct {
 	holds         *prometheus.CounterVec
 	leader        prometheus.Gauge
 	identity      *prometheus.GaugeVec
+	wouldFence    prometheus.Counter
 	// contradictions counts nodes back with the same boot after a verified fence.
 	contradictions prometheus.Counter
 	// Identity Lease of this replica, as the apiserver-identity proposal's metrics.
@@ -61,6 +62,10 @@ func newMetrics() *metrics {
 			Name: "kubefence_identity",
 			Help: "Constant 1, labelled with this replica's identity.",
 		}, []string{"id"}),
+		wouldFence: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kubefence_would_fence_total",
+			Help: "Dry-run decisions to fence (shadow mode: nothing was done).",
+		}),
 		contradictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kubefence_fence_contradictions_total",
 			Help: "Nodes that reported Ready with the same boot ID after a verified fence.",
@@ -78,7 +83,7 @@ func newMetrics() *metrics {
 			Help: "Renewals of this replica's identity Lease, by result.",
 		}, []string{"result"}),
 	}
-	m.registry.MustRegister(m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
+	m.registry.MustRegister(m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
 	m.registry.MustRegister(m.incidents, m.phaseDuration, m.agentLatency, m.agentErrors,
 		m.unhealthy, m.holds, m.leader, m.identity,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -82,9 +82,10 @@ func (s *store) forNode(node string) ([]*v1alpha1.NodeFence, error) {
 }
 
 // openLive lists the node's open incidents from the API server itself, so that a cache
-// that has not yet seen a fresh incident cannot lead to a second one (invariant 3).
+// that has not yet seen a fresh incident cannot lead to a second one (invariant 3). It
+// lists them all: a person's request carries no label.
 func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFence, error) {
-	list, err := s.client.List(ctx, metav1.ListOptions{LabelSelector: NodeLabel + "=" + node})
+	list, err := s.client.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list incidents of node %s: %w", node, err)
 	}
@@ -94,7 +95,7 @@ func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFenc
 		if err != nil {
 			return nil, err
 		}
-		if nf.Status.Phase.Open() {
+		if nf.Spec.NodeName == node && nf.Status.Phase.Open() {
 			out = append(out, nf)
 		}
 	}

@@ -19,28 +19,47 @@ import (
 
 func everything() labels.Selector { return labels.Everything() }
 
+// RequestedByController marks incidents the controller opened itself; any other value
+// is a person's request.
+const RequestedByController = "controller"
+
 // sync looks at one node and moves its incident on. It returns when to look again.
 func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
+	now := c.now()
 	node, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		// A deleted Node object says nothing about the machine; an open incident keeps
 		// its state and a person decides. Nothing new is started for a node we cannot see.
-		c.detector.Forget(name)
+		obs := c.detector.NodeDeleted(name, now)
+		klog.V(2).InfoS("Node deleted", "node", name, "evidence", obs.Evidence)
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	now := c.now()
-	obs := c.detector.Assess(node, now)
+	pol, err := policy.Select(c.cfg.Policies, node.Labels)
+	if err != nil {
+		return 0, err
+	}
+	var pn policy.Node
+	var obs detector.Observation
+	if pol != nil {
+		pn, obs = c.view(pol, node, now)
+	} else {
+		obs = c.detector.Assess(node, now)
+	}
+	c.markPods(ctx, obs, now)
 	inc, err := c.openIncident(name)
 	if err != nil {
 		return 0, err
 	}
 	if inc == nil {
-		return c.maybeOpen(ctx, node, obs, now)
+		if pol == nil {
+			return 0, nil
+		}
+		return c.maybeOpen(ctx, node, pol, pn, obs, now)
 	}
-	return c.drive(ctx, inc, node, obs)
+	return c.drive(ctx, inc, node, pn, obs)
 }
 
 // openIncident returns the node's open incident from the cache. Two open incidents for
@@ -66,13 +85,24 @@ func (c *Controller) openIncident(node string) (*v1alpha1.NodeFence, error) {
 	return open[0], nil
 }
 
-// maybeOpen opens an incident for an unhealthy node, or says when to look again.
-func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, obs detector.Observation, now time.Time) (time.Duration, error) {
+// maybeOpen opens an incident for an unhealthy node, or says when to look again. In dry
+// run it only reports what it would do.
+func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1alpha1.Policy, pn policy.Node, obs detector.Observation, now time.Time) (time.Duration, error) {
 	if obs.Health != detector.Unhealthy {
 		if !obs.UnhealthyAt.IsZero() {
 			return max(obs.UnhealthyAt.Sub(now), 10*time.Millisecond), nil
 		}
 		return 0, nil
+	}
+	if dryRun(c.cfg, pol) {
+		cl, err := c.cluster(pol, now)
+		if err != nil {
+			return 0, err
+		}
+		if d := policy.Decide(pol, pn, cl, now); d.Verdict == policy.WouldFence {
+			c.wouldFence(node, obs, d)
+		}
+		return holdRecheck, nil
 	}
 	live, err := c.store.openLive(ctx, node.Name)
 	if err != nil {
@@ -82,13 +112,9 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, obs detec
 		// The cache is behind the API server; the informer event will bring it.
 		return time.Second, nil
 	}
-	pol, err := policy.Select(c.cfg.Policies, node.Labels)
-	if err != nil || pol == nil {
-		return 0, err
-	}
 	nf := &v1alpha1.NodeFence{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-", Labels: map[string]string{NodeLabel: node.Name}},
-		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: "controller",
+		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: RequestedByController,
 			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
 		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},
 	}
@@ -111,24 +137,22 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 	if err != nil {
 		return policy.Cluster{}, err
 	}
-	var cl policy.Cluster
+	cl := policy.Cluster{Paused: c.cfg.Paused, DryRun: c.cfg.DryRun,
+		FenceStarts: c.fenceStarts(policy.RateWindow(pol.Budget), now)}
 	unhealthy := 0
 	for _, n := range nodes {
-		obs := c.detector.Assess(n, now)
-		if obs.Health == detector.Unhealthy {
-			unhealthy++
-		}
-		if ok, err := policy.Matches(pol, n.Labels); err != nil || !ok {
-			continue
-		}
-		inc, err := c.openIncident(n.Name)
+		ok, err := policy.Matches(pol, n.Labels)
 		if err != nil {
 			return cl, err
 		}
-		cl.Nodes = append(cl.Nodes, policy.Node{
-			Name: n.Name, Labels: n.Labels, Unhealthy: obs.Health == detector.Unhealthy,
-			UnhealthyAt: obs.UnhealthyAt, Fencing: inc != nil && inc.Status.Phase == v1alpha1.PhaseFencing,
-		})
+		if !ok {
+			continue
+		}
+		pn, _ := c.view(pol, n, now)
+		if pn.Unhealthy {
+			unhealthy++
+		}
+		cl.Nodes = append(cl.Nodes, pn)
 	}
 	c.metrics.unhealthy.Set(float64(unhealthy))
 	return cl, nil
@@ -150,4 +174,3 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 		c.recorder.Eventf(nf, typ, reason, format, args...)
 	}
 }
-

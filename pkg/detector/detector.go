@@ -18,49 +18,107 @@ const (
 	Suspect Health = "Suspect"
 	// Unhealthy: the evidence has been bad for longer than its threshold.
 	Unhealthy Health = "Unhealthy"
+	// Flapping: the node's health went bad and came back FlapThreshold times within
+	// FlapWindow. It is not reported Unhealthy, whatever its evidence says now, until
+	// the oldest of those recoveries leaves the window.
+	Flapping Health = "Flapping"
+	// Deleted: the Node object is gone, which says nothing certain about the machine.
+	Deleted Health = "Deleted"
 )
 
-// Thresholds say how long evidence must be bad before a node is unhealthy.
+// Reasons, stable for metrics labels, events and pod conditions.
+const (
+	ReasonHealthy     = "Healthy"
+	ReasonLeaseStale  = "LeaseStale"
+	ReasonNotReady    = "NotReady"
+	ReasonFlapping    = "Flapping"
+	ReasonNodeDeleted = "NodeDeleted"
+)
+
+// Thresholds say how long evidence must be bad before a node is unhealthy, and when a
+// node is flapping.
 type Thresholds struct {
 	LeaseStaleAfter time.Duration
 	NotReadyAfter   time.Duration
+	// FlapWindow and FlapThreshold: FlapThreshold recoveries within FlapWindow make a node
+	// Flapping. A zero FlapThreshold turns damping off.
+	FlapWindow    time.Duration
+	FlapThreshold int
 }
 
 // Observation is the detector's verdict on one node at one time.
 type Observation struct {
 	Node   string
 	Health Health
-	// Since is when the bad evidence started (zero when healthy).
+	// Undamped is the health flap damping replaced: what a Flapping node's evidence says.
+	// It equals Health otherwise.
+	Undamped Health
+	// Reason is one of the Reason constants: the evidence that decided Health.
+	Reason string
+	// Since is when the bad evidence started (for the Lease, the last renewal seen).
 	Since time.Time
-	// UnhealthyAt is when a suspect node turns unhealthy if nothing changes.
+	// UnhealthyAt is when the node turns unhealthy if nothing changes; zero when no
+	// evidence is bad.
 	UnhealthyAt time.Time
 	// BootID is the node's boot ID as the kubelet last reported it.
-	BootID   string
+	BootID string
+	// BootIDChanged is true when the boot ID changed within FlapWindow (or at any time
+	// since the detector first saw the node, without a window): the node rebooted.
+	BootIDChanged   bool
+	PreviousBootID  string
+	BootIDChangedAt time.Time
+	// Flaps is how many recoveries (bad evidence gone good) fell within FlapWindow,
+	// counted up to FlapThreshold.
+	Flaps    int
 	Evidence string
 }
 
-// leaseSeen is when this process last saw a node's Lease renewed.
-type leaseSeen struct {
+// nodeState is what the detector remembers of one node between events.
+type nodeState struct {
+	// renewTime is the Lease's last renewTime; observedAt is when this process saw it
+	// change. A zero observedAt means no Lease seen yet.
 	renewTime  time.Time
 	observedAt time.Time
+	// interval is the last gap between two renewals that was not a lapse: the node's
+	// own renewal period as this process sees it.
+	interval time.Duration
+	// flaps are the latest recoveries, oldest first, at most FlapThreshold of them.
+	flaps         []time.Time
+	lastLeaseFlap time.Time
+	readyKnown    bool
+	readyBad      bool
+	bootID        string
+	prevBootID    string
+	bootChangedAt time.Time
 }
 
-// Detector keeps what it has seen of node Leases. It is safe for concurrent use.
+// Detector keeps what it has seen of nodes and their Leases. It is safe for concurrent
+// use.
 type Detector struct {
 	th Thresholds
 	mu sync.Mutex
-	// seen is keyed by node name (the Lease's name in kube-node-lease).
-	seen map[string]leaseSeen
+	// nodes is keyed by node name (also the Lease's name in kube-node-lease).
+	nodes map[string]*nodeState
 }
 
 // New returns a detector with the given thresholds.
 func New(th Thresholds) *Detector {
-	return &Detector{th: th, seen: map[string]leaseSeen{}}
+	return &Detector{th: th, nodes: map[string]*nodeState{}}
+}
+
+func (d *Detector) state(node string) *nodeState {
+	st, ok := d.nodes[node]
+	if !ok {
+		st = &nodeState{}
+		d.nodes[node] = st
+	}
+	return st
 }
 
 // ObserveLease records a Lease as seen at now. Only a changed renewTime counts as a
 // renewal; the first sighting counts as one, which gives a node the full threshold after
-// the controller starts.
+// the controller starts. A renewal after a gap of more than half the Lease threshold is a
+// recovery from a lapse, and counts as a flap.
 func (d *Detector) ObserveLease(lease *coordinationv1.Lease, now time.Time) {
 	if lease == nil || lease.Spec.RenewTime == nil {
 		return
@@ -68,73 +126,98 @@ func (d *Detector) ObserveLease(lease *coordinationv1.Lease, now time.Time) {
 	renew := lease.Spec.RenewTime.Time
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if s, ok := d.seen[lease.Name]; ok && s.renewTime.Equal(renew) {
-		return
-	}
-	d.seen[lease.Name] = leaseSeen{renewTime: renew, observedAt: now}
-}
-
-// Forget drops what is known of a node's Lease.
-func (d *Detector) Forget(node string) {
-	d.mu.Lock()
-	delete(d.seen, node)
-	d.mu.Unlock()
-}
-
-// Assess returns the node's health at now from its Ready condition and its Lease.
-func (d *Detector) Assess(node *corev1.Node, now time.Time) Observation {
-	d.mu.Lock()
-	seen, hasLease := d.seen[node.Name]
-	d.mu.Unlock()
-	obs := Observation{Node: node.Name, Health: Healthy, BootID: node.Status.NodeInfo.BootID}
-
-	var signals []signal
-	if hasLease {
-		signals = append(signals, signal{
-			bad:   now.Sub(seen.observedAt) > 0,
-			since: seen.observedAt,
-			after: d.th.LeaseStaleAfter,
-			what: fmt.Sprintf("lease last renewed at %s (seen %s ago)",
-				seen.renewTime.UTC().Format(time.RFC3339Nano), now.Sub(seen.observedAt).Round(time.Millisecond)),
-		})
-	}
-	if c := readyCondition(node); c != nil && c.Status != corev1.ConditionTrue {
-		signals = append(signals, signal{
-			bad: true, since: c.LastTransitionTime.Time, after: d.th.NotReadyAfter,
-			what: fmt.Sprintf("Ready=%s since %s (%s)", c.Status, c.LastTransitionTime.UTC().Format(time.RFC3339), c.Reason),
-		})
-	}
-	for _, s := range signals {
-		at := s.since.Add(s.after)
-		if s.bad && (obs.UnhealthyAt.IsZero() || at.Before(obs.UnhealthyAt)) {
-			obs.UnhealthyAt, obs.Since, obs.Evidence = at, s.since, s.what
+	st := d.state(lease.Name)
+	if !st.observedAt.IsZero() {
+		if st.renewTime.Equal(renew) {
+			return
+		}
+		if gap := now.Sub(st.observedAt); gap > d.th.LeaseStaleAfter/2 {
+			d.recordFlap(st, now)
+			st.lastLeaseFlap = now
+		} else {
+			st.interval = gap
 		}
 	}
-	switch {
-	case obs.UnhealthyAt.IsZero():
-	case !now.Before(obs.UnhealthyAt):
-		obs.Health = Unhealthy
-	case readyCondition(node) != nil && readyCondition(node).Status != corev1.ConditionTrue:
-		obs.Health = Suspect
-	default:
-		// A Lease renewed a moment ago is not suspicious; it is merely waiting for the next
-		// renewal. The node stays Healthy with UnhealthyAt telling when to look again.
+	st.renewTime, st.observedAt = renew, now
+}
+
+// recordFlap notes a recovery at now, keeping only the latest FlapThreshold.
+func (d *Detector) recordFlap(st *nodeState, now time.Time) {
+	if d.th.FlapThreshold <= 0 {
+		return
+	}
+	st.flaps = append(st.flaps, now)
+	if extra := len(st.flaps) - d.th.FlapThreshold; extra > 0 {
+		st.flaps = append(st.flaps[:0], st.flaps[extra:]...)
+	}
+}
+
+// Forget drops what is known of a node.
+func (d *Detector) Forget(node string) {
+	d.mu.Lock()
+	delete(d.nodes, node)
+	d.mu.Unlock()
+}
+
+// NodeDeleted reports a deleted Node object with what was last known of it, and forgets
+// the node. The controller decides what deletion means; the detector only tells it.
+func (d *Detector) NodeDeleted(node string, now time.Time) Observation {
+	d.mu.Lock()
+	st, known := d.nodes[node]
+	delete(d.nodes, node)
+	d.mu.Unlock()
+	obs := Observation{Node: node, Health: Deleted, Undamped: Deleted, Reason: ReasonNodeDeleted, Since: now,
+		Evidence: fmt.Sprintf("Node object deleted (seen at %s)", now.UTC().Format(time.RFC3339))}
+	if known {
+		obs.BootID = st.bootID
+		if !st.observedAt.IsZero() {
+			obs.Evidence += fmt.Sprintf("; lease last renewed at %s (seen %s before)",
+				st.renewTime.UTC().Format(time.RFC3339Nano), now.Sub(st.observedAt).Round(time.Millisecond))
+		}
+		if st.bootID != "" {
+			obs.Evidence += "; last boot ID " + st.bootID
+		}
 	}
 	return obs
 }
 
-type signal struct {
-	bad   bool
-	since time.Time
-	after time.Duration
-	what  string
+// Assess returns the node's health at now from its Ready condition and its Lease, with
+// the configured thresholds.
+func (d *Detector) Assess(node *corev1.Node, now time.Time) Observation {
+	return d.AssessWith(node, now, d.th.LeaseStaleAfter, d.th.NotReadyAfter)
 }
 
-func readyCondition(node *corev1.Node) *corev1.NodeCondition {
-	for i := range node.Status.Conditions {
-		if node.Status.Conditions[i].Type == corev1.NodeReady {
-			return &node.Status.Conditions[i]
-		}
+// AssessWith is Assess with the node's own thresholds, as policy.Threshold shortens them
+// for its workloads. A Lease threshold shorter than configured is never taken below two
+// of the node's observed renewal periods: a short wait must not make a healthy node that
+// is merely between renewals look dead.
+func (d *Detector) AssessWith(node *corev1.Node, now time.Time, leaseStaleAfter, notReadyAfter time.Duration) Observation {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.state(node.Name)
+	ready := readyCondition(node)
+	d.observeNode(st, node, ready, now)
+	if leaseStaleAfter < d.th.LeaseStaleAfter {
+		leaseStaleAfter = min(d.th.LeaseStaleAfter, max(leaseStaleAfter, 2*st.interval))
 	}
-	return nil
+	obs := assess(st, node.Name, ready, now, leaseStaleAfter, notReadyAfter)
+	d.damp(st, &obs, now)
+	d.boot(st, &obs, now)
+	return obs
+}
+
+// observeNode records Ready recoveries and boot ID changes from the Node object.
+func (d *Detector) observeNode(st *nodeState, node *corev1.Node, ready *corev1.NodeCondition, now time.Time) {
+	bad := ready != nil && ready.Status != corev1.ConditionTrue
+	// A Ready recovery close after a Lease recovery is the same episode seen twice.
+	if st.readyKnown && st.readyBad && !bad && now.Sub(st.lastLeaseFlap) > d.th.LeaseStaleAfter {
+		d.recordFlap(st, now)
+	}
+	st.readyKnown, st.readyBad = ready != nil, bad
+	if b := node.Status.NodeInfo.BootID; b != "" {
+		if st.bootID != "" && b != st.bootID {
+			st.prevBootID, st.bootChangedAt = st.bootID, now
+		}
+		st.bootID = b
+	}
 }

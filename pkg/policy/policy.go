@@ -12,50 +12,115 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
+// Well-known node labels policy reads.
+const (
+	ZoneLabel         = "topology.kubernetes.io/zone"
+	ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
+)
+
 // Verdict is the kind of a decision.
 type Verdict string
 
 const (
 	// Fence: fence the node now.
 	Fence Verdict = "Fence"
-	// Wait: not yet; ask again at Until.
+	// WouldFence: the policy runs dry; the node would be fenced now. Report it (events,
+	// metrics) and touch nothing.
+	WouldFence Verdict = "WouldFence"
+	// Wait: not yet; ask again at Until (or soon, when Until is zero).
 	Wait Verdict = "Wait"
-	// Hold: fencing is forbidden by the budget; the reason must be reported.
+	// Hold: fencing is forbidden; the reason must be reported.
 	Hold Verdict = "Hold"
 	// None: the node is healthy; there is nothing to decide.
 	None Verdict = "None"
 )
 
-// Hold and wait reasons, stable for metrics and events.
+// Reasons, stable for metrics labels and event reasons.
 const (
-	ReasonStorm         = "UnhealthyBudgetExceeded"
-	ReasonMaxConcurrent = "MaxConcurrentReached"
-	ReasonNotYet        = "BelowThreshold"
+	ReasonHealthy          = "Healthy"
+	ReasonNotYet           = "BelowThreshold"
+	ReasonWithinBudget     = "WithinBudget"
+	ReasonDryRun           = "DryRun"
+	ReasonPaused           = "Paused"
+	ReasonExcluded         = "Excluded"
+	ReasonNothingToRelease = "NothingToRelease"
+	ReasonStorm            = "UnhealthyBudgetExceeded"
+	ReasonZoneDark         = "ZonePartitioned"
+	ReasonCooldown         = "Cooldown"
+	ReasonControlPlane     = "ControlPlaneOneAtATime"
+	ReasonMaxConcurrent    = "MaxConcurrentReached"
+	ReasonRateLimited      = "RateLimited"
 )
 
 // Decision is what to do about one node, and why.
 type Decision struct {
 	Verdict Verdict
-	Until   time.Time
-	Reason  string
+	// Until is when to ask again (Wait), or when a hold lifts by itself (Hold after a
+	// cooldown); zero when only a change in the cluster can change the answer.
+	Until time.Time
+	// Reason is one of the Reason constants.
+	Reason string
+	// Message explains the decision to a person, with the numbers behind it.
 	Message string
 }
 
-// Node is what policy needs to know of one node.
+// Node is what policy needs to know of one node. NewNode fills what the labels say; the
+// controller adds health (from the detector), incidents and workload facts.
 type Node struct {
 	Name   string
 	Labels map[string]string
+	// Zone is the node's topology.kubernetes.io/zone label; empty means no zone rule.
+	Zone string
+	// ControlPlane is true for nodes labelled node-role.kubernetes.io/control-plane.
+	ControlPlane bool
+	// Excluded is true for a node that must never be fenced (the policy's exclude label).
+	Excluded bool
+
 	// Unhealthy is true once the detector's threshold has passed.
 	Unhealthy bool
+	// Suspect is true for a node that is not unhealthy but not healthy either: evidence
+	// bad for less than the threshold, or flapping. It keeps a zone from counting as lit.
+	Suspect bool
 	// UnhealthyAt is when a node with bad evidence will turn unhealthy.
 	UnhealthyAt time.Time
+
 	// Fencing is true while an incident for this node is fencing.
 	Fencing bool
+	// LastFencedAt is when the node's most recent fence started; zero if never.
+	LastFencedAt time.Time
+
+	// MinUnreachableToleration is the smallest explicit tolerationSeconds for
+	// node.kubernetes.io/unreachable among the node's pods (see UnreachableToleration);
+	// nil when no pod sets one.
+	MinUnreachableToleration *time.Duration
+	// Urgent is true when a PodDisruptionBudget guarding a pod of the node allows no
+	// more disruptions (see Urgent).
+	Urgent bool
+	// NothingToRelease is true once the controller has found no StatefulSet pod and no
+	// ReadWriteOnce volume attachment on the node. Leave it false when unknown.
+	NothingToRelease bool
+}
+
+// NewNode describes a node from its labels as policy p sees it.
+func NewNode(p *v1alpha1.Policy, name string, nodeLabels map[string]string) Node {
+	_, cp := nodeLabels[ControlPlaneLabel]
+	n := Node{Name: name, Labels: nodeLabels, Zone: nodeLabels[ZoneLabel], ControlPlane: cp}
+	if p != nil && p.ExcludeLabel != "" {
+		_, n.Excluded = nodeLabels[p.ExcludeLabel]
+	}
+	return n
 }
 
 // Cluster is the set of nodes a policy governs, as seen at one time.
 type Cluster struct {
 	Nodes []Node
+	// Paused and DryRun are the cluster-wide switches (Config.Paused, Config.DryRun or a
+	// runtime override); each policy has its own as well.
+	Paused bool
+	DryRun bool
+	// FenceStarts are the start times of fences across the cluster within
+	// RateWindow(budget) before now, for the rate limit. Order does not matter.
+	FenceStarts []time.Time
 }
 
 // Select returns the first policy whose selector matches the node's labels.
@@ -99,32 +164,62 @@ func MaxUnhealthy(b v1alpha1.Budget, total int) int {
 	return max(n, 1)
 }
 
-// Decide says whether node may be fenced at now under policy p, given every node p governs.
+// Decide says whether node may be fenced at now under policy p, given every node p
+// governs. The rules are checked in a fixed order and the first that objects decides:
+// pause, exclusion, nothing to release, storm, dark zone, cooldown, control plane one
+// at a time, maxConcurrent, rate limit; then Fence, or WouldFence when running dry.
 func Decide(p *v1alpha1.Policy, node Node, cluster Cluster, now time.Time) Decision {
 	if !node.Unhealthy {
 		if !node.UnhealthyAt.IsZero() {
 			return Decision{Verdict: Wait, Until: node.UnhealthyAt, Reason: ReasonNotYet,
-				Message: fmt.Sprintf("unhealthy at %s if nothing changes", node.UnhealthyAt.UTC().Format(time.RFC3339))}
+				Message: fmt.Sprintf("unhealthy at %s if nothing changes", stamp(node.UnhealthyAt))}
 		}
-		return Decision{Verdict: None}
+		return Decision{Verdict: None, Reason: ReasonHealthy, Message: "node is healthy"}
 	}
-	unhealthy, fencing := 0, 0
-	for _, n := range cluster.Nodes {
+	v := survey(node, cluster)
+	for _, rule := range rules {
+		if d, objects := rule(p, node, cluster, v, now); objects {
+			return d
+		}
+	}
+	msg := fmt.Sprintf("%d of %d nodes governed by policy %s unhealthy, %d fencing: within budget",
+		v.unhealthy, v.total, p.Name, v.fencing)
+	if p.DryRun || cluster.DryRun {
+		return Decision{Verdict: WouldFence, Reason: ReasonDryRun, Message: "dry run, would fence: " + msg}
+	}
+	return Decision{Verdict: Fence, Reason: ReasonWithinBudget, Message: msg}
+}
+
+// view is one pass over the cluster, shared by the rules.
+type view struct {
+	total, unhealthy int
+	// fencing and cpFencing count nodes other than the one decided.
+	fencing, cpFencing int
+	// zoneNodes and zoneLit count nodes and healthy nodes in the decided node's zone.
+	zoneNodes, zoneLit int
+}
+
+func survey(node Node, cluster Cluster) view {
+	v := view{total: len(cluster.Nodes)}
+	for i := range cluster.Nodes {
+		n := &cluster.Nodes[i]
 		if n.Unhealthy {
-			unhealthy++
+			v.unhealthy++
 		}
 		if n.Fencing && n.Name != node.Name {
-			fencing++
+			v.fencing++
+			if n.ControlPlane {
+				v.cpFencing++
+			}
+		}
+		if node.Zone != "" && n.Zone == node.Zone {
+			v.zoneNodes++
+			if !n.Unhealthy && !n.Suspect && !n.Fencing {
+				v.zoneLit++
+			}
 		}
 	}
-	if limit := MaxUnhealthy(p.Budget, len(cluster.Nodes)); unhealthy > limit {
-		return Decision{Verdict: Hold, Reason: ReasonStorm, Message: fmt.Sprintf(
-			"%d of %d nodes governed by policy %s are unhealthy, maxUnhealthy %s allows %d: holding all fencing",
-			unhealthy, len(cluster.Nodes), p.Name, p.Budget.MaxUnhealthy.String(), limit)}
-	}
-	if fencing >= int(p.Budget.MaxConcurrent) {
-		return Decision{Verdict: Wait, Reason: ReasonMaxConcurrent, Message: fmt.Sprintf(
-			"%d fencing operations in flight, maxConcurrent is %d", fencing, p.Budget.MaxConcurrent)}
-	}
-	return Decision{Verdict: Fence, Message: fmt.Sprintf("%d of %d governed nodes unhealthy, within budget", unhealthy, len(cluster.Nodes))}
+	return v
 }
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -26,7 +28,18 @@ const (
 	DefaultPluginDir       = "/usr/libexec/kubefence/agents"
 	DefaultLeaseNamespace  = "kubefence-system"
 	DefaultLeaseName       = "kubefence-controller"
+	DefaultFlapWindow      = 10 * time.Minute
+	DefaultFlapThreshold   = 3
+	DefaultCooldown        = 10 * time.Minute
+	DefaultMinWait         = 5 * time.Second
+	DefaultExcludeLabel    = "fencing.kubefence.io/exclude"
 )
+
+func defaultBool(b **bool, v bool) {
+	if *b == nil {
+		*b = &v
+	}
+}
 
 // ParseConfig decodes a configuration file strictly (an unknown or duplicated field is an
 // error naming its path), applies defaults and validates the result.
@@ -67,6 +80,10 @@ func defaultDuration(d *metav1.Duration, v time.Duration) {
 func (c *Config) Default() {
 	defaultDuration(&c.Detection.LeaseStaleAfter, DefaultLeaseStaleAfter)
 	defaultDuration(&c.Detection.NotReadyAfter, DefaultNotReadyAfter)
+	defaultDuration(&c.Detection.FlapWindow, DefaultFlapWindow)
+	if c.Detection.FlapThreshold == 0 {
+		c.Detection.FlapThreshold = DefaultFlapThreshold
+	}
 	if c.PluginDir == "" {
 		c.PluginDir = DefaultPluginDir
 	}
@@ -107,6 +124,18 @@ func (p *Policy) Default() {
 		v := intstr.FromString(DefaultMaxUnhealthy)
 		p.Budget.MaxUnhealthy = &v
 	}
+	defaultBool(&p.Budget.PerZone, true)
+	defaultDuration(&p.Budget.Cooldown, DefaultCooldown)
+	if p.Budget.RateLimit.Burst == 0 {
+		p.Budget.RateLimit.Burst = p.Budget.RateLimit.FencesPerMinute
+	}
+	defaultBool(&p.Budget.ControlPlaneOneAtATime, true)
+	if p.ExcludeLabel == "" {
+		p.ExcludeLabel = DefaultExcludeLabel
+	}
+	defaultBool(&p.HonorTolerations, true)
+	defaultBool(&p.HonorDisruptionBudgets, true)
+	defaultDuration(&p.MinWait, DefaultMinWait)
 	for i := range p.Levels {
 		l := &p.Levels[i]
 		if l.Mode == "" {
@@ -132,6 +161,11 @@ func (c *Config) Validate() field.ErrorList {
 	d := field.NewPath("detection")
 	errs = append(errs, positive(d.Child("leaseStaleAfter"), c.Detection.LeaseStaleAfter)...)
 	errs = append(errs, positive(d.Child("notReadyAfter"), c.Detection.NotReadyAfter)...)
+	errs = append(errs, positive(d.Child("flapWindow"), c.Detection.FlapWindow)...)
+	if c.Detection.FlapThreshold < 2 {
+		errs = append(errs, field.Invalid(d.Child("flapThreshold"), c.Detection.FlapThreshold,
+			"must be at least 2: one recovery is not a flap"))
+	}
 	errs = append(errs, c.LeaderElection.validate(field.NewPath("leaderElection"))...)
 	agents := map[string]bool{}
 	for i, a := range c.Agents {
@@ -239,6 +273,29 @@ func (pol *Policy) validate(p *field.Path, agents map[string]bool) field.ErrorLi
 	}
 	if _, err := intstr.GetScaledValueFromIntOrPercent(pol.Budget.MaxUnhealthy, 100, false); err != nil {
 		errs = append(errs, field.Invalid(b.Child("maxUnhealthy"), pol.Budget.MaxUnhealthy.String(), err.Error()))
+	}
+	errs = append(errs, pol.Budget.validate(b)...)
+	if errList := validation.IsQualifiedName(pol.ExcludeLabel); len(errList) > 0 {
+		errs = append(errs, field.Invalid(p.Child("excludeLabel"), pol.ExcludeLabel, strings.Join(errList, "; ")))
+	}
+	errs = append(errs, positive(p.Child("minWait"), pol.MinWait)...)
+	return errs
+}
+
+func (b *Budget) validate(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, positive(p.Child("cooldown"), b.Cooldown)...)
+	r := p.Child("rateLimit")
+	if b.RateLimit.FencesPerMinute < 0 {
+		errs = append(errs, field.Invalid(r.Child("fencesPerMinute"), b.RateLimit.FencesPerMinute, "must not be negative"))
+	}
+	switch {
+	case b.RateLimit.Burst < 0:
+		errs = append(errs, field.Invalid(r.Child("burst"), b.RateLimit.Burst, "must not be negative"))
+	case b.RateLimit.FencesPerMinute > 0 && b.RateLimit.Burst == 0:
+		errs = append(errs, field.Invalid(r.Child("burst"), b.RateLimit.Burst, "must be at least 1 when fencesPerMinute is set"))
+	case b.RateLimit.FencesPerMinute == 0 && b.RateLimit.Burst > 0:
+		errs = append(errs, field.Invalid(r.Child("burst"), b.RateLimit.Burst, "needs fencesPerMinute"))
 	}
 	return errs
 }

@@ -18,6 +18,13 @@ type Config struct {
 	Policies []Policy `json:"policies"`
 	// PluginDir is the directory that holds the agent binaries.
 	PluginDir string `json:"pluginDir,omitempty"`
+	// Paused stops every policy from starting a fence: decisions are still made and
+	// reported as held. Incidents already fencing carry on, since stopping a fence half way
+	// leaves a node neither on nor verifiably off.
+	Paused bool `json:"paused,omitempty"`
+	// DryRun runs every policy in shadow mode: decisions are made and reported as
+	// WouldFence, and nothing is fenced or released.
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // Detection sets the evidence that makes a node unhealthy.
@@ -28,6 +35,13 @@ type Detection struct {
 	// NotReadyAfter: a node whose Ready condition has been False or Unknown for this long is
 	// unhealthy.
 	NotReadyAfter metav1.Duration `json:"notReadyAfter,omitempty"`
+	// FlapWindow and FlapThreshold damp flapping: a node whose health went bad and came
+	// back FlapThreshold times within FlapWindow is reported Flapping, not Unhealthy, until
+	// the oldest of those recoveries leaves the window. A node that breaks and mends itself
+	// that often is better looked at by a person than power cycled again and again.
+	// Defaults: 10m and 3.
+	FlapWindow    metav1.Duration `json:"flapWindow,omitempty"`
+	FlapThreshold int32           `json:"flapThreshold,omitempty"`
 }
 
 // LeaderElection configures the controller's Lease.
@@ -111,6 +125,30 @@ type Policy struct {
 	Remediation RemediationStrategy `json:"remediation,omitempty"`
 	// Budget limits how much fencing may happen at once.
 	Budget Budget `json:"budget,omitempty"`
+	// Paused stops this policy from starting a fence; see Config.Paused.
+	Paused bool `json:"paused,omitempty"`
+	// DryRun puts this policy in shadow mode; see Config.DryRun.
+	DryRun bool `json:"dryRun,omitempty"`
+	// ExcludeLabel: a node carrying this label, whatever its value, is never fenced by
+	// this policy. Default fencing.kubefence.io/exclude.
+	ExcludeLabel string `json:"excludeLabel,omitempty"`
+	// SkipIfNothingToRelease holds a node that runs no StatefulSet pod and has no
+	// ReadWriteOnce volume attached: fencing it would release nothing that Kubernetes does
+	// not already reschedule by itself. Default false.
+	SkipIfNothingToRelease bool `json:"skipIfNothingToRelease,omitempty"`
+	// HonorTolerations shrinks the wait before a node is unhealthy to the smallest
+	// tolerationSeconds its pods set for node.kubernetes.io/unreachable: their authors'
+	// statement of how long they forgive an unreachable node. Only explicit
+	// tolerationSeconds count. Default true.
+	HonorTolerations *bool `json:"honorTolerations,omitempty"`
+	// HonorDisruptionBudgets shrinks the wait to MinWait for a node running a pod whose
+	// PodDisruptionBudget allows no more disruptions: the application is at its limit and
+	// its stuck pods are better released soon. Default true.
+	HonorDisruptionBudgets *bool `json:"honorDisruptionBudgets,omitempty"`
+	// MinWait is the floor below which tolerations and disruption budgets never shrink
+	// the wait. Default 5s. The detector also never waits less than two of a node's own
+	// Lease renewal intervals, so a short MinWait cannot make a healthy node look dead.
+	MinWait metav1.Duration `json:"minWait,omitempty"`
 }
 
 // Level is one fencing level: a set of agents tried together.
@@ -134,4 +172,26 @@ type Budget struct {
 	// MaxUnhealthy is a count or a percentage of the nodes this policy selects; when more
 	// nodes are unhealthy, nothing is fenced (storm hold).
 	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
+	// PerZone holds fencing of a node whose zone (label topology.kubernetes.io/zone) has
+	// no healthy node left: a dark zone is far more likely a network partition than every
+	// machine in it dying at once. Default true.
+	PerZone *bool `json:"perZone,omitempty"`
+	// Cooldown is how long after a fence of a node started that the same node may not be
+	// fenced again; a node that dies again that soon needs a person. Default 10m.
+	Cooldown metav1.Duration `json:"cooldown,omitempty"`
+	// RateLimit bounds how fast fences start, across the cluster.
+	RateLimit RateLimit `json:"rateLimit,omitempty"`
+	// ControlPlaneOneAtATime fences nodes labelled node-role.kubernetes.io/control-plane
+	// one at a time, so that etcd and the API server keep their quorum. Default true.
+	ControlPlaneOneAtATime *bool `json:"controlPlaneOneAtATime,omitempty"`
+}
+
+// RateLimit is a token bucket: Burst fences may start at once, and then one more every
+// 1/FencesPerMinute minutes.
+type RateLimit struct {
+	// FencesPerMinute refills the bucket; 0 (the default) means no rate limit, leaving
+	// maxConcurrent and maxUnhealthy as the bounds.
+	FencesPerMinute int32 `json:"fencesPerMinute,omitempty"`
+	// Burst is the bucket's size; default FencesPerMinute.
+	Burst int32 `json:"burst,omitempty"`
 }

@@ -1,0 +1,154 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/policy"
+)
+
+const podsByNodeIndex = "byNode"
+
+func podsByNode(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+// podsOn returns the cached pods bound to a node.
+func (c *Controller) podsOn(node string) []*corev1.Pod {
+	objs, err := c.pods.GetIndexer().ByIndex(podsByNodeIndex, node)
+	if err != nil {
+		return nil
+	}
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// view is what policy and detector say of one node under policy pol at now: the node's
+// own thresholds shrink with its pods' forgiveness and PDB urgency (never below the
+// policy's minWait), so the observation is taken with them.
+func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (policy.Node, detector.Observation) {
+	pn := policy.NewNode(pol, n.Name, n.Labels)
+	pods := c.podsOn(n.Name)
+	pn.MinUnreachableToleration = policy.UnreachableToleration(pods)
+	if pdbs, err := c.pdbs.List(everything()); err == nil {
+		pn.Urgent, _ = policy.Urgent(pods, pdbs)
+	}
+	pn.NothingToRelease = policy.NothingToRelease(pods, c.attachmentsOf(n.Name))
+	det := c.cfg.Detection
+	obs := c.detector.AssessWith(n, now,
+		policy.Threshold(pol, pn, det.LeaseStaleAfter.Duration), policy.Threshold(pol, pn, det.NotReadyAfter.Duration))
+	pn.Unhealthy = obs.Health == detector.Unhealthy
+	pn.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping
+	pn.UnhealthyAt = obs.UnhealthyAt
+	if incs, err := c.store.forNode(n.Name); err == nil {
+		for _, nf := range incs {
+			if nf.Status.Phase == v1alpha1.PhaseFencing {
+				pn.Fencing = true
+			}
+			if s := fenceStart(nf); s.After(pn.LastFencedAt) {
+				pn.LastFencedAt = s
+			}
+		}
+	}
+	return pn, obs
+}
+
+func (c *Controller) attachmentsOf(node string) int {
+	vas, err := c.attachments.List(everything())
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, va := range vas {
+		if va.Spec.NodeName == node {
+			n++
+		}
+	}
+	return n
+}
+
+// fenceStart is when the incident started fencing, or zero if it never did.
+func fenceStart(nf *v1alpha1.NodeFence) time.Time {
+	for _, s := range nf.Status.Timeline {
+		if s.Type == "FenceStarted" {
+			return s.Time.Time
+		}
+	}
+	return time.Time{}
+}
+
+// fenceStarts lists when incidents started fencing within window before now, for the
+// cluster-wide rate limit.
+func (c *Controller) fenceStarts(window time.Duration, now time.Time) []time.Time {
+	var out []time.Time
+	for _, obj := range c.store.indexer.List() {
+		nf, err := fromUnstructured(obj)
+		if err != nil {
+			continue
+		}
+		if s := fenceStart(nf); !s.IsZero() && now.Sub(s) <= window {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// markPods sets or clears the NodeUnreachable condition on the node's pods, so that users
+// and tools see why they are stuck. A patch merges by condition type: the kubelet's own
+// conditions stay.
+func (c *Controller) markPods(ctx context.Context, obs detector.Observation, now time.Time) {
+	cond := detector.PodCondition(obs, now)
+	for _, pod := range c.podsOn(obs.Node) {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		if _, changed := detector.SetPodCondition(pod.Status.Conditions, cond); !changed {
+			continue
+		}
+		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
+		if err != nil {
+			return
+		}
+		_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
+			metav1.PatchOptions{}, "status")
+		if err != nil {
+			klog.V(2).InfoS("Marking pod of unreachable node", "pod", klog.KObj(pod), "err", err)
+		}
+	}
+}
+
+// wouldFence reports a dry-run decision once per unhealthy episode of a node.
+func (c *Controller) wouldFence(node *corev1.Node, obs detector.Observation, d policy.Decision) {
+	key := node.Name + "/" + obs.Since.String()
+	c.mu.Lock()
+	seen := c.dryRunSeen[key]
+	c.dryRunSeen[key] = true
+	c.mu.Unlock()
+	if seen {
+		return
+	}
+	c.metrics.wouldFence.Inc()
+	if c.recorder != nil {
+		c.recorder.Eventf(node, corev1.EventTypeWarning, "WouldFence", "Dry run: would fence node %s: %s (%s)",
+			node.Name, obs.Evidence, d.Message)
+	}
+	klog.InfoS("Dry run: would fence", "node", node.Name, "evidence", obs.Evidence)
+}
+
+func dryRun(cfg *v1alpha1.Config, pol *v1alpha1.Policy) bool { return cfg.DryRun || pol.DryRun }

@@ -1,0 +1,120 @@
+package detector
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// signal is one piece of evidence and how long it may be bad.
+type signal struct {
+	bad bool
+	// suspect is true once the evidence is bad enough to doubt the node.
+	suspect bool
+	since   time.Time
+	after   time.Duration
+	reason  string
+	what    string
+}
+
+// assess turns the evidence into a health, ignoring flaps.
+func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter time.Duration) Observation {
+	obs := Observation{Node: name, Health: Healthy, Undamped: Healthy, Reason: ReasonHealthy, BootID: st.bootID}
+	var signals []signal
+	if !st.observedAt.IsZero() {
+		// The Lease's clock always runs: a renewal only restarts it.
+		stale := now.Sub(st.observedAt)
+		signals = append(signals, signal{
+			bad: true, suspect: stale > leaseAfter/2, since: st.observedAt, after: leaseAfter, reason: ReasonLeaseStale,
+			what: fmt.Sprintf("lease last renewed at %s (seen %s ago, threshold %s)",
+				st.renewTime.UTC().Format(time.RFC3339Nano), stale.Round(time.Millisecond), leaseAfter),
+		})
+	}
+	if ready != nil && ready.Status != corev1.ConditionTrue {
+		signals = append(signals, signal{
+			bad: true, suspect: true, since: ready.LastTransitionTime.Time, after: readyAfter, reason: ReasonNotReady,
+			what: fmt.Sprintf("Ready=%s since %s (%s, threshold %s)", ready.Status,
+				ready.LastTransitionTime.UTC().Format(time.RFC3339), ready.Reason, readyAfter),
+		})
+	}
+	var winner *signal
+	var doubts []string
+	suspectReason := ""
+	for i := range signals {
+		s := &signals[i]
+		at := s.since.Add(s.after)
+		if s.bad && (obs.UnhealthyAt.IsZero() || at.Before(obs.UnhealthyAt)) {
+			obs.UnhealthyAt, obs.Since, winner = at, s.since, s
+		}
+		if s.suspect {
+			doubts = append(doubts, s.what)
+			if suspectReason == "" {
+				suspectReason = s.reason
+			}
+		}
+	}
+	switch {
+	case winner == nil:
+		obs.Evidence = "no Lease seen yet; Ready is not False or Unknown"
+		return obs
+	case !now.Before(obs.UnhealthyAt):
+		obs.Health, obs.Reason, obs.Evidence = Unhealthy, winner.reason, winner.what
+	case len(doubts) > 0:
+		obs.Health, obs.Reason, obs.Evidence = Suspect, suspectReason, strings.Join(doubts, "; ")
+	default:
+		// A Lease renewed a moment ago is not suspicious; it is merely waiting for the next
+		// renewal. The node stays Healthy with UnhealthyAt telling when to look again.
+		obs.Evidence = winner.what
+	}
+	obs.Undamped = obs.Health
+	return obs
+}
+
+// damp reports a node that keeps breaking and mending itself as Flapping.
+func (d *Detector) damp(st *nodeState, obs *Observation, now time.Time) {
+	if d.th.FlapThreshold <= 0 {
+		return
+	}
+	var recent []string
+	for _, t := range st.flaps {
+		if d.th.FlapWindow <= 0 || now.Sub(t) < d.th.FlapWindow {
+			recent = append(recent, t.UTC().Format(time.RFC3339))
+		}
+	}
+	obs.Flaps = len(recent)
+	if obs.Flaps < d.th.FlapThreshold {
+		return
+	}
+	until := st.flaps[0].Add(d.th.FlapWindow)
+	state := "now " + strings.ToLower(string(obs.Undamped)) + ": " + obs.Evidence
+	obs.Health, obs.Reason = Flapping, ReasonFlapping
+	obs.Evidence = fmt.Sprintf("health recovered %d times within %s (at %s), flapping until %s; %s",
+		obs.Flaps, d.th.FlapWindow, strings.Join(recent, ", "), until.UTC().Format(time.RFC3339), state)
+	if !obs.UnhealthyAt.IsZero() && obs.UnhealthyAt.Before(until) {
+		obs.UnhealthyAt = until
+	}
+}
+
+// boot reports a changed boot ID.
+func (d *Detector) boot(st *nodeState, obs *Observation, now time.Time) {
+	if st.prevBootID == "" {
+		return
+	}
+	obs.PreviousBootID, obs.BootIDChangedAt = st.prevBootID, st.bootChangedAt
+	obs.BootIDChanged = d.th.FlapWindow <= 0 || now.Sub(st.bootChangedAt) < d.th.FlapWindow
+	if obs.BootIDChanged {
+		obs.Evidence += fmt.Sprintf("; rebooted: boot ID %s, was %s until %s",
+			st.bootID, st.prevBootID, st.bootChangedAt.UTC().Format(time.RFC3339))
+	}
+}
+
+func readyCondition(node *corev1.Node) *corev1.NodeCondition {
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == corev1.NodeReady {
+			return &node.Status.Conditions[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package detector
+
+import (
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+var testThresholds = Thresholds{LeaseStaleAfter: 30 * time.Second, NotReadyAfter: 30 * time.Second,
+	FlapWindow: 10 * time.Minute, FlapThreshold: 3}
+
+// ev is one scripted event at t0+at: a Lease renewal (renewed at the node's clock, which
+// is skewed on purpose), a Ready status change, a new boot ID.
+type ev struct {
+	at    time.Duration
+	renew bool
+	ready corev1.ConditionStatus
+	boot  string
+}
+
+// script feeds events to a detector and returns it with the node as last seen.
+type script struct {
+	d    *Detector
+	node *corev1.Node
+}
+
+func run(events ...ev) *script {
+	s := &script{d: New(testThresholds), node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}
+	s.node.Status.NodeInfo.BootID = "boot-1"
+	s.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
+	sort.SliceStable(events, func(i, j int) bool { return events[i].at < events[j].at })
+	for _, e := range events {
+		now := t0.Add(e.at)
+		if e.renew {
+			skewed := metav1.NewMicroTime(now.Add(-7 * time.Hour))
+			s.d.ObserveLease(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+				Spec: coordinationv1.LeaseSpec{RenewTime: &skewed}}, now)
+		}
+		if e.ready != "" && e.ready != s.node.Status.Conditions[0].Status {
+			s.node.Status.Conditions[0].Status = e.ready
+			s.node.Status.Conditions[0].LastTransitionTime = metav1.NewTime(now)
+		}
+		if e.boot != "" {
+			s.node.Status.NodeInfo.BootID = e.boot
+		}
+		s.d.Assess(s.node, now)
+	}
+	return s
+}
+
+// every renews the Lease every 10s from from to to (inclusive).
+func every(from, to time.Duration) []ev {
+	var out []ev
+	for at := from; at <= to; at += 10 * time.Second {
+		out = append(out, ev{at: at, renew: true})
+	}
+	return out
+}
+
+func cat(parts ...[]ev) []ev {
+	var out []ev
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// lapses makes n outages of 20s (a missed renewal, less than the threshold) a minute apart.
+func lapses(n int) []ev {
+	var out []ev
+	for i := range n {
+		base := time.Duration(i) * time.Minute
+		out = append(out, every(base, base+30*time.Second)...)
+		out = append(out, ev{at: base + 50*time.Second, renew: true})
+	}
+	return out
+}
+
+func TestAssess(t *testing.T) {
+	tests := map[string]struct {
+		events      []ev
+		at          time.Duration
+		health      Health
+		undamped    Health
+		reason      string
+		unhealthyAt time.Duration // from t0; -1 for zero
+		evidence    []string
+		flaps       int
+	}{
+		"renewing: healthy": {
+			events: every(0, 60*time.Second), at: 65 * time.Second, health: Healthy, reason: ReasonHealthy, unhealthyAt: 90 * time.Second,
+			evidence: []string{"lease last renewed at 2026-03-01T05:01:00Z"},
+		},
+		"no lease yet, Ready: healthy": {
+			at: 0, health: Healthy, reason: ReasonHealthy, unhealthyAt: -1,
+		},
+		"lease stale for half the threshold: suspect": {
+			events: every(0, 10*time.Second), at: 26 * time.Second, health: Suspect, reason: ReasonLeaseStale, unhealthyAt: 40 * time.Second,
+		},
+		"lease stale past the threshold: unhealthy": {
+			events: every(0, 10*time.Second), at: 40 * time.Second, health: Unhealthy, reason: ReasonLeaseStale, unhealthyAt: 40 * time.Second,
+			evidence: []string{"seen 30s ago, threshold 30s"},
+		},
+		"recovered before the threshold: the clock restarts": {
+			events: cat(every(0, 10*time.Second), every(35*time.Second, 35*time.Second)), at: 45 * time.Second,
+			health: Healthy, reason: ReasonHealthy, unhealthyAt: 65 * time.Second, flaps: 1,
+		},
+		"Ready Unknown past the threshold while the lease renews: unhealthy": {
+			events: cat(every(0, 60*time.Second), []ev{{at: 10 * time.Second, ready: corev1.ConditionUnknown}}), at: 40 * time.Second,
+			health: Unhealthy, reason: ReasonNotReady, unhealthyAt: 40 * time.Second, evidence: []string{"Ready=Unknown"},
+		},
+		"Ready False just now: suspect": {
+			events: cat(every(0, 60*time.Second), []ev{{at: 60 * time.Second, ready: corev1.ConditionFalse}}), at: 61 * time.Second,
+			health: Suspect, reason: ReasonNotReady, unhealthyAt: 90 * time.Second,
+		},
+		"two lapses: not flapping": {
+			events: lapses(2), at: 2 * time.Minute, health: Healthy, reason: ReasonHealthy, unhealthyAt: 140 * time.Second, flaps: 2,
+		},
+		"three lapses within the window: flapping, with evidence": {
+			events: lapses(3), at: 3 * time.Minute, health: Flapping, undamped: Healthy, reason: ReasonFlapping,
+			unhealthyAt: 10*time.Minute + 50*time.Second, flaps: 3,
+			evidence: []string{"recovered 3 times within 10m0s", "2026-03-01T12:00:50Z, 2026-03-01T12:01:50Z, 2026-03-01T12:02:50Z", "now healthy"},
+		},
+		"flapping node that dies: flapping, not unhealthy, until the window passes": {
+			events: lapses(3), at: 5 * time.Minute, health: Flapping, undamped: Unhealthy, reason: ReasonFlapping,
+			unhealthyAt: 10*time.Minute + 50*time.Second, flaps: 3, evidence: []string{"now unhealthy"},
+		},
+		"flapping node dead past the window: unhealthy": {
+			events: lapses(3), at: 11 * time.Minute, health: Unhealthy, reason: ReasonLeaseStale, unhealthyAt: 3*time.Minute + 20*time.Second, flaps: 2,
+		},
+		"Ready recoveries count as flaps": {
+			events: cat(every(0, 5*time.Minute), []ev{
+				{at: 10 * time.Second, ready: corev1.ConditionFalse}, {at: 20 * time.Second, ready: corev1.ConditionTrue},
+				{at: 90 * time.Second, ready: corev1.ConditionFalse}, {at: 100 * time.Second, ready: corev1.ConditionTrue},
+				{at: 190 * time.Second, ready: corev1.ConditionFalse}, {at: 200 * time.Second, ready: corev1.ConditionTrue},
+			}), at: 5 * time.Minute, health: Flapping, undamped: Healthy, reason: ReasonFlapping, unhealthyAt: 10*time.Minute + 20*time.Second, flaps: 3,
+		},
+		"a Ready recovery right after a lease recovery is one flap": {
+			events: cat(every(0, 10*time.Second), []ev{{at: 55 * time.Second, ready: corev1.ConditionUnknown}},
+				every(60*time.Second, 90*time.Second), []ev{{at: 61 * time.Second, ready: corev1.ConditionTrue}}),
+			at: 90 * time.Second, health: Healthy, reason: ReasonHealthy, unhealthyAt: 120 * time.Second, flaps: 1,
+		},
+		"new boot ID: recorded": {
+			events: cat(every(0, 30*time.Second), []ev{{at: 20 * time.Second, boot: "boot-2"}}), at: 30 * time.Second,
+			health: Healthy, reason: ReasonHealthy, unhealthyAt: 60 * time.Second, evidence: []string{"rebooted: boot ID boot-2, was boot-1"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := run(tc.events...)
+			obs := s.d.Assess(s.node, t0.Add(tc.at))
+			want := tc.undamped
+			if want == "" {
+				want = tc.health
+			}
+			wantAt := time.Time{}
+			if tc.unhealthyAt >= 0 {
+				wantAt = t0.Add(tc.unhealthyAt)
+			}
+			if obs.Health != tc.health || obs.Undamped != want || obs.Reason != tc.reason || !obs.UnhealthyAt.Equal(wantAt) || obs.Flaps != tc.flaps {
+				t.Errorf("Assess = %s (undamped %s) %s unhealthy at +%s flaps %d; want %s (%s) %s +%s flaps %d\nevidence: %s",
+					obs.Health, obs.Undamped, obs.Reason, obs.UnhealthyAt.Sub(t0), obs.Flaps,
+					tc.health, want, tc.reason, wantAt.Sub(t0), tc.flaps, obs.Evidence)
+			}
+			for _, e := range tc.evidence {
+				if !strings.Contains(obs.Evidence, e) {
+					t.Errorf("evidence %q lacks %q", obs.Evidence, e)
+				}
+			}
+		})
+	}
+}
