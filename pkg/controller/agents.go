@@ -120,10 +120,6 @@ func (a *agentCaller) invoke(ctx context.Context, name, method string, req plugi
 	return agent.Fence(ctx, req, plugin.ActionOff)
 }
 
-// ParamRestore carries, on Unfence, the evidence of the fence being undone, so that an
-// agent restores exactly what it removed (storage ACLs) and nothing more.
-const ParamRestore = "restore"
-
 // unfence undoes what an agent's verified attempt did: powers the node on, restores
 // storage access.
 func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *corev1.Node, epoch int64) (plugin.Result, error) {
@@ -131,7 +127,7 @@ func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *co
 	if err != nil {
 		return plugin.Result{}, err
 	}
-	req.Params[ParamRestore] = at.Evidence
+	req.Restore = at.Evidence
 	agent, err := a.agents.Agent(at.Agent)
 	if err != nil {
 		return plugin.Result{}, fmt.Errorf("agent %s: %w", at.Agent, err)

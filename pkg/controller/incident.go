@@ -23,7 +23,7 @@ import (
 const holdRecheck = 2 * time.Second
 
 // drive moves an open incident on by one or more steps, persisting each.
-func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation) (time.Duration, error) {
+func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pn policy.Node, obs detector.Observation) (time.Duration, error) {
 	nf = nf.DeepCopy()
 	pol := c.policyByName(nf.Status.Policy)
 	if pol == nil {
@@ -35,7 +35,7 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 	}
 	switch nf.Status.Phase {
 	case "", v1alpha1.PhasePending, v1alpha1.PhaseHeld:
-		return c.decide(ctx, nf, node, obs, pol)
+		return c.decide(ctx, nf, node, pn, obs, pol)
 	case v1alpha1.PhaseFencing:
 		return c.fence(ctx, nf, node, pol)
 	case v1alpha1.PhaseFenced:
@@ -56,9 +56,14 @@ func (c *Controller) policyByName(name string) *v1alpha1.Policy {
 }
 
 // decide asks policy whether a pending or held incident may start fencing.
-func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation, pol *v1alpha1.Policy) (time.Duration, error) {
+func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pn policy.Node, obs detector.Observation, pol *v1alpha1.Policy) (time.Duration, error) {
 	now := c.now()
-	if obs.Health != detector.Unhealthy && len(nf.Status.Attempts) == 0 {
+	if nf.Status.BootID == "" {
+		nf.Status.BootID = obs.BootID
+	}
+	// The controller's own incident ends when its evidence does; a person's request
+	// stands until it is fenced or deleted.
+	if obs.Health != detector.Unhealthy && len(nf.Status.Attempts) == 0 && nf.Spec.RequestedBy == RequestedByController {
 		nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseCancelled, "node healthy again before fencing started"
 		addStep(&nf.Status, now, "Cancelled", nf.Status.Message)
 		c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseCancelled)).Inc()
@@ -69,9 +74,20 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	if err != nil {
 		return 0, err
 	}
-	d := policy.Decide(pol, policy.Node{Name: node.Name, Labels: node.Labels, Unhealthy: true}, cl, now)
+	if pn.Name == "" {
+		pn = policy.NewNode(pol, node.Name, node.Labels)
+	}
+	// A person's request fences a node the detector does not (yet) find unhealthy; the
+	// budget still applies to it.
+	pn.Unhealthy = true
+	d := policy.Decide(pol, pn, cl, now)
+	if d.Verdict == policy.WouldFence {
+		// An incident in dry run (opened by a person) is held: shadow mode touches nothing.
+		d.Verdict = policy.Hold
+	}
 	switch d.Verdict {
-	case policy.Hold, policy.Wait:
+	case policy.Fence:
+	default:
 		phase := v1alpha1.PhasePending
 		if d.Verdict == policy.Hold {
 			phase = v1alpha1.PhaseHeld
@@ -86,6 +102,9 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 			if err := c.save(ctx, nf); err != nil {
 				return 0, err
 			}
+		}
+		if d.Verdict == policy.Wait && d.Until.After(now) {
+			return d.Until.Sub(now), nil
 		}
 		return holdRecheck, nil
 	}
@@ -290,8 +309,11 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	for _, at := range verifiedAttempts(nf) {
 		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
 		if err != nil {
-			addStep(&nf.Status, c.now(), "AgentError", fmt.Sprintf("agent %s Unfence: %v", at.Agent, err))
-			_ = c.save(ctx, nf)
+			// Retried with backoff; recorded once, not at every retry.
+			if msg := fmt.Sprintf("agent %s Unfence: %v", at.Agent, err); !lastStepIs(nf, "AgentError", msg) {
+				addStep(&nf.Status, c.now(), "AgentError", msg)
+				_ = c.save(ctx, nf)
+			}
 			return 0, fmt.Errorf("incident %s: unfence agent %s: %w", nf.Name, at.Agent, err)
 		}
 		addStep(&nf.Status, c.now(), "Unfenced", fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))

@@ -64,6 +64,9 @@ type Request struct {
 	Secrets map[string]string
 	// Epoch is the fencing epoch of the leader that sends the request.
 	Epoch int64
+	// Restore is, on Unfence, the Evidence of the verified Fence being undone, so that
+	// an agent restores exactly what it removed (storage ACLs) and nothing more.
+	Restore string
 }
 
 // Result is the outcome of a call, with what the agent observed.

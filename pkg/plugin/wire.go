@@ -99,6 +99,7 @@ func requestToProto(r Request) *agentpb.Request {
 		Params:  maps.Clone(r.Params),
 		Secrets: maps.Clone(r.Secrets),
 		Epoch:   r.Epoch,
+		Restore: r.Restore,
 	}
 }
 
@@ -109,6 +110,7 @@ func requestFromProto(r *agentpb.Request) Request {
 		Params:  maps.Clone(r.GetParams()),
 		Secrets: maps.Clone(r.GetSecrets()),
 		Epoch:   r.GetEpoch(),
+		Restore: r.GetRestore(),
 	}
 }
 

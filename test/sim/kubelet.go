@@ -90,6 +90,13 @@ func (n *Node) Restart() {
 	signal(n.kick)
 }
 
+// PoweredOff reports whether the node's last power reading was off: its machine is down.
+func (n *Node) PoweredOff() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.off
+}
+
 // Resume brings a crashed kubelet back with the same boot, as when a partition heals: its
 // containers kept running all along.
 func (n *Node) Resume() {

@@ -70,6 +70,21 @@ func taintKeys(t *testing.T, ctx context.Context, c *Cluster, node string) []str
 	return keys
 }
 
+// powerOn switches the fenced node on again once the simulated machine has seen it go off,
+// so that it boots anew.
+func powerOn(t *testing.T, ctx context.Context, h *Harness, node string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return h.Cluster.Node(node).PoweredOff(), nil
+	})
+	if err != nil {
+		t.Fatalf("simulated machine %s never went off: %v", node, err)
+	}
+	if err := h.BMCs[node].SetPower(true); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRecoveryAfterPowerOn: the fenced node is powered on, boots with a new boot ID and
 // heartbeats again; kubefence closes the incident and removes exactly the taints it added,
 // leaving a person's taint alone.
@@ -83,9 +98,7 @@ func TestRecoveryAfterPowerOn(t *testing.T) {
 		t.Fatalf("fenced node taints %v, want %s and %s", got, outOfService, fencedTaint)
 	}
 	oldBoot := nf.Status.BootID
-	if err := h.BMCs[victim].SetPower(true); err != nil {
-		t.Fatal(err)
-	}
+	powerOn(t, ctx, h, victim)
 	var final v1alpha1.NodeFence
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		incs, err := Incidents(ctx, h.Cluster, victim)
@@ -119,14 +132,14 @@ func TestPersonOutOfServiceTaintKept(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h, victim, nf := fencedVictim(t, ctx, func(h *Harness, victim string) {
+		// A NoExecute taint evicts web-0 from the node; the node is crashed all the same,
+		// fenced, and must come back with the person's taint.
 		addTaint(t, ctx, h.Cluster, victim, corev1.Taint{Key: outOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
 	})
 	if slices.Contains(nf.Status.Remediation.TaintsAdded, outOfService) {
 		t.Fatalf("incident claims the person's out-of-service taint: %v", nf.Status.Remediation.TaintsAdded)
 	}
-	if err := h.BMCs[victim].SetPower(true); err != nil {
-		t.Fatal(err)
-	}
+	powerOn(t, ctx, h, victim)
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		incs, err := Incidents(ctx, h.Cluster, victim)
 		return err == nil && len(incs) == 1 && incs[0].Status.Phase == v1alpha1.PhaseRecovered, nil

@@ -3,6 +3,7 @@ package iscsi
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -95,6 +96,15 @@ func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, 
 // parameter or, without it, binds the initiator to every protected target that does
 // not admit it; then reads the rules back.
 func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	if req.Restore != "" {
+		// The controller hands back the fence's evidence in the request; the restore
+		// parameter remains for a person driving the agent by hand.
+		req.Params = maps.Clone(req.Params)
+		if req.Params == nil {
+			req.Params = map[string]string{}
+		}
+		req.Params[ParamRestore] = req.Restore
+	}
 	c, err := a.open(req)
 	if err != nil {
 		return unknown(), err
