@@ -1,0 +1,233 @@
+package cloud
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// Name is the agent name Describe reports.
+const Name = "cloud"
+
+// CredentialsFunc returns AWS credentials when the request's secret holds none:
+// the default chain (IRSA, instance profile) in production, a fake in tests.
+type CredentialsFunc func(ctx context.Context, region string) (aws.CredentialsProvider, error)
+
+// SelfFunc returns the ID of the instance the agent runs on, for refuseSelf.
+type SelfFunc func(ctx context.Context) (string, error)
+
+// Agent fences nodes by stopping their cloud instance through the cloud's API. It keeps
+// no state between calls, so calls for different targets may run at once.
+type Agent struct {
+	version            string
+	defaultCredentials CredentialsFunc
+	self               SelfFunc
+}
+
+// Option configures an Agent.
+type Option func(*Agent)
+
+// WithVersion sets the version Describe reports.
+func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
+
+// WithDefaultCredentials replaces the AWS default credential chain, used when a request
+// carries no access key. Tests use it so that nothing is read from the environment.
+func WithDefaultCredentials(f CredentialsFunc) Option {
+	return func(a *Agent) { a.defaultCredentials = f }
+}
+
+// WithSelf replaces how the agent learns its own instance ID when refuseSelf is set
+// without selfInstanceID (default: the EC2 instance metadata service).
+func WithSelf(f SelfFunc) Option { return func(a *Agent) { a.self = f } }
+
+// New returns a cloud agent.
+func New(opts ...Option) *Agent {
+	a := &Agent{version: "dev", defaultCredentials: defaultChain, self: selfFromIMDS}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+var _ plugin.Agent = (*Agent)(nil)
+
+// Describe lists the actions and parameters, with defaults and which are secret.
+func (a *Agent) Describe(context.Context) (plugin.Description, error) {
+	ps := make([]plugin.Param, len(paramSpecs))
+	copy(ps, paramSpecs)
+	return plugin.Description{
+		Name:    Name,
+		Version: a.version,
+		Actions: []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn},
+		Params:  ps,
+	}, nil
+}
+
+// Validate checks non-secret parameters without calling any cloud API. The error
+// names every bad parameter.
+func (a *Agent) Validate(_ context.Context, params map[string]string) error {
+	_, err := parseParams(params)
+	return err
+}
+
+// Fence stops, starts, or stops-then-starts the target instance, and succeeds only
+// when it has read the resulting state back from the cloud. Already being in the
+// state is success; a terminated instance counts as off.
+func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Action) (plugin.Result, error) {
+	switch action {
+	case plugin.ActionOff, plugin.ActionOn, plugin.ActionReboot:
+	default:
+		return unknown(), plugin.Errorf(plugin.KindUnsupported, "action %q is not supported; want off, reboot or on", action)
+	}
+	s, err := a.open(ctx, req, action)
+	if err != nil {
+		return unknown(), err
+	}
+	switch action {
+	case plugin.ActionOff:
+		if err = s.ensure(ctx, plugin.StateOff); err == nil && s.afterOff != nil {
+			err = s.afterOff(ctx)
+		}
+	case plugin.ActionOn:
+		err = s.on(ctx)
+	case plugin.ActionReboot:
+		// A reboot that never saw the instance stopped proves nothing, so it is
+		// verified off before it is started.
+		if err = s.ensure(ctx, plugin.StateOff); err == nil {
+			err = s.ensure(ctx, plugin.StateOn)
+		}
+	}
+	return s.result(), err
+}
+
+// Status reads the instance state once and maps it to on, off or unknown.
+func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	s, err := a.open(ctx, req, plugin.ActionOn)
+	if err != nil {
+		return unknown(), err
+	}
+	if _, err := s.read(ctx); err != nil {
+		return s.result(), err
+	}
+	return s.result(), nil
+}
+
+// Unfence starts the instance and verifies it is running; with lock=true it first
+// unlocks an OpenStack server.
+func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	s, err := a.open(ctx, req, plugin.ActionOn)
+	if err != nil {
+		return unknown(), err
+	}
+	err = s.on(ctx)
+	return s.result(), err
+}
+
+func (s *session) on(ctx context.Context) error {
+	if s.beforeOn != nil {
+		if err := s.beforeOn(ctx); err != nil {
+			return err
+		}
+	}
+	return s.ensure(ctx, plugin.StateOn)
+}
+
+// open parses the request and connects to the provider its target names.
+func (a *Agent) open(ctx context.Context, req plugin.Request, action plugin.Action) (*session, error) {
+	p, err := parseParams(req.Params)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSecretNames(req.Secrets); err != nil {
+		return nil, err
+	}
+	t, err := parseTarget(req.Target)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{p: p, state: plugin.StateUnknown, secrets: secretValues(req.Secrets)}
+	switch t.provider {
+	case providerAWS:
+		err = a.openAWS(ctx, s, t, req, action)
+	case providerOpenStack:
+		err = openOpenStack(ctx, s, t, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+const (
+	providerAWS       = "aws"
+	providerOpenStack = "openstack"
+)
+
+// target is a parsed providerID.
+type target struct {
+	provider string
+	// zone is the AWS availability zone; for OpenStack, the optional region in the host part.
+	zone string
+	id   string
+}
+
+var (
+	awsInstanceID = regexp.MustCompile(`^i-[0-9a-f]{8,17}$`)
+	awsZone       = regexp.MustCompile(`^[a-z]{2}(?:-[a-z]+)+-\d+[a-z0-9-]*$`)
+	awsRegion     = regexp.MustCompile(`^[a-z]{2}(?:-[a-z]+)+-\d+`)
+)
+
+// parseTarget reads a node's providerID: aws:///<zone>/<instance-id> or
+// openstack:///<server-id> (openstack://<region>/<server-id> also).
+func parseTarget(providerID string) (target, error) {
+	bad := func(why string) error {
+		return plugin.Errorf(plugin.KindPermanent,
+			"target %q: %s; want aws:///<zone>/<instance-id> or openstack:///<server-id>", providerID, why)
+	}
+	scheme, rest, ok := strings.Cut(strings.TrimSpace(providerID), "://")
+	if !ok {
+		return target{}, bad("not a providerID")
+	}
+	host, path, _ := strings.Cut(rest, "/")
+	switch scheme {
+	case providerAWS:
+		zone, id, ok := strings.Cut(path, "/")
+		if !ok || host != "" {
+			return target{}, bad("not aws:///<zone>/<instance-id>")
+		}
+		if !awsZone.MatchString(zone) {
+			return target{}, bad(fmt.Sprintf("%q is not an availability zone", zone))
+		}
+		if !awsInstanceID.MatchString(id) {
+			return target{}, bad(fmt.Sprintf("%q is not an instance ID", id))
+		}
+		return target{provider: providerAWS, zone: zone, id: id}, nil
+	case providerOpenStack:
+		if path == "" || strings.ContainsAny(path, "/?#") {
+			return target{}, bad("not openstack:///<server-id>")
+		}
+		return target{provider: providerOpenStack, zone: host, id: path}, nil
+	}
+	return target{}, bad(fmt.Sprintf("unknown provider %q", scheme))
+}
+
+// regionOf derives the region from an availability zone: us-east-1a → us-east-1,
+// us-west-2-lax-1a (a Local Zone) → us-west-2.
+func regionOf(zone string) string { return awsRegion.FindString(zone) }
+
+func secretValues(secrets map[string]string) []string {
+	var vs []string
+	for _, k := range sortedKeys(secrets) {
+		if v := secrets[k]; v != "" {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+func unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }
