@@ -306,6 +306,9 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	if obs.BootID == nf.Status.BootID {
 		return 0, c.contradiction(ctx, nf, node)
 	}
+	if err := c.checkLease(ctx); err != nil {
+		return 0, err
+	}
 	for _, at := range verifiedAttempts(nf) {
 		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
 		if err != nil {
@@ -385,7 +388,12 @@ func (c *Controller) checkLease(ctx context.Context) error {
 }
 
 // save persists the incident's status at this replica's epoch and keeps the fresh copy.
+// The Lease is checked first: the resourceVersion only catches a newer leader that has
+// already written this incident, not one that has not touched it yet.
 func (c *Controller) save(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	if err := c.checkLease(ctx); err != nil {
+		return err
+	}
 	saved, err := c.store.writeStatus(ctx, nf, c.currentEpoch(), c.opts.Identity)
 	if err != nil {
 		if errors.Is(err, ErrStaleEpoch) && c.opts.OnDeposed != nil {

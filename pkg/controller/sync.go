@@ -104,6 +104,12 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		}
 		return holdRecheck, nil
 	}
+	if fresh, err := c.confirmStale(ctx, node, pol, now); err != nil || !fresh {
+		return holdRecheck, err
+	}
+	if err := c.checkLease(ctx); err != nil {
+		return 0, err
+	}
 	live, err := c.store.openLive(ctx, node.Name)
 	if err != nil {
 		return 0, err
@@ -129,6 +135,26 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	c.event(node, created, corev1.EventTypeWarning, "Detected", "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
 	klog.InfoS("Incident opened", "node", node.Name, "incident", created.Name, "evidence", obs.Evidence)
 	return 0, nil
+}
+
+// confirmStale reads the node's Lease from the API server before an incident is opened
+// on the evidence of the cache: a replica that was paused, or whose watch lagged, may not
+// have seen the latest renewals. It reports whether the node is still unhealthy.
+func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v1alpha1.Policy, now time.Time) (bool, error) {
+	lease, err := c.client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, node.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("confirm lease of node %s: %w", node.Name, err)
+	}
+	c.detector.ObserveLease(lease, now)
+	_, obs := c.view(pol, node, now)
+	if obs.Health != detector.Unhealthy {
+		klog.InfoS("Lease renewed after all; no incident", "node", node.Name, "evidence", obs.Evidence)
+		return false, nil
+	}
+	return true, nil
 }
 
 // cluster is the policy's view of the nodes it governs.

@@ -114,12 +114,19 @@ func (c *Controller) fenceStarts(window time.Duration, now time.Time) []time.Tim
 // conditions stay.
 func (c *Controller) markPods(ctx context.Context, obs detector.Observation, now time.Time) {
 	cond := detector.PodCondition(obs, now)
+	checked := false
 	for _, pod := range c.podsOn(obs.Node) {
 		if pod.DeletionTimestamp != nil {
 			continue
 		}
 		if _, changed := detector.SetPodCondition(pod.Status.Conditions, cond); !changed {
 			continue
+		}
+		if !checked {
+			if c.checkLease(ctx) != nil {
+				return
+			}
+			checked = true
 		}
 		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
 		if err != nil {
