@@ -121,6 +121,9 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 				klog.ErrorS(err, "Collecting identity leases")
 			}
 		}, o.IdentityRenewInterval)
+		agentLeases := *ids
+		agentLeases.Component, agentLeases.Duration = "agent", 3*o.IdentityRenewInterval
+		go c.watchRemoteAgents(ctx, host, &agentLeases, o.IdentityRenewInterval)
 		c.Run(ctx, epoch)
 	}
 	if !*cfg.LeaderElection.Enabled {
@@ -147,7 +150,11 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 func newAgentHost(cfg *v1alpha1.Config) (*plugin.Host, error) {
 	specs := map[string]plugin.AgentSpec{}
 	for _, a := range cfg.Agents {
-		specs[a.Name] = plugin.AgentSpec{Binary: a.Binary, SHA256: a.SHA256}
+		spec := plugin.AgentSpec{Binary: a.Binary, SHA256: a.SHA256, Address: a.Address}
+		if a.TLS != nil {
+			spec.CertFile, spec.KeyFile, spec.CAFile, spec.ServerName = a.TLS.CertFile, a.TLS.KeyFile, a.TLS.CAFile, a.TLS.ServerName
+		}
+		specs[a.Name] = spec
 	}
 	return plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: specs})
 }

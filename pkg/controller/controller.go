@@ -81,6 +81,8 @@ type Controller struct {
 	epoch int64
 	// dryRunSeen remembers the unhealthy episodes already reported in dry run.
 	dryRunSeen map[string]bool
+	// agentDown holds, per remote agent that failed its last health check, why.
+	agentDown map[string]string
 }
 
 // New builds a controller; Run starts it.
@@ -105,6 +107,7 @@ func New(opts Options) (*Controller, error) {
 			FlapThreshold:   int(cfg.Detection.FlapThreshold),
 		}),
 		dryRunSeen: map[string]bool{},
+		agentDown:  map[string]string{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),

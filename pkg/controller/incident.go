@@ -144,6 +144,16 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			if err := c.checkLease(ctx); err != nil {
 				return 0, err
 			}
+			if why := c.agentDownReason(step.Agent); why != "" {
+				msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
+				addStep(&nf.Status, c.now(), "LevelSkipped", msg)
+				c.event(node, nf, corev1.EventTypeWarning, "AgentDown", "%s", msg)
+				if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Skipped, Level: step.Level, Agent: step.Agent,
+					Try: step.Try, Err: errors.New(msg), ErrKind: fencer.ErrKindAgentDown}); err != nil {
+					return 0, err
+				}
+				continue
+			}
 			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
 				return 0, err
 			}

@@ -20,7 +20,13 @@ const (
 	StateRead EventKind = "StateRead"
 	// Expired: the attempt passed its deadline without being verified.
 	Expired EventKind = "Expired"
+	// Skipped: the agent is known to be down (a remote agent failing its health checks);
+	// its attempt fails at once, without retries, so the level escalates.
+	Skipped EventKind = "Skipped"
 )
+
+// ErrKindAgentDown marks an attempt skipped because its agent was down.
+const ErrKindAgentDown = "AgentDown"
 
 // Event is the outcome of carrying out a Step.
 type Event struct {
@@ -51,9 +57,11 @@ func Apply(st *v1alpha1.NodeFenceStatus, plan Plan, ev Event, now time.Time) err
 	}
 	lv := plan.Levels[level-1]
 	st.Level = level
-	if ev.Kind == FenceIssued {
+	if ev.Kind == FenceIssued || ev.Kind == Skipped {
 		issue(st, lv, ev, now)
-		return nil
+		if ev.Kind == FenceIssued {
+			return nil
+		}
 	}
 	a := latest(st, level, ev.Agent)
 	if a == nil || a.Try != ev.Try {
@@ -109,6 +117,8 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time) {
 		}
 		// Anything else keeps verifying until the deadline: a BMC may report the old
 		// state for a moment, and a failed read proves nothing either way.
+	case Skipped:
+		fail(ErrKindAgentDown, ev.Err.Error())
 	case Expired:
 		last := a.PowerState
 		if last == "" {
@@ -128,7 +138,7 @@ func settle(st *v1alpha1.NodeFenceStatus, lv Level, now time.Time) {
 		case a == nil:
 		case a.State == v1alpha1.AttemptVerified:
 			verified++
-		case a.State == v1alpha1.AttemptFailed && a.Try > lv.Retries:
+		case a.State == v1alpha1.AttemptFailed && (a.Try > lv.Retries || a.ErrorKind == ErrKindAgentDown):
 			exhausted++
 		}
 	}

@@ -1,6 +1,7 @@
 package fencer
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,25 @@ func TestApplyRejectsStaleEvents(t *testing.T) {
 		Attempts: []v1alpha1.Attempt{attempt("ipmi", 1, v1alpha1.AttemptVerified, t0)}}
 	if err := Apply(st, plan, Event{Kind: Expired, Level: 1, Agent: "ipmi", Try: 1}, t0.Add(time.Hour)); err == nil {
 		t.Fatal("a verified attempt was expired")
+	}
+}
+
+// TestSkippedAgentEscalates: an agent known to be down fails its attempt at once, without
+// retries, and the incident moves to the next level.
+func TestSkippedAgentEscalates(t *testing.T) {
+	plan := twoLevels(v1alpha1.ModeAll)
+	st := &v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending}
+	ev := Event{Kind: Skipped, Level: 1, Agent: "ipmi", Try: 1, Err: errors.New("agent ipmi is down"), ErrKind: ErrKindAgentDown}
+	if err := Apply(st, plan, ev, t0); err != nil {
+		t.Fatal(err)
+	}
+	if st.Level != 2 {
+		t.Fatalf("level after a skipped agent = %d, want 2", st.Level)
+	}
+	if a := st.Attempts[0]; a.State != v1alpha1.AttemptFailed || a.ErrorKind != ErrKindAgentDown {
+		t.Errorf("skipped attempt = %+v, want Failed with %s", a, ErrKindAgentDown)
+	}
+	if got := Next(st, plan, t0); got.Kind != DoFence || got.Level != 2 || got.Agent != "iscsi" {
+		t.Errorf("Next = %+v, want Fence iscsi at level 2", got)
 	}
 }

@@ -222,6 +222,17 @@ func (h *Harness) writeConfig(adjust func(*v1alpha1.Config)) error {
 	if adjust != nil {
 		adjust(cfg)
 	}
+	return h.saveConfig(cfg)
+}
+
+// RewriteConfig changes the configuration file; replicas started afterwards read it.
+func (h *Harness) RewriteConfig(adjust func(*v1alpha1.Config)) error {
+	cfg := h.Config.DeepCopy()
+	adjust(cfg)
+	return h.saveConfig(cfg)
+}
+
+func (h *Harness) saveConfig(cfg *v1alpha1.Config) error {
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"bytes"
+	"net"
 	"fmt"
 	"regexp"
 	"strings"
@@ -223,8 +224,13 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 	if a.Binary != "" && !agentName.MatchString(a.Binary) {
 		errs = append(errs, field.Invalid(p.Child("binary"), a.Binary, "must be a file name in pluginDir matching "+agentName.String()))
 	}
-	if !sha256Hex.MatchString(a.SHA256) {
-		errs = append(errs, field.Invalid(p.Child("sha256"), a.SHA256, "must be 64 lower-case hex digits"))
+	switch {
+	case a.Address != "":
+		errs = append(errs, a.validateRemote(p)...)
+	case !sha256Hex.MatchString(a.SHA256):
+		errs = append(errs, field.Invalid(p.Child("sha256"), a.SHA256, "must be 64 lower-case hex digits (or set address for a remote agent)"))
+	case a.TLS != nil:
+		errs = append(errs, field.Forbidden(p.Child("tls"), "only for a remote agent (address)"))
 	}
 	if a.SecretRef != nil && (a.SecretRef.Namespace == "" || a.SecretRef.Name == "") {
 		errs = append(errs, field.Required(p.Child("secretRef"), "namespace and name"))
@@ -239,6 +245,26 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("target"), set, "exactly one of annotation, label, providerID must be set"))
 	}
 	errs = append(errs, positive(p.Child("timeout"), a.Timeout)...)
+	return errs
+}
+
+func (a *Agent) validateRemote(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if a.SHA256 != "" || a.Binary != "" {
+		errs = append(errs, field.Forbidden(p.Child("address"), "a remote agent has no binary or sha256"))
+	}
+	if _, _, err := net.SplitHostPort(a.Address); err != nil {
+		errs = append(errs, field.Invalid(p.Child("address"), a.Address, "must be host:port"))
+	}
+	if a.TLS == nil {
+		return append(errs, field.Required(p.Child("tls"), "a remote agent is reached with mutual TLS"))
+	}
+	t := p.Child("tls")
+	for _, f := range []struct{ name, v string }{{"certFile", a.TLS.CertFile}, {"keyFile", a.TLS.KeyFile}, {"caFile", a.TLS.CAFile}} {
+		if f.v == "" {
+			errs = append(errs, field.Required(t.Child(f.name), ""))
+		}
+	}
 	return errs
 }
 

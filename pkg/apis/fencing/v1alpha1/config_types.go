@@ -65,7 +65,14 @@ type Agent struct {
 	// Binary is the agent's file name inside PluginDir.
 	Binary string `json:"binary,omitempty"`
 	// SHA256 is the hex SHA-256 of the binary; the controller refuses any other binary.
-	SHA256 string `json:"sha256"`
+	// Required for a local agent; not used with Address.
+	SHA256 string `json:"sha256,omitempty"`
+	// Address is host:port of a remote agent (an agent binary run with "serve" in the
+	// network that reaches its BMCs or storage); the controller dials it with mutual TLS
+	// instead of launching a binary. Exactly one of Address and SHA256 is set.
+	Address string `json:"address,omitempty"`
+	// TLS holds the certificate files for a remote agent; required with Address.
+	TLS *AgentTLS `json:"tls,omitempty"`
 	// Params are default parameters passed on every call (non-secret).
 	Params map[string]string `json:"params,omitempty"`
 	// SecretRef names a Secret whose keys are passed as the agent's secret parameters.
@@ -74,6 +81,18 @@ type Agent struct {
 	Target TargetSource `json:"target"`
 	// Timeout bounds each call to this agent.
 	Timeout metav1.Duration `json:"timeout,omitempty"`
+}
+
+// AgentTLS are the PEM files the controller uses to reach a remote agent.
+type AgentTLS struct {
+	// CertFile and KeyFile are the controller's client certificate and key.
+	CertFile string `json:"certFile"`
+	KeyFile  string `json:"keyFile"`
+	// CAFile is the CA bundle the agent's server certificate must verify against.
+	CAFile string `json:"caFile"`
+	// ServerName is the name the agent's certificate must carry; empty means the host
+	// part of Address.
+	ServerName string `json:"serverName,omitempty"`
 }
 
 // SecretRef names a Secret.
