@@ -229,6 +229,8 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	for range c.opts.Workers {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)
 	}
+	// At take-over and then regularly, find what a dead predecessor left behind.
+	go wait.UntilWithContext(ctx, c.reconcileOrphans, time.Minute)
 	// Leases that stop changing produce no events: look at every node regularly.
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		nodes, err := c.nodes.List(everything())

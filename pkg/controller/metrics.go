@@ -17,6 +17,7 @@ type metrics struct {
 	leader        prometheus.Gauge
 	identity      *prometheus.GaugeVec
 	wouldFence    prometheus.Counter
+	orphans       *prometheus.CounterVec
 	// contradictions counts nodes back with the same boot after a verified fence.
 	contradictions prometheus.Counter
 	// Identity Lease of this replica, as the apiserver-identity proposal's metrics.
@@ -62,6 +63,10 @@ func newMetrics() *metrics {
 			Name: "kubefence_identity",
 			Help: "Constant 1, labelled with this replica's identity.",
 		}, []string{"id"}),
+		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubefence_orphans_total",
+			Help: "Changes kubefence found on nodes with no open incident behind them, by outcome (repaired, reported).",
+		}, []string{"outcome"}),
 		wouldFence: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kubefence_would_fence_total",
 			Help: "Dry-run decisions to fence (shadow mode: nothing was done).",
@@ -83,7 +88,7 @@ func newMetrics() *metrics {
 			Help: "Renewals of this replica's identity Lease, by result.",
 		}, []string{"result"}),
 	}
-	m.registry.MustRegister(m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
+	m.registry.MustRegister(m.orphans, m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
 	m.registry.MustRegister(m.incidents, m.phaseDuration, m.agentLatency, m.agentErrors,
 		m.unhealthy, m.holds, m.leader, m.identity,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -28,9 +28,13 @@ func fastHarnessWith(t *testing.T, ctx context.Context, o HarnessOptions) *Harne
 	t.Helper()
 	adjust := o.Config
 	o.Dir, o.Nodes, o.Logf = t.TempDir(), 3, t.Logf
+	cluster := o.Cluster
 	o.Cluster = func(o *Options) {
 		o.LeaseRenewInterval = time.Second
 		o.StatusUpdateInterval = 2 * time.Second
+		if cluster != nil {
+			cluster(o)
+		}
 	}
 	o.Config = func(c *v1alpha1.Config) {
 		c.Detection.LeaseStaleAfter = metav1.Duration{Duration: 5 * time.Second}

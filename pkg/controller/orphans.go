@@ -1,0 +1,73 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/remediate"
+)
+
+// reconcileOrphans compares what kubefence changed on nodes with its incidents, as the
+// kuryr HA design asks of a leader that took over from one that died mid-step. A taint
+// recorded by a closed incident is removed, by that record; kubefence's own taint with no
+// record behind it is reported and left for a person: it is never guessed at.
+func (c *Controller) reconcileOrphans(ctx context.Context) {
+	nodes, err := c.nodes.List(everything())
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		if !hasTaintKey(n, remediate.FencedTaint.Key) && !hasTaintKey(n, remediate.OutOfServiceTaint.Key) {
+			continue
+		}
+		incs, err := c.store.forNode(n.Name)
+		if err != nil {
+			continue
+		}
+		if slices.ContainsFunc(incs, func(nf *v1alpha1.NodeFence) bool { return nf.Status.Phase.Open() }) {
+			continue // the open incident owns its changes and will undo them
+		}
+		c.repairOrphan(ctx, n, incs)
+	}
+}
+
+func (c *Controller) repairOrphan(ctx context.Context, n *corev1.Node, incs []*v1alpha1.NodeFence) {
+	sort.Slice(incs, func(i, j int) bool { return incs[j].CreationTimestamp.Before(&incs[i].CreationTimestamp) })
+	for _, nf := range incs {
+		if len(nf.Status.Remediation.TaintsAdded) == 0 {
+			continue
+		}
+		nf = nf.DeepCopy()
+		if err := c.checkLease(ctx); err != nil {
+			return
+		}
+		r := *c.remedy
+		r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), "Orphan"+step, msg) }
+		if err := r.RemoveTaints(ctx, n.Name, &nf.Status.Remediation); err != nil {
+			klog.ErrorS(err, "Repairing orphaned taints", "node", n.Name, "incident", nf.Name)
+			return
+		}
+		c.metrics.orphans.WithLabelValues("repaired").Inc()
+		c.event(n, nf, corev1.EventTypeWarning, "OrphanRepaired",
+			"Removed taints of node %s that closed incident %s recorded but had not removed", n.Name, nf.Name)
+		if err := c.save(ctx, nf); err != nil {
+			klog.ErrorS(err, "Recording orphan repair", "incident", nf.Name)
+		}
+		return
+	}
+	if hasTaintKey(n, remediate.FencedTaint.Key) {
+		c.metrics.orphans.WithLabelValues("reported").Inc()
+		c.event(n, nil, corev1.EventTypeWarning, "OrphanTaint",
+			"Node %s carries %s but no incident records adding it; left in place for a person to check",
+			n.Name, remediate.FencedTaint.Key)
+	}
+}
+
+func hasTaintKey(n *corev1.Node, key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key })
+}
