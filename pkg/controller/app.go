@@ -59,9 +59,11 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	// client-go's default of 5 requests per second would queue the few writes of an
-	// incident behind each other; fencing is latency-critical and rare.
-	rc.QPS, rc.Burst = 50, 100
+	// client-go's default of 5 requests per second would queue the dozen requests of an
+	// incident behind each other, and those of a hundred simultaneous incidents for
+	// seconds. Fencing is latency-critical and rare; the budget (maxConcurrent, storm hold)
+	// bounds the burst and API Priority and Fairness protects the API server.
+	rc.QPS, rc.Burst = 500, 1000
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err

@@ -108,8 +108,10 @@ func New(opts Options) (*Controller, error) {
 		}),
 		dryRunSeen: map[string]bool{},
 		agentDown:  map[string]string{},
+		// Per-node exponential backoff only: the default's cluster-wide 10 per second
+		// bucket would queue a hundred simultaneous incidents behind each other.
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
 	}
 	agents := map[string]v1alpha1.Agent{}

@@ -110,12 +110,10 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	}
 	nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseFencing, ""
 	nf.Status.Level = 1
-	addStep(&nf.Status, now, "FenceStarted", fmt.Sprintf("policy %s: %s", pol.Name, d.Message))
+	addStep(&nf.Status, now, stepFenceStarted, fmt.Sprintf("policy %s: %s", pol.Name, d.Message))
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFencing)).Inc()
 	c.event(node, nf, corev1.EventTypeWarning, "FenceStarted", "Fencing node %s (incident %s)", node.Name, nf.Name)
-	if err := c.save(ctx, nf); err != nil {
-		return 0, err
-	}
+	// Persisted with the first attempt, before the first agent call.
 	return c.fence(ctx, nf, node, pol)
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +28,57 @@ var ErrStaleEpoch = errors.New("incident written by a newer leader epoch")
 type store struct {
 	client  dynamic.NamespaceableResourceInterface
 	indexer cache.Indexer
+
+	// written holds this replica's last write of each incident until the cache shows it.
+	// The leader is the only writer of status, so a cached copy with another
+	// resourceVersion is one the watch has not caught up on; working from it would only
+	// earn a conflict and a retry. A write by anyone else still fails the compare-and-swap
+	// and drops the entry.
+	mu      sync.Mutex
+	written map[string]*v1alpha1.NodeFence
+}
+
+// fresh returns the newer of the cached incident and this replica's last write of it.
+func (s *store) fresh(nf *v1alpha1.NodeFence) *v1alpha1.NodeFence {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.written[nf.Name]
+	switch {
+	case !ok:
+		return nf
+	case w.ResourceVersion == nf.ResourceVersion:
+		delete(s.written, nf.Name)
+		return nf
+	}
+	return w.DeepCopy()
+}
+
+func (s *store) remember(nf *v1alpha1.NodeFence) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.written == nil {
+		s.written = map[string]*v1alpha1.NodeFence{}
+	}
+	s.written[nf.Name] = nf.DeepCopy()
+}
+
+func (s *store) forget(name string) {
+	s.mu.Lock()
+	delete(s.written, name)
+	s.mu.Unlock()
+}
+
+// unseen returns this replica's writes of a node's incidents the cache does not hold yet.
+func (s *store) unseen(node string, cached map[string]bool) []*v1alpha1.NodeFence {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*v1alpha1.NodeFence
+	for name, w := range s.written {
+		if w.Spec.NodeName == node && !cached[name] {
+			out = append(out, w.DeepCopy())
+		}
+	}
+	return out
 }
 
 const byNodeIndex = "byNode"
@@ -71,14 +124,16 @@ func (s *store) forNode(node string) ([]*v1alpha1.NodeFence, error) {
 		return nil, err
 	}
 	out := make([]*v1alpha1.NodeFence, 0, len(objs))
+	cached := make(map[string]bool, len(objs))
 	for _, o := range objs {
 		nf, err := fromUnstructured(o)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, nf)
+		cached[nf.Name] = true
+		out = append(out, s.fresh(nf))
 	}
-	return out, nil
+	return append(out, s.unseen(node, cached)...), nil
 }
 
 // openLive lists the node's open incidents from the API server itself, so that a cache
@@ -91,11 +146,14 @@ func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFenc
 	}
 	var out []*v1alpha1.NodeFence
 	for i := range list.Items {
+		if n, _, _ := unstructured.NestedString(list.Items[i].Object, "spec", "nodeName"); n != node {
+			continue
+		}
 		nf, err := fromUnstructured(&list.Items[i])
 		if err != nil {
 			return nil, err
 		}
-		if nf.Spec.NodeName == node && nf.Status.Phase.Open() {
+		if nf.Status.Phase.Open() {
 			out = append(out, nf)
 		}
 	}
@@ -133,6 +191,7 @@ func (s *store) writeStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch i
 	}
 	updated, err := s.client.UpdateStatus(ctx, u, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
+		s.forget(nf.Name)
 		// Someone wrote in between: find out whether it was a newer leader.
 		if cur, gerr := s.client.Get(ctx, nf.Name, metav1.GetOptions{}); gerr == nil {
 			if stored, derr := fromUnstructured(cur); derr == nil && stored.Status.Epoch > epoch {
@@ -143,5 +202,51 @@ func (s *store) writeStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch i
 	if err != nil {
 		return nil, fmt.Errorf("write incident %s: %w", nf.Name, err)
 	}
-	return fromUnstructured(updated)
+	saved, err := fromUnstructured(updated)
+	if err != nil {
+		return nil, err
+	}
+	s.remember(saved)
+	return saved, nil
+}
+
+// facts is what policy needs of an incident, read straight from the cached object:
+// converting every incident for every decision would cost more than the decision.
+type facts struct {
+	phase      v1alpha1.Phase
+	fenceStart time.Time
+}
+
+func factsOf(obj any) facts {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return facts{}
+	}
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	f := facts{phase: v1alpha1.Phase(phase)}
+	steps, _, _ := unstructured.NestedSlice(u.Object, "status", "timeline")
+	for _, s := range steps {
+		m, ok := s.(map[string]any)
+		if !ok || m["type"] != stepFenceStarted {
+			continue
+		}
+		if ts, ok := m["time"].(string); ok {
+			f.fenceStart, _ = time.Parse(time.RFC3339Nano, ts)
+		}
+		break
+	}
+	return f
+}
+
+// factsForNode returns the facts of every cached incident of a node.
+func (s *store) factsForNode(node string) []facts {
+	objs, err := s.indexer.ByIndex(byNodeIndex, node)
+	if err != nil {
+		return nil
+	}
+	out := make([]facts, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, factsOf(o))
+	}
+	return out
 }

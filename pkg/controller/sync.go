@@ -134,7 +134,8 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	c.metrics.phaseDuration.WithLabelValues("detect").Observe(now.Sub(obs.Since).Seconds())
 	c.event(node, created, corev1.EventTypeWarning, "Detected", "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
 	klog.InfoS("Incident opened", "node", node.Name, "incident", created.Name, "evidence", obs.Evidence)
-	return 0, nil
+	// Go on at once rather than wait for the informer to bring the new incident back.
+	return c.drive(ctx, created, node, pn, obs)
 }
 
 // confirmStale reads the node's Lease from the API server before an incident is opened
@@ -183,6 +184,10 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 	c.metrics.unhealthy.Set(float64(unhealthy))
 	return cl, nil
 }
+
+// stepFenceStarted marks, in the timeline, when fencing started; the rate limit and the
+// cooldown count from it.
+const stepFenceStarted = "FenceStarted"
 
 func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
 	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})

@@ -56,14 +56,12 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 	pn.Unhealthy = obs.Health == detector.Unhealthy
 	pn.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping
 	pn.UnhealthyAt = obs.UnhealthyAt
-	if incs, err := c.store.forNode(n.Name); err == nil {
-		for _, nf := range incs {
-			if nf.Status.Phase == v1alpha1.PhaseFencing {
-				pn.Fencing = true
-			}
-			if s := fenceStart(nf); s.After(pn.LastFencedAt) {
-				pn.LastFencedAt = s
-			}
+	for _, f := range c.store.factsForNode(n.Name) {
+		if f.phase == v1alpha1.PhaseFencing {
+			pn.Fencing = true
+		}
+		if f.fenceStart.After(pn.LastFencedAt) {
+			pn.LastFencedAt = f.fenceStart
 		}
 	}
 	return pn, obs
@@ -83,26 +81,12 @@ func (c *Controller) attachmentsOf(node string) int {
 	return n
 }
 
-// fenceStart is when the incident started fencing, or zero if it never did.
-func fenceStart(nf *v1alpha1.NodeFence) time.Time {
-	for _, s := range nf.Status.Timeline {
-		if s.Type == "FenceStarted" {
-			return s.Time.Time
-		}
-	}
-	return time.Time{}
-}
-
 // fenceStarts lists when incidents started fencing within window before now, for the
 // cluster-wide rate limit.
 func (c *Controller) fenceStarts(window time.Duration, now time.Time) []time.Time {
 	var out []time.Time
 	for _, obj := range c.store.indexer.List() {
-		nf, err := fromUnstructured(obj)
-		if err != nil {
-			continue
-		}
-		if s := fenceStart(nf); !s.IsZero() && now.Sub(s) <= window {
+		if s := factsOf(obj).fenceStart; !s.IsZero() && now.Sub(s) <= window {
 			out = append(out, s)
 		}
 	}
