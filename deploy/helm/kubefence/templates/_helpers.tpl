@@ -1,0 +1,87 @@
+{{- define "kubefence.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kubefence.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "kubefence.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: controller
+{{- end -}}
+
+{{- define "kubefence.serviceAccountName" -}}
+{{- default (include "kubefence.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* kubefence.image takes (dict "image" IMAGE-VALUES "root" $). */}}
+{{- define "kubefence.image" -}}
+{{- $img := merge (deepCopy (.image | default dict)) .root.Values.image -}}
+{{- $tag := default .root.Chart.AppVersion $img.tag -}}
+{{- if $img.digest -}}
+{{- printf "%s:%s@%s" $img.repository $tag $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secrets the controller may get: every agent's credentials, nothing else. */}}
+{{- define "kubefence.secretNames" -}}
+{{- $names := list -}}
+{{- range concat .Values.agents .Values.remoteAgents -}}
+{{- if .secret }}{{ $names = append $names .secret }}{{ end -}}
+{{- end -}}
+{{- $names | uniq | toJson -}}
+{{- end -}}
+
+{{/* Where the controller finds a remote agent's client certificate. */}}
+{{- define "kubefence.clientTLSDir" -}}
+/etc/kubefence/remote-agents/{{ . }}
+{{- end -}}
+
+{{/* kubefence.agentConfig renders one agents[] entry of the config (dict "a" AGENT "root" $). */}}
+{{- define "kubefence.agentConfig" -}}
+{{- $a := dict "name" .a.name "target" .a.target -}}
+{{- with .a.params }}{{ $_ := set $a "params" . }}{{ end -}}
+{{- with .a.timeout }}{{ $_ := set $a "timeout" . }}{{ end -}}
+{{- with .a.secret }}{{ $_ := set $a "secretRef" (dict "namespace" $.root.Release.Namespace "name" .) }}{{ end -}}
+{{- toJson $a -}}
+{{- end -}}
+
+{{/*
+kubefence.config is the controller's configuration file. Local agents carry no sha256
+unless pinned: kubefence-config-init computes it from the image at pod start.
+*/}}
+{{- define "kubefence.config" -}}
+{{- $agents := list -}}
+{{- range .Values.agents -}}
+{{- $a := include "kubefence.agentConfig" (dict "a" . "root" $) | fromJson -}}
+{{- $_ := set $a "binary" (required "agents[].binary: the file name of an agent in the image" .binary) -}}
+{{- with .sha256 }}{{ $_ := set $a "sha256" . }}{{ end -}}
+{{- $agents = append $agents $a -}}
+{{- end -}}
+{{- range .Values.remoteAgents -}}
+{{- $a := include "kubefence.agentConfig" (dict "a" . "root" $) | fromJson -}}
+{{- $host := printf "%s.%s.svc" .name (required "remoteAgents[].namespace" .namespace) -}}
+{{- $dir := include "kubefence.clientTLSDir" .name -}}
+{{- $_ := set $a "address" (printf "%s:%v" $host (.port | default 9443)) -}}
+{{- $_ := set $a "tls" (dict "certFile" (printf "%s/tls.crt" $dir) "keyFile" (printf "%s/tls.key" $dir) "caFile" (printf "%s/ca.crt" $dir) "serverName" $host) -}}
+{{- $agents = append $agents $a -}}
+{{- end -}}
+{{- $le := merge (dict "namespace" .Release.Namespace) (deepCopy (.Values.config.leaderElection | default dict)) -}}
+{{- $cfg := dict "pluginDir" .Values.pluginDir "leaderElection" $le "agents" $agents "policies" .Values.policies -}}
+{{- with .Values.config.detection }}{{ $_ := set $cfg "detection" . }}{{ end -}}
+{{- if .Values.config.paused }}{{ $_ := set $cfg "paused" true }}{{ end -}}
+{{- if .Values.config.dryRun }}{{ $_ := set $cfg "dryRun" true }}{{ end -}}
+{{- toYaml $cfg -}}
+{{- end -}}

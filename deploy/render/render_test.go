@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	chartDir    = "../helm/kubefence"
+	manifests   = "../manifests/kubefence.yaml"
+	crdSource   = "../../pkg/apis/fencing/v1alpha1/crd"
+	crdChartDir = "../helm/kubefence/crds"
+)
+
+// TestManifestsUpToDate fails when deploy/manifests was not regenerated after a chart change.
+func TestManifestsUpToDate(t *testing.T) {
+	want, err := Render(chartDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(manifests)
+	if err != nil {
+		t.Fatalf("%v (run make manifests)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s is stale: run make manifests", manifests)
+	}
+}
+
+// TestChartCRDsMatchSource fails when the chart's CRD copy differs from the generated one
+// in pkg/apis (run deploy/helm/sync-crds.sh, which make manifests does).
+func TestChartCRDsMatchSource(t *testing.T) {
+	src, err := filepath.Glob(filepath.Join(crdSource, "*.yaml"))
+	if err != nil || len(src) == 0 {
+		t.Fatalf("no CRDs in %s: %v", crdSource, err)
+	}
+	copies, _ := filepath.Glob(filepath.Join(crdChartDir, "*.yaml"))
+	if len(copies) != len(src) {
+		t.Errorf("chart has %d CRD files, %s has %d: run make manifests", len(copies), crdSource, len(src))
+	}
+	for _, s := range src {
+		want, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(crdChartDir, filepath.Base(s)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("chart copy of %s is stale or missing (%v): run make manifests", filepath.Base(s), err)
+		}
+	}
+}
+
+// allOn turns on every optional part of the chart, with two datacenters served remotely.
+func allOn() map[string]any {
+	remote := func(dc string) map[string]any {
+		return map[string]any{
+			"name": "ipmi-" + dc, "namespace": "fencing-" + dc, "binary": "fence-agent-ipmi", "port": 9443,
+			"nodeSelector":    map[string]any{"topology.kubernetes.io/zone": dc},
+			"serverTLSSecret": "ipmi-" + dc + "-server", "clientTLSSecret": "ipmi-" + dc + "-client",
+			"secret": "bmc-" + dc, "target": map[string]any{"annotation": "fencing.kubefence.io/ipmi-address"},
+		}
+	}
+	policy := func(dc string) map[string]any {
+		return map[string]any{
+			"name":         dc,
+			"nodeSelector": map[string]any{"matchLabels": map[string]any{"topology.kubernetes.io/zone": dc}},
+			"levels":       []any{map[string]any{"agents": []any{"ipmi-" + dc}}},
+		}
+	}
+	return map[string]any{
+		"controller":          map[string]any{"leaderPodCondition": true},
+		"podDisruptionBudget": map[string]any{"enabled": false},
+		"remoteAgents":        []any{remote("dc2"), remote("dc3")},
+		"policies":            []any{policy("dc2"), policy("dc3"), map[string]any{"name": "default", "levels": []any{map[string]any{"agents": []any{"ipmi"}}}}},
+		"metrics": map[string]any{
+			"serviceMonitor": map[string]any{"enabled": true},
+			"prometheusRule": map[string]any{"enabled": true},
+		},
+		"grafanaDashboard": map[string]any{"enabled": true},
+	}
+}
+
+type object struct {
+	Kind     string         `json:"kind"`
+	Metadata map[string]any `json:"metadata"`
+	Spec     map[string]any `json:"spec"`
+	Data     map[string]any `json:"data"`
+}
+
+func decode(t *testing.T, manifest []byte) map[string][]object {
+	t.Helper()
+	byKind := map[string][]object{}
+	for _, doc := range strings.Split(string(manifest), "\n---\n") {
+		var o object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("rendered document does not parse: %v\n%s", err, doc)
+		}
+		if o.Kind != "" {
+			byKind[o.Kind] = append(byKind[o.Kind], o)
+		}
+	}
+	return byKind
+}
+
+func TestRenderEverything(t *testing.T) {
+	out, err := Render(chartDir, allOn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKind := decode(t, out)
+	for kind, n := range map[string]int{
+		"CustomResourceDefinition": 1, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
+		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 1, "Role": 2, "PodDisruptionBudget": 0,
+	} {
+		if got := len(byKind[kind]); got != n {
+			t.Errorf("%d %s, want %d", got, kind, n)
+		}
+	}
+	text := string(out)
+	for _, want := range []string{
+		"address: ipmi-dc2.fencing-dc2.svc:9443",
+		"serverName: ipmi-dc3.fencing-dc3.svc",
+		`resourceNames: ["bmc-credentials","bmc-dc2","bmc-dc3"]`,
+		"conditionType: kubefence.io/leader",
+		"- --leader-pod-condition",
+		"- serve",
+		"alert: KubefenceNoLeader",
+		"alert: KubefenceRemoteAgentUnavailable",
+		`deployment=~"kubefence-agent-ipmi-dc2|kubefence-agent-ipmi-dc3"`,
+		`"uid": "kubefence"`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("rendered chart lacks %q", want)
+		}
+	}
+	for _, d := range byKind["Deployment"] {
+		if d.Metadata["name"] == "kubefence-agent-ipmi-dc2" && d.Metadata["namespace"] != "fencing-dc2" {
+			t.Errorf("remote agent dc2 in namespace %v, want fencing-dc2", d.Metadata["namespace"])
+		}
+	}
+}
+
+func TestRenderRefusesLeaderConditionWithPDB(t *testing.T) {
+	_, err := Render(chartDir, map[string]any{"controller": map[string]any{"leaderPodCondition": true}})
+	if err == nil || !strings.Contains(err.Error(), "podDisruptionBudget.enabled=false") {
+		t.Fatalf("err = %v, want the leader condition and PDB refusal", err)
+	}
+}
+
+// TestDefaultDeploymentHardening checks what the issue requires of the controller's pods.
+func TestDefaultDeploymentHardening(t *testing.T) {
+	out, err := os.ReadFile(manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(out)
+	for _, want := range []string{
+		"replicas: 2", "runAsNonRoot: true", "readOnlyRootFilesystem: true", "allowPrivilegeEscalation: false",
+		"requiredDuringSchedulingIgnoredDuringExecution", "fieldPath: metadata.name", "fieldPath: metadata.namespace",
+		"publishNotReadyAddresses: true", "minAvailable: 1",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("default manifests lack %q", want)
+		}
+	}
+	for _, forbidden := range []string{"verbs: [\"*\"]", "resources: [\"*\"]", "- '*'", "escalate", "impersonate", "bind"} {
+		if strings.Contains(text, forbidden) {
+			t.Errorf("default manifests contain %q", forbidden)
+		}
+	}
+}
