@@ -46,6 +46,15 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 	return 0, nil
 }
 
+// budgetReasons are the holds and waits a forced incident overrides; pause, exclusion
+// and dry run are a person's switches and stand.
+var budgetReasons = map[string]bool{
+	policy.ReasonStorm: true, policy.ReasonZoneDark: true, policy.ReasonCooldown: true, policy.ReasonControlPlane: true,
+	policy.ReasonMaxConcurrent: true, policy.ReasonRateLimited: true, policy.ReasonNothingToRelease: true,
+}
+
+func forced(nf *v1alpha1.NodeFence) bool { return nf.Annotations[v1alpha1.ForceAnnotation] == "true" }
+
 func (c *Controller) policyByName(name string) *v1alpha1.Policy {
 	for i := range c.cfg.Policies {
 		if c.cfg.Policies[i].Name == name {
@@ -84,6 +93,10 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	if d.Verdict == policy.WouldFence {
 		// An incident in dry run (opened by a person) is held: shadow mode touches nothing.
 		d.Verdict = policy.Hold
+	}
+	if forced(nf) && budgetReasons[d.Reason] && d.Verdict != policy.Fence {
+		addStep(&nf.Status, now, "Forced", fmt.Sprintf("%s overridden by %s=true: %s", d.Reason, v1alpha1.ForceAnnotation, d.Message))
+		d = policy.Decision{Verdict: policy.Fence, Message: fmt.Sprintf("forced past %s", d.Reason)}
 	}
 	switch d.Verdict {
 	case policy.Fence:

@@ -35,6 +35,12 @@ func (p Phase) Open() bool {
 	return true
 }
 
+// ForceAnnotation, set to "true" on a NodeFence, makes the controller fence even where
+// the disruption budget says hold or wait (storm, dark zone, cooldown, concurrency, rate).
+// Pause, exclusion and dry run still apply. Setting it needs permission to create
+// nodefences/force, which the chart's ValidatingAdmissionPolicy checks.
+const ForceAnnotation = "fencing.kubefence.io/force"
+
 // FenceAction is what fencing does to the node.
 type FenceAction string
 
