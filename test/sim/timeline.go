@@ -21,7 +21,7 @@ type Entry struct {
 	What   string
 }
 
-// Incidents returns the NodeFences of a node, oldest first.
+// Incidents returns the NodeFences of a node (of every node for ""), oldest first.
 func Incidents(ctx context.Context, c *Cluster, node string) ([]v1alpha1.NodeFence, error) {
 	dyn, err := dynamicClient(c)
 	if err != nil {
@@ -37,7 +37,7 @@ func Incidents(ctx context.Context, c *Cluster, node string) ([]v1alpha1.NodeFen
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &nf); err != nil {
 			return nil, fmt.Errorf("decode incident %s: %w", u.GetName(), err)
 		}
-		if nf.Spec.NodeName == node {
+		if node == "" || nf.Spec.NodeName == node {
 			out = append(out, nf)
 		}
 	}
