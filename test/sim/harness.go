@@ -26,6 +26,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/test/sim/bmc"
+	"github.com/kubefence/kubefence/test/sim/redfish"
 )
 
 // Names the harness gives to what it installs.
@@ -49,8 +50,11 @@ type HarnessOptions struct {
 	// Cluster adjusts the cluster options (kubelet intervals, controller-manager flags).
 	Cluster func(*Options)
 	// BMC adjusts each node's BMC options (a slow or broken BMC).
-	BMC  func(node string, o *bmc.IPMIOptions)
-	Logf func(format string, args ...any)
+	BMC func(node string, o *bmc.IPMIOptions)
+	// RedfishNodes is how many of the nodes (the last ones) have a Redfish BMC instead of
+	// ipmi_sim; they are fenced by the same agent binary speaking Redfish over TLS.
+	RedfishNodes int
+	Logf         func(format string, args ...any)
 }
 
 // Harness is a simulated cluster with ipmi_sim BMCs and kubefence's CRD, credentials and
@@ -58,6 +62,8 @@ type HarnessOptions struct {
 type Harness struct {
 	Cluster    *Cluster
 	BMCs       map[string]*bmc.IPMISim
+	Redfish    map[string]*redfish.Server
+	redfishCA  *redfish.CA
 	machines   map[string]*machine
 	ConfigPath string
 	Config     *v1alpha1.Config
@@ -75,7 +81,8 @@ func StartHarness(ctx context.Context, o HarnessOptions) (h *Harness, err error)
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	h = &Harness{BMCs: map[string]*bmc.IPMISim{}, machines: map[string]*machine{}, dir: o.Dir, bin: o.BinDir, logf: o.Logf}
+	h = &Harness{BMCs: map[string]*bmc.IPMISim{}, Redfish: map[string]*redfish.Server{}, machines: map[string]*machine{},
+		dir: o.Dir, bin: o.BinDir, logf: o.Logf}
 	defer func() {
 		if err != nil {
 			_ = h.Stop()
@@ -92,8 +99,21 @@ func StartHarness(ctx context.Context, o HarnessOptions) (h *Harness, err error)
 		return h, err
 	}
 	opts := Options{Dir: filepath.Join(o.Dir, "cluster"), Logf: o.Logf}
+	if o.RedfishNodes > 0 {
+		if h.redfishCA, err = redfish.NewCA(); err != nil {
+			return h, err
+		}
+	}
 	for i := 1; i <= o.Nodes; i++ {
 		name := fmt.Sprintf("node-%d", i)
+		if i > o.Nodes-o.RedfishNodes {
+			spec, err := h.startRedfish(name, h.redfishCA)
+			if err != nil {
+				return h, err
+			}
+			opts.Nodes = append(opts.Nodes, spec)
+			continue
+		}
 		bo := bmc.IPMIOptions{Dir: filepath.Join(o.Dir, "bmc", name), PoweredOn: true}
 		if o.BMC != nil {
 			o.BMC(name, &bo)
@@ -137,6 +157,7 @@ func (m *machine) PoweredOn() (bool, error) {
 }
 
 // MachineIgnoresBMC makes node keep running whatever its BMC reports.
+// Only nodes with an ipmi_sim BMC have such a machine.
 func (h *Harness) MachineIgnoresBMC(node string) { h.machines[node].ignoresBMC.Store(true) }
 
 // BuildBinaries builds kubefence's commands into dir with the go tool.
@@ -194,6 +215,11 @@ func (h *Harness) installCredentials(ctx context.Context) error {
 	if _, err := cs.CoreV1().Secrets(ControllerNamespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create secret %s: %w", BMCSecret, err)
 	}
+	if rs := h.redfishSecret(); rs != nil {
+		if _, err := cs.CoreV1().Secrets(ControllerNamespace).Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create secret %s: %w", rs.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -218,6 +244,9 @@ func (h *Harness) writeConfig(adjust func(*v1alpha1.Config)) error {
 			Target:    v1alpha1.TargetSource{Annotation: IPMIAddressKey},
 		}},
 		Policies: []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{ipmiAgent}}}}},
+	}
+	if h.redfishCA != nil {
+		h.redfishConfig(cfg, h.redfishCA, sum)
 	}
 	if adjust != nil {
 		adjust(cfg)
@@ -344,6 +373,9 @@ func (h *Harness) Stop() error {
 	}
 	for _, b := range h.BMCs {
 		errs = append(errs, b.Stop())
+	}
+	for _, r := range h.Redfish {
+		r.Close()
 	}
 	return errors.Join(errs...)
 }
