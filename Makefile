@@ -40,7 +40,10 @@ bench: deps build
 	$(GO) test -run '^$$' -bench StatusWarm -benchtime 2000x ./pkg/plugin/
 	$(GO) test -run '^$$' -bench ColdStart -benchtime 20x ./pkg/plugin/
 	$(GO) test -run '^$$' -bench FenceLatency -benchtime 50x ./pkg/agent/ipmi/
+	$(GO) test -run '^$$' -bench FenceConcurrent -benchtime 3x ./pkg/agent/ipmi/
 	$(GO) test -run '^$$' -bench FenceMoto -benchtime 100x ./pkg/agent/cloud/
+	$(GO) test -run '^$$' -bench Takeover -benchtime 10x ./test/sim/
+	$(GO) test -run '^$$' -bench IncidentOverhead -benchtime 1x ./test/sim/
 
 proto:
 	hack/proto.sh
