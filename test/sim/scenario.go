@@ -1,0 +1,327 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// Scenario is one scripted rehearsal of a failure, read from a YAML file written for a
+// person to read: the cluster, what happens to it and when, and what kubefence must do.
+// The invariant checker runs on every scenario whatever its expectations say.
+type Scenario struct {
+	// Name identifies the scenario; the file name when empty.
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Nodes is the number of simulated nodes, node-1 … node-N, each with an ipmi_sim BMC.
+	Nodes int `json:"nodes"`
+	// Zones maps a zone name to the nodes labelled topology.kubernetes.io/zone with it.
+	Zones map[string][]string `json:"zones,omitempty"`
+	// Controllers is how many fence-controller replicas run: controller-a, controller-b, …
+	Controllers int `json:"controllers,omitempty"`
+	// Profile is fast (kubelet Lease renewed every 1s, leaseStaleAfter 5s, leader election
+	// 4s/3s/0.5s) or default (every timing at its default). Default fast.
+	Profile string `json:"profile,omitempty"`
+	// StatefulSet is deployed before the steps start, one pod per node at most, each pod
+	// with a read-write-once volume; "@web-0" in steps names the node its pod web-0 runs on.
+	StatefulSet StatefulSetSpec `json:"statefulSet"`
+	// Storage, when "iscsi", starts a real tgtd with one target per node whose ACL admits
+	// only that node's initiator IQN, and installs fence-agent-iscsi as agent "iscsi".
+	Storage string `json:"storage,omitempty"`
+	// BMC makes every node's BMC slow to power off (offDelay).
+	BMC BMCSpec `json:"bmc,omitempty"`
+	// Config is merged over the controller's configuration (objects merge, lists replace).
+	Config map[string]any `json:"config,omitempty"`
+	// Policy is merged over every policy of the configuration.
+	Policy map[string]any `json:"policy,omitempty"`
+	// Steps happen in order.
+	Steps []Step `json:"steps"`
+	// Expect is what must have happened once the steps are done.
+	Expect Expect `json:"expect"`
+	// Timeout bounds the whole scenario after the cluster is up; default 3m.
+	Timeout Duration `json:"timeout,omitzero"`
+}
+
+// StatefulSetSpec is the workload the scenario protects.
+type StatefulSetSpec struct {
+	Name     string `json:"name,omitempty"`
+	Replicas int    `json:"replicas"`
+}
+
+// BMCSpec tunes every BMC.
+type BMCSpec struct {
+	OffDelay Duration `json:"offDelay,omitzero"`
+}
+
+// Step is one thing that happens to the cluster. It starts at At (from the moment the
+// steps begin) or After (from the end of the previous step), then, if Until is set,
+// once that condition holds; then Action runs.
+type Step struct {
+	At     Duration   `json:"at,omitzero"`
+	After  Duration   `json:"after,omitzero"`
+	Until  *Condition `json:"until,omitempty"`
+	Action string     `json:"action"`
+	// Node, Nodes or Zone name the nodes the action applies to: "node-2", "@web-0".
+	Node  string   `json:"node,omitempty"`
+	Nodes []string `json:"nodes,omitempty"`
+	Zone  string   `json:"zone,omitempty"`
+	// Count and Down/Up shape a flap: Count times down for Down, then up for Up.
+	Count int      `json:"count,omitempty"`
+	Down  Duration `json:"down,omitzero"`
+	Up    Duration `json:"up,omitzero"`
+	// DownFor is how long restartAPIServer keeps kube-apiserver stopped.
+	DownFor Duration `json:"downFor,omitzero"`
+}
+
+// Condition is something a step waits for before it acts.
+type Condition struct {
+	// Node whose incident or BMC is watched.
+	Node string `json:"node"`
+	// Phase: the node's incident has been seen in this phase.
+	Phase string `json:"phase,omitempty"`
+	// BMC: the node's BMC logged this action (e.g. off-requested, off).
+	BMC string `json:"bmc,omitempty"`
+	// Timeout bounds the wait; default 2m.
+	Timeout Duration `json:"timeout,omitzero"`
+}
+
+// Expect is what kubefence must have done by the end.
+type Expect struct {
+	// Incidents: each node's incident must reach the phase (seen by the recorder).
+	Incidents []IncidentExpect `json:"incidents,omitempty"`
+	// Moved: these StatefulSet pods run on another node than at the start.
+	Moved []string `json:"moved,omitempty"`
+	// NothingFenced: no power off, no storage cut and no release on any node.
+	NothingFenced bool `json:"nothingFenced,omitempty"`
+	// Hold is how long the expected phases must stay (a Held incident stays Held and
+	// nothing is fenced meanwhile).
+	Hold Duration `json:"hold,omitzero"`
+	// Within bounds the wait for the expectations; default 2m.
+	Within Duration `json:"within,omitzero"`
+	// PausedExit: the replica paused by pauseLeader must have exited with this code once
+	// resumed (a deposed leader exits with 2).
+	PausedExit *int `json:"pausedExit,omitempty"`
+	// Levels: the node's incident was verified at this fencing level.
+	Levels map[string]int `json:"levels,omitempty"`
+}
+
+// IncidentExpect is one node's expected incident phase.
+type IncidentExpect struct {
+	Node  string `json:"node"`
+	Phase string `json:"phase"`
+}
+
+// Duration is a time.Duration written as "5s" in YAML.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var m metav1.Duration
+	if err := m.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	d.Duration = m.Duration
+	return nil
+}
+
+// MarshalJSON writes a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return metav1.Duration{Duration: d.Duration}.MarshalJSON()
+}
+
+// Actions a step may take.
+const (
+	ActPartition        = "partition"        // kubelet stops, machine stays on: cut from the API server
+	ActPowerLoss        = "powerLoss"        // the machine loses power (by the sim's hand)
+	ActHeal             = "heal"             // a partitioned kubelet comes back with the same boot
+	ActRestart          = "restart"          // kubelet back after a reboot (new boot ID)
+	ActFlap             = "flap"             // Count times: partition for Down, restart, up for Up
+	ActPowerOn          = "powerOn"          // switch a fenced node on again (it boots anew)
+	ActStopBMC          = "stopBMC"          // the node's BMC becomes unreachable (ipmi_sim stopped)
+	ActKillLeader       = "killLeader"       // SIGKILL the leading replica and its agents
+	ActPauseLeader      = "pauseLeader"      // SIGSTOP the leading replica
+	ActResumePaused     = "resumePaused"     // SIGCONT the replica paused earlier
+	ActKillAgent        = "killAgent"        // SIGKILL the leader's fence-agent-ipmi child
+	ActRestartAPIServer = "restartAPIServer" // stop kube-apiserver, DownFor later start it again
+	ActReleaseEarly     = "releaseEarly"     // planted bug: release the node's pods and volumes now
+	ActIgnoreBMC        = "ignoreBMC"        // planted bug: the machine keeps running whatever its BMC says
+)
+
+var knownActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
+	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActKillLeader: true, ActPauseLeader: true,
+	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true}
+
+// Profiles.
+const (
+	ProfileFast    = "fast"
+	ProfileDefault = "default"
+)
+
+// LoadScenario reads and checks one scenario file.
+func LoadScenario(path string) (*Scenario, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load scenario: %w", err)
+	}
+	sc, err := ParseScenario(b)
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	if sc.Name == "" {
+		sc.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	return sc, nil
+}
+
+// LoadScenarios reads every *.yaml of dir, sorted by name.
+func LoadScenarios(dir string) ([]*Scenario, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(paths)
+	var out []*Scenario
+	for _, p := range paths {
+		sc, err := LoadScenario(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+// ParseScenario decodes a scenario strictly (an unknown field is an error), applies
+// defaults and validates it.
+func ParseScenario(b []byte) (*Scenario, error) {
+	var sc Scenario
+	if err := yaml.UnmarshalStrict(b, &sc); err != nil {
+		return nil, err
+	}
+	sc.setDefaults()
+	return &sc, sc.Validate()
+}
+
+func (sc *Scenario) setDefaults() {
+	if sc.Controllers == 0 {
+		sc.Controllers = 1
+	}
+	if sc.Profile == "" {
+		sc.Profile = ProfileFast
+	}
+	if sc.StatefulSet.Name == "" {
+		sc.StatefulSet.Name = "web"
+	}
+	if sc.Timeout.Duration == 0 {
+		sc.Timeout.Duration = 3 * time.Minute
+	}
+	if sc.Expect.Within.Duration == 0 {
+		sc.Expect.Within.Duration = 2 * time.Minute
+	}
+}
+
+// Validate returns every problem of the scenario, each naming its field.
+func (sc *Scenario) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if sc.Nodes < 2 {
+		add("nodes: %d, want at least 2", sc.Nodes)
+	}
+	if sc.StatefulSet.Replicas < 1 || sc.StatefulSet.Replicas >= sc.Nodes {
+		add("statefulSet.replicas: %d, want 1 to nodes-1 (a moved pod needs a free node)", sc.StatefulSet.Replicas)
+	}
+	if sc.Profile != ProfileFast && sc.Profile != ProfileDefault {
+		add("profile: %q, want fast or default", sc.Profile)
+	}
+	if sc.Storage != "" && sc.Storage != "iscsi" {
+		add("storage: %q, want iscsi or empty", sc.Storage)
+	}
+	for zone, nodes := range sc.Zones {
+		for _, n := range nodes {
+			if err := sc.checkRef(n); err != nil || strings.HasPrefix(n, "@") {
+				add("zones.%s: %q is not a node name", zone, n)
+			}
+		}
+	}
+	for i, st := range sc.Steps {
+		if !knownActions[st.Action] {
+			add("steps[%d].action: unknown %q", i, st.Action)
+		}
+		if st.At.Duration != 0 && st.After.Duration != 0 {
+			add("steps[%d]: set at or after, not both", i)
+		}
+		for _, ref := range append(append([]string{st.Node}, st.Nodes...), condNode(st.Until)) {
+			if ref == "" {
+				continue
+			}
+			if err := sc.checkRef(ref); err != nil {
+				add("steps[%d]: %v", i, err)
+			}
+		}
+		if st.Zone != "" && sc.Zones[st.Zone] == nil {
+			add("steps[%d].zone: %q is not in zones", i, st.Zone)
+		}
+		if st.Action == ActFlap && (st.Count < 1 || st.Down.Duration <= 0 || st.Up.Duration <= 0) {
+			add("steps[%d]: flap needs count, down and up", i)
+		}
+	}
+	for i, e := range sc.Expect.Incidents {
+		if err := sc.checkRef(e.Node); err != nil {
+			add("expect.incidents[%d]: %v", i, err)
+		}
+		if !validPhase(e.Phase) {
+			add("expect.incidents[%d].phase: unknown %q", i, e.Phase)
+		}
+	}
+	for ref := range sc.Expect.Levels {
+		if err := sc.checkRef(ref); err != nil {
+			add("expect.levels: %v", err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func condNode(c *Condition) string {
+	if c == nil {
+		return ""
+	}
+	return c.Node
+}
+
+func validPhase(p string) bool {
+	switch v1alpha1.Phase(p) {
+	case v1alpha1.PhasePending, v1alpha1.PhaseFencing, v1alpha1.PhaseFenced, v1alpha1.PhaseRemediated,
+		v1alpha1.PhaseRecovered, v1alpha1.PhaseHeld, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled:
+		return true
+	}
+	return false
+}
+
+// checkRef accepts "node-N" within range or "@<statefulset>-<ordinal>".
+func (sc *Scenario) checkRef(ref string) error {
+	if pod, ok := strings.CutPrefix(ref, "@"); ok {
+		var ord int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(pod, sc.StatefulSet.Name+"-"), "%d", &ord); err != nil ||
+			!strings.HasPrefix(pod, sc.StatefulSet.Name+"-") || ord < 0 || ord >= sc.StatefulSet.Replicas {
+			return fmt.Errorf("%q names no pod of statefulset %s", ref, sc.StatefulSet.Name)
+		}
+		return nil
+	}
+	var n int
+	if _, err := fmt.Sscanf(ref, "node-%d", &n); err != nil || n < 1 || n > sc.Nodes || ref != fmt.Sprintf("node-%d", n) {
+		return fmt.Errorf("%q is not node-1 … node-%d", ref, sc.Nodes)
+	}
+	return nil
+}
+
+// Marshal writes the scenario back as YAML, e.g. the steps a seed generated.
+func (sc *Scenario) Marshal() ([]byte, error) { return yaml.Marshal(sc) }

@@ -1,0 +1,415 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// scenarioReplica is one fence-controller process and the identity it logged.
+type scenarioReplica struct {
+	name string
+	r    *Replica
+	id   string
+}
+
+func (s *scenarioReplica) alive() bool {
+	select {
+	case <-s.r.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+var cachesSynced = regexp.MustCompile(`"Caches synced" identity="([^"]+)"`)
+
+// startControllers starts the first replica, waits for it to lead, then the others, as
+// a rolling deployment would; a supervisor restarts any replica that exits, as the
+// Deployment's kubelet would.
+func (r *runner) startControllers(ctx context.Context) error {
+	for i := range r.sc.Controllers {
+		if _, err := r.startReplica(ctx, fmt.Sprintf("controller-%c", 'a'+i)); err != nil {
+			return err
+		}
+		if i == 0 {
+			if _, err := r.h.WaitLeader(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *runner) startReplica(ctx context.Context, name string) (*scenarioReplica, error) {
+	r.mu.Lock()
+	if ctx.Err() != nil {
+		r.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	rp, err := r.h.StartController(name)
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	s := &scenarioReplica{name: name, r: rp}
+	err = pollUntil(ctx, 100*time.Millisecond, time.Minute, func(context.Context) (bool, error) {
+		if m := cachesSynced.FindStringSubmatch(rp.Log()); m != nil {
+			s.id = m[1]
+			return true, nil
+		}
+		return !s.alive(), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica %s never synced: %w", name, err)
+	}
+	r.mu.Lock()
+	r.replicas = append(r.replicas, s)
+	r.mu.Unlock()
+	go r.supervise(ctx, s)
+	return s, nil
+}
+
+// supervise restarts a replica that exited, a second later, until the run ends.
+func (r *runner) supervise(ctx context.Context, s *scenarioReplica) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-s.r.Done():
+	}
+	r.logf("replica %s exited with code %d", s.name, s.r.ExitCode())
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(time.Second):
+	}
+	next := s.name + "+"
+	if _, err := r.startReplica(ctx, next); err != nil && ctx.Err() == nil {
+		r.logf("restart of %s failed: %v", s.name, err)
+	}
+}
+
+// leader returns the live replica that holds the controller Lease.
+func (r *runner) leader(ctx context.Context) (*scenarioReplica, error) {
+	var found *scenarioReplica
+	le := r.h.Config.LeaderElection
+	err := pollUntil(ctx, 100*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := r.h.Cluster.Client.CoordinationV1().Leases(le.Namespace).Get(ctx, le.Name, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false, nil
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, s := range r.replicas {
+			if s.id == *l.Spec.HolderIdentity && s.alive() && s != r.paused {
+				found = s
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no live leader: %w", err)
+	}
+	return found, nil
+}
+
+// steps runs every step at its time.
+func (r *runner) steps(ctx context.Context) error {
+	prevEnd := r.t0
+	for i, st := range r.sc.Steps {
+		start := prevEnd.Add(st.After.Duration)
+		if st.At.Duration != 0 {
+			start = r.t0.Add(st.At.Duration)
+		}
+		if err := sleepUntil(ctx, start); err != nil {
+			return err
+		}
+		if st.Until != nil {
+			if err := r.waitCondition(ctx, *st.Until); err != nil {
+				return fmt.Errorf("step %d (%s): %w", i, st.Action, err)
+			}
+		}
+		if err := r.act(ctx, st); err != nil {
+			return fmt.Errorf("step %d (%s): %w", i, st.Action, err)
+		}
+		prevEnd = time.Now()
+	}
+	return nil
+}
+
+// sleepUntil is a scripted delay between steps, not a wait for a condition.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+func (r *runner) waitCondition(ctx context.Context, c Condition) error {
+	node := r.node(c.Node)
+	timeout := c.Timeout.Duration
+	if timeout == 0 {
+		timeout = 2 * time.Minute
+	}
+	err := pollUntil(ctx, 20*time.Millisecond, timeout, func(context.Context) (bool, error) {
+		if c.Phase != "" && !r.seenPhase(node, c.Phase) {
+			return false, nil
+		}
+		if c.BMC != "" {
+			ev, err := r.h.BMCs[node].Events()
+			if err != nil {
+				return false, err
+			}
+			for _, e := range ev {
+				if e.Action == c.BMC {
+					return true, nil
+				}
+			}
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s (phase %q, bmc %q): %w", node, c.Phase, c.BMC, err)
+	}
+	r.logf("condition met: %s phase %q bmc %q", node, c.Phase, c.BMC)
+	return nil
+}
+
+func (r *runner) seenPhase(node, phase string) bool {
+	for _, s := range r.rec.All() {
+		if s.Kind == SeenIncidentPhase && s.Node == node && s.Detail == phase {
+			return true
+		}
+	}
+	return false
+}
+
+// act carries out one step's action.
+func (r *runner) act(ctx context.Context, st Step) error {
+	nodes := r.nodes(st)
+	r.logf("%s %v", st.Action, nodes)
+	c := r.h.Cluster
+	switch st.Action {
+	case ActPartition, ActPowerLoss, ActFlap:
+		for _, n := range nodes {
+			r.mu.Lock()
+			r.disturbed[n] = true
+			r.mu.Unlock()
+		}
+	}
+	switch st.Action {
+	case ActPartition:
+		for _, n := range nodes {
+			c.Node(n).Crash()
+		}
+	case ActPowerLoss:
+		for _, n := range nodes {
+			if err := r.h.BMCs[n].SetPower(false); err != nil {
+				return err
+			}
+		}
+	case ActHeal:
+		for _, n := range nodes {
+			c.Node(n).Resume()
+		}
+	case ActRestart:
+		for _, n := range nodes {
+			c.Node(n).Restart()
+		}
+	case ActFlap:
+		return r.flap(ctx, st, nodes)
+	case ActPowerOn:
+		return r.powerOn(ctx, nodes)
+	case ActStopBMC:
+		for _, n := range nodes {
+			if err := r.h.BMCs[n].Stop(); err != nil {
+				return err
+			}
+		}
+	case ActKillLeader, ActPauseLeader:
+		return r.signalLeader(ctx, st.Action)
+	case ActResumePaused:
+		if r.paused == nil {
+			return fmt.Errorf("no replica was paused")
+		}
+		return r.paused.r.Signal(syscall.SIGCONT)
+	case ActKillAgent:
+		return r.killAgent(ctx)
+	case ActRestartAPIServer:
+		return c.RestartAPIServer(ctx, func(ctx context.Context) error {
+			return sleepUntil(ctx, time.Now().Add(st.DownFor.Duration))
+		})
+	case ActReleaseEarly:
+		return r.releaseEarly(ctx, nodes)
+	case ActIgnoreBMC:
+		for _, n := range nodes {
+			r.h.MachineIgnoresBMC(n)
+		}
+	}
+	return nil
+}
+
+func (r *runner) flap(ctx context.Context, st Step, nodes []string) error {
+	for i := range st.Count {
+		for _, n := range nodes {
+			r.h.Cluster.Node(n).Crash()
+		}
+		if err := sleepUntil(ctx, time.Now().Add(st.Down.Duration)); err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			r.h.Cluster.Node(n).Restart()
+		}
+		r.logf("flap %d of %d done", i+1, st.Count)
+		if err := sleepUntil(ctx, time.Now().Add(st.Up.Duration)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// powerOn switches nodes on once their machines have seen the power go off.
+func (r *runner) powerOn(ctx context.Context, nodes []string) error {
+	for _, n := range nodes {
+		err := pollUntil(ctx, 50*time.Millisecond, time.Minute, func(context.Context) (bool, error) {
+			return r.h.Cluster.Node(n).PoweredOff(), nil
+		})
+		if err != nil {
+			return fmt.Errorf("machine %s never went off: %w", n, err)
+		}
+		if err := r.h.BMCs[n].SetPower(true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *runner) signalLeader(ctx context.Context, action string) error {
+	l, err := r.leader(ctx)
+	if err != nil {
+		return err
+	}
+	if action == ActPauseLeader {
+		r.mu.Lock()
+		r.paused = l
+		r.mu.Unlock()
+		r.logf("pausing leader %s (%s)", l.name, l.id)
+		return l.r.Signal(syscall.SIGSTOP)
+	}
+	r.logf("killing leader %s (%s)", l.name, l.id)
+	if err := l.r.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	select {
+	case <-l.r.Done():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// killAgent SIGKILLs the IPMI agent process the leader launched: a child of the
+// leader's process whose executable is the plugin directory's "ipmi".
+func (r *runner) killAgent(ctx context.Context) error {
+	l, err := r.leader(ctx)
+	if err != nil {
+		return err
+	}
+	want := filepath.Join(r.h.Config.PluginDir, ipmiAgent)
+	var pid int
+	err = pollUntil(ctx, 20*time.Millisecond, 30*time.Second, func(context.Context) (bool, error) {
+		for _, child := range childPIDs(l.r.p.pid()) {
+			if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", child)); err == nil && exe == want {
+				pid = child
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no %s child of leader %s: %w", want, l.name, err)
+	}
+	r.logf("killing agent pid %d of leader %s", pid, l.name)
+	return syscall.Kill(pid, syscall.SIGKILL)
+}
+
+// childPIDs lists the children of pid from /proc/<pid>/task/*/children.
+func childPIDs(pid int) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// releaseEarly is a planted bug: it does what a broken controller would, tainting the
+// node out of service and deleting its pods and volume attachments while nothing has
+// fenced it.
+func (r *runner) releaseEarly(ctx context.Context, nodes []string) error {
+	cs := r.h.Cluster.Client
+	zero := int64(0)
+	for _, n := range nodes {
+		patch := fmt.Sprintf(`{"spec":{"taints":[{"key":%q,"value":"planted","effect":"NoExecute"}]}}`, outOfServiceKey)
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		pods, err := cs.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		vas, err := cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, va := range vas.Items {
+			if va.Spec.NodeName == n {
+				if err := cs.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func nodeOfPod(ctx context.Context, c *Cluster, name string) (string, error) {
+	p, err := c.Client.CoreV1().Pods(Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return p.Spec.NodeName, nil
+}
