@@ -26,6 +26,10 @@ func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alp
 	deleted := 0
 	for i := range pods {
 		pod := &pods[i]
+		if pod.Spec.NodeName != nodeName {
+			// Never trust the field selector alone with a force delete.
+			continue
+		}
 		if _, mirror := pod.Annotations[mirrorPodAnnotation]; mirror {
 			continue
 		}
