@@ -2,8 +2,8 @@ package v1alpha1
 
 import (
 	"bytes"
-	"net"
 	"fmt"
+	"net"
 	"regexp"
 	"strings"
 	"time"
