@@ -80,10 +80,9 @@ func targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, error) {
 // always asks for off: a Reboot policy powers the node on again only after its workloads
 // were released, never inside the fence, so that "verified off" is always read back.
 func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.Node, epoch int64, deadline time.Time) fencer.Event {
-	kind := fencer.FenceReturned
-	method := "Fence"
+	kind, method := fencer.FenceReturned, method(step)
 	if step.Kind == fencer.DoVerify {
-		kind, method = fencer.StateRead, "Status"
+		kind = fencer.StateRead
 	}
 	ev := fencer.Event{Kind: kind, Level: step.Level, Agent: step.Agent, Try: step.Try}
 	req, cfg, err := a.request(ctx, step.Agent, node, epoch)
