@@ -64,6 +64,9 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	// seconds. Fencing is latency-critical and rare; the budget (maxConcurrent, storm hold)
 	// bounds the burst and API Priority and Fairness protects the API server.
 	rc.QPS, rc.Burst = 500, 1000
+	// No API request may hang the incident it serves: after an API server restart a
+	// request on a half-open connection would otherwise wait for TCP to give up.
+	rc.Timeout = 30 * time.Second
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err

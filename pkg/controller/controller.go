@@ -221,6 +221,9 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	c.epoch = epoch
 	c.mu.Unlock()
 	c.metrics.leader.Set(1)
+	// Open incidents resume from their status; new ones need evidence gathered while this
+	// replica leads (see Detector.RestartClocks).
+	c.detector.RestartClocks(c.now())
 	klog.InfoS("Acting as leader", "identity", c.opts.Identity, "epoch", epoch)
 	nodes, err := c.nodes.List(everything())
 	if err == nil {

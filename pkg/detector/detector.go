@@ -152,6 +152,21 @@ func (d *Detector) recordFlap(st *nodeState, now time.Time) {
 	}
 }
 
+// RestartClocks makes every node's Lease staleness count from now, as if each had just
+// renewed. A replica calls it when it becomes leader: leadership changes hands when the
+// API server was out of reach, and then no kubelet could renew either. Staleness measured
+// across that blackout is the control plane's failure, not the nodes'; counting it would
+// open an incident for every node at once.
+func (d *Detector) RestartClocks(now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, st := range d.nodes {
+		if !st.observedAt.IsZero() && st.observedAt.Before(now) {
+			st.observedAt = now
+		}
+	}
+}
+
 // Forget drops what is known of a node.
 func (d *Detector) Forget(node string) {
 	d.mu.Lock()

@@ -178,3 +178,24 @@ func TestAssess(t *testing.T) {
 		})
 	}
 }
+
+// TestRestartClocks: staleness gathered before a leadership change (an API server
+// blackout in which no kubelet could renew) does not count; it starts again from the
+// take-over, so a dead node is found one threshold later and a live one not at all.
+func TestRestartClocks(t *testing.T) {
+	d := New(Thresholds{LeaseStaleAfter: 10 * time.Second, NotReadyAfter: 10 * time.Second})
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	renew := metav1.NewMicroTime(t0)
+	d.ObserveLease(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, t0)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+	if got := d.Assess(node, t0.Add(13*time.Second)).Health; got != Unhealthy {
+		t.Fatalf("before the restart: %s, want Unhealthy", got)
+	}
+	d.RestartClocks(t0.Add(13 * time.Second))
+	if got := d.Assess(node, t0.Add(14*time.Second)).Health; got == Unhealthy {
+		t.Errorf("right after the restart: Unhealthy on staleness gathered before it")
+	}
+	if got := d.Assess(node, t0.Add(24*time.Second)).Health; got != Unhealthy {
+		t.Errorf("a threshold after the restart with no renewal: %s, want Unhealthy", got)
+	}
+}
