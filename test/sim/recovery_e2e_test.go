@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
@@ -47,12 +48,17 @@ func fencedVictim(t *testing.T, ctx context.Context, beforeCrash func(h *Harness
 
 func addTaint(t *testing.T, ctx context.Context, c *Cluster, node string, taint corev1.Taint) {
 	t.Helper()
-	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	// The simulated kubelet updates its Node too: retry on conflict, as kubectl does.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, taint)
+		_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	n.Spec.Taints = append(n.Spec.Taints, taint)
-	if _, err := c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -100,7 +100,8 @@ func startOnce(ctx context.Context, dir string) (*Server, error) {
 	}
 	// Control ports name unix sockets under /run/tgtd; a random one rarely collides, and
 	// a collision makes tgtd exit at once ("another tgtd is using"), so Start retries.
-	control := 1000 + rand.IntN(60000)
+	// tgtd refuses control ports above 32767 ("-C argument value out of range").
+	control := 1000 + rand.IntN(31000)
 	logf, err := os.OpenFile(filepath.Join(dir, "tgtd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open tgtd log: %w", err)
