@@ -167,6 +167,12 @@ func New(opts Options) (*Controller, error) {
 	if _, err := nfInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onNodeFence(obj) },
 		UpdateFunc: func(_, obj any) { c.onNodeFence(obj) },
+		DeleteFunc: func(obj any) {
+			// A deleted incident's last write has nothing left to stand in for.
+			if u, ok := unwrapDeleted(obj).(*unstructured.Unstructured); ok {
+				c.store.forget(u.GetName())
+			}
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -176,11 +182,15 @@ func New(opts Options) (*Controller, error) {
 // Metrics returns the controller's registry handle for the HTTP server.
 func (c *Controller) Metrics() *metrics { return c.metrics }
 
-func (c *Controller) enqueueObject(obj any) {
+func unwrapDeleted(obj any) any {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+		return d.Obj
 	}
-	if n, ok := obj.(*corev1.Node); ok {
+	return obj
+}
+
+func (c *Controller) enqueueObject(obj any) {
+	if n, ok := unwrapDeleted(obj).(*corev1.Node); ok {
 		c.queue.Add(n.Name)
 	}
 }

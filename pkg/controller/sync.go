@@ -48,7 +48,10 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	} else {
 		obs = c.detector.Assess(node, now)
 	}
-	c.markPods(ctx, obs, now)
+	if pol == nil || !dryRun(c.cfg, pol) {
+		// Shadow mode touches nothing, not even the pods' NodeUnreachable condition.
+		c.markPods(ctx, obs, now)
+	}
 	inc, err := c.openIncident(name)
 	if err != nil {
 		return 0, err
