@@ -55,6 +55,9 @@ type Options struct {
 	ControllerManagerArgs []string
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
+	// Restarted, if set, hears of every restart of kube-controller-manager or
+	// kube-scheduler after the process exited on its own (see superviseComponent).
+	Restarted func(name string, exit error)
 }
 
 func (o *Options) setDefaults() {
@@ -107,6 +110,8 @@ type Cluster struct {
 
 	mu    sync.Mutex
 	procs []*process
+	// stopping is closed (under mu) when Stop begins: no process is launched after it.
+	stopping chan struct{}
 
 	informers informers.SharedInformerFactory
 	nodes     []*Node
@@ -128,7 +133,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start cluster: %w", err)
 	}
-	c := &Cluster{opts: opts, dir: opts.Dir, logDir: filepath.Join(opts.Dir, "logs"), logf: opts.Logf}
+	c := &Cluster{opts: opts, dir: opts.Dir, logDir: filepath.Join(opts.Dir, "logs"), logf: opts.Logf,
+		stopping: make(chan struct{})}
 	if err := c.start(ctx, bins); err != nil {
 		return nil, errors.Join(fmt.Errorf("start cluster: %w", err), c.Stop())
 	}
@@ -230,10 +236,14 @@ func (c *Cluster) PIDs() map[string]int {
 // LogDir is where each component writes <name>.log.
 func (c *Cluster) LogDir() string { return c.logDir }
 
-// Stop ends the kubelet loops, then kills every process group it started, newest first, and
-// waits for each. It is safe to call more than once; later calls return the first result.
+// Stop ends the supervision of the control plane and the kubelet loops, then kills every
+// process group it started, newest first, and waits for each. It is safe to call more than
+// once; later calls return the first result.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
+		c.mu.Lock()
+		close(c.stopping)
+		c.mu.Unlock()
 		if c.cancel != nil {
 			c.cancel()
 		}

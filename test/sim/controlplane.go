@@ -186,16 +186,87 @@ func (c *Cluster) startControllers(ctx context.Context, b binaries, kcmArgs []st
 		return err
 	}
 	schedURL := "https://127.0.0.1:" + strconv.Itoa(ports[1]) + "/healthz"
-	return waitHealthy(ctx, schedProc, insecure, schedURL, "", readyTimeout)
+	if err := waitHealthy(ctx, schedProc, insecure, schedURL, "", readyTimeout); err != nil {
+		return err
+	}
+	go c.superviseComponent("kube-controller-manager", kcmProc)
+	go c.superviseComponent("kube-scheduler", schedProc)
+	return nil
 }
 
-// launch starts a process and records it so Stop kills it even if Start fails later.
+// Restart delays of a component that keeps exiting, as the kubelet's crash-loop back-off
+// for a static pod: the first restart at once, then 10s doubling up to 5 minutes; a run
+// longer than backoffReset starts the sequence over.
+const (
+	backoffFirst = 10 * time.Second
+	backoffMax   = 5 * time.Minute
+	backoffReset = 10 * time.Minute
+)
+
+// superviseComponent restarts kube-controller-manager or kube-scheduler whenever it exits
+// before Stop, with the same arguments and a log of its own per run (name-runN.log), as
+// the kubelet restarts the static pods of a real control plane. Both are meant to exit on
+// a fatal inconsistency and be restarted: kube-scheduler v1.36.3 exits ("Pod updated on a
+// different node than previously added to. Scheduler cache is corrupted") when, after an
+// API server restart, its relist folds the deletion of an assigned pod and the creation of
+// its same-named replacement into one update (kubernetes/kubernetes#141255). Without a
+// restart no pod would ever be scheduled again.
+func (c *Cluster) superviseComponent(name string, p *process) {
+	restarts, run := 0, 1
+	for {
+		began := time.Now()
+		select {
+		case <-c.stopping:
+			return
+		case <-p.done:
+		}
+		select {
+		case <-c.stopping:
+			return // Stop killed it
+		default:
+		}
+		if time.Since(began) > backoffReset {
+			restarts = 0
+		}
+		var delay time.Duration
+		if restarts > 0 {
+			delay = min(backoffFirst<<(restarts-1), backoffMax)
+		}
+		restarts++
+		run++
+		c.logf("sim: %s (pid %d) exited (%v); restarting in %s, log %s", p.name, p.pid(), p.waitErr, delay, p.logPath)
+		select {
+		case <-c.stopping:
+			return
+		case <-time.After(delay):
+		}
+		np, err := c.launch(fmt.Sprintf("%s-run%d", name, run), p.cmd.Path, p.cmd.Args[1:])
+		if err != nil {
+			c.logf("sim: restart %s: %v", name, err)
+			return
+		}
+		if c.opts.Restarted != nil {
+			c.opts.Restarted(name, p.waitErr)
+		}
+		p = np
+	}
+}
+
+// launch starts a process and records it so Stop kills it even if Start fails later. Once
+// Stop has begun it launches nothing.
 func (c *Cluster) launch(name, bin string, args []string) (*process, error) {
+	c.mu.Lock()
+	select {
+	case <-c.stopping:
+		c.mu.Unlock()
+		return nil, fmt.Errorf("start %s: cluster stopping", name)
+	default:
+	}
 	p, err := startProcess(c.logDir, name, bin, args)
 	if err != nil {
+		c.mu.Unlock()
 		return nil, err
 	}
-	c.mu.Lock()
 	c.procs = append(c.procs, p)
 	c.mu.Unlock()
 	c.logf("sim: started %s (pid %d), log %s", name, p.pid(), p.logPath)

@@ -1,7 +1,8 @@
 // Package sim is kubefence's simulated cluster: a real etcd, kube-apiserver,
 // kube-controller-manager and kube-scheduler on loopback, and one simulated kubelet
 // (a goroutine) per node that renews its Lease, posts Ready, runs the pods bound to it and
-// attaches their CSI volumes.
+// attaches their CSI volumes. kube-controller-manager and kube-scheduler are restarted
+// whenever they exit, as the kubelet restarts a real control plane's static pods.
 //
 // A node is alive only while its kubelet is not crashed and its Power reports on. A dead
 // node does nothing: its Lease goes stale, its pods stay Running or Terminating in the API

@@ -263,6 +263,9 @@ func (r *runner) harnessOptions() HarnessOptions {
 			if r.sc.Profile == ProfileFast {
 				o.LeaseRenewInterval, o.StatusUpdateInterval = time.Second, 2*time.Second
 			}
+			o.Restarted = func(name string, exit error) {
+				r.logf("%s exited (%v); restarted, as the kubelet restarts a static pod", name, exit)
+			}
 			for i := range o.Nodes {
 				n := &o.Nodes[i]
 				if z := zoneOf[n.Name]; z != "" {
