@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -138,9 +139,15 @@ func (s *store) forNode(node string) ([]*v1alpha1.NodeFence, error) {
 
 // openLive lists the node's open incidents from the API server itself, so that a cache
 // that has not yet seen a fresh incident cannot lead to a second one (invariant 3). It
-// lists them all: a person's request carries no label.
+// selects by spec.nodeName, a selectable field of the CRD (a person's request carries no
+// label); an API server without selectable fields (before Kubernetes 1.31) refuses the
+// selector, and then every incident is listed.
 func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFence, error) {
-	list, err := s.client.List(ctx, metav1.ListOptions{})
+	list, err := s.client.List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	if apierrors.IsBadRequest(err) {
+		list, err = s.client.List(ctx, metav1.ListOptions{})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list incidents of node %s: %w", node, err)
 	}
@@ -160,8 +167,10 @@ func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFenc
 	return out, nil
 }
 
-// create creates the incident and writes its initial status.
-func (s *store) create(ctx context.Context, nf *v1alpha1.NodeFence, epoch int64, leader string) (*v1alpha1.NodeFence, error) {
+// create creates the incident. Its status is not written yet: it is returned with nf's
+// status, which the first decision on the incident writes (saving a request per
+// incident); until then the incident reads as a fresh request, and is decided as one.
+func (s *store) create(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.NodeFence, error) {
 	u, err := toUnstructured(nf)
 	if err != nil {
 		return nil, err
@@ -174,8 +183,8 @@ func (s *store) create(ctx context.Context, nf *v1alpha1.NodeFence, epoch int64,
 	if err != nil {
 		return nil, err
 	}
-	out.Status = nf.Status
-	return s.writeStatus(ctx, out, epoch, leader)
+	out.Status = *nf.Status.DeepCopy()
+	return out, nil
 }
 
 // writeStatus writes nf's status if the stored object still has nf's resourceVersion

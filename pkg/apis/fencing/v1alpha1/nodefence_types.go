@@ -73,6 +73,7 @@ const (
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Level",type=integer,JSONPath=`.status.level`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 
 // NodeFence is one fencing incident for one node, and its durable history.
 type NodeFence struct {
