@@ -89,8 +89,12 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 
+	var guard *LeaseGuard
+	if *cfg.LeaderElection.Enabled {
+		guard = &LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
+	}
 	c, err := New(Options{
-		Config: cfg, Client: client, Dynamic: dyn, Agents: host, Identity: identity, OnDeposed: deposed,
+		Config: cfg, Client: client, Dynamic: dyn, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
 		Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}),
 	})
 	if err != nil {
@@ -134,7 +138,6 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if !*cfg.LeaderElection.Enabled {
 		go lead(ctx, 0)
 	} else {
-		c.guard = &LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
 		go func() {
 			err := Elect(ctx, client, cfg.LeaderElection, identity, lead, func() {
 				deposed(errors.New("leader lease lost"))

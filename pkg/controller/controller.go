@@ -49,6 +49,9 @@ type Options struct {
 	// OnDeposed is called when a newer leader's epoch is found on an incident: the
 	// replica must stop at once (main exits with code 2).
 	OnDeposed func(error)
+	// Guard checks the leader Lease before every write and irreversible action; nil
+	// without leader election.
+	Guard *LeaseGuard
 }
 
 // Controller detects unhealthy nodes and drives their fencing incidents.
@@ -98,7 +101,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	cfg := opts.Config
 	c := &Controller{
-		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, recorder: opts.Recorder,
+		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, recorder: opts.Recorder, guard: opts.Guard,
 		metrics: newMetrics(),
 		detector: detector.New(detector.Thresholds{
 			LeaseStaleAfter: cfg.Detection.LeaseStaleAfter.Duration,

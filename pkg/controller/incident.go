@@ -105,7 +105,8 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		if d.Verdict == policy.Hold {
 			phase = v1alpha1.PhaseHeld
 		}
-		if nf.Status.Phase != phase || nf.Status.Message != d.Message {
+		// Leader is empty until this controller first writes the status (a fresh incident).
+		if nf.Status.Phase != phase || nf.Status.Message != d.Message || nf.Status.Leader == "" {
 			if d.Verdict == policy.Hold {
 				c.metrics.holds.WithLabelValues(d.Reason).Inc()
 				c.event(node, nf, corev1.EventTypeWarning, d.Reason, "Fencing of node %s held: %s", node.Name, d.Message)
@@ -131,14 +132,26 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 }
 
 // fence runs the fencer state machine until it must wait, is done or gives up.
+//
+// The incident is written before every agent call that changes the machine (the fence
+// is then re-issued on resume) and whenever it waits or ends. What the agents answered
+// in between is written with the next of those: losing it to a crash only means the
+// fence is issued and read back again, which agents do idempotently.
 func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	plan := fencer.PlanFor(pol, c.opts.PollInterval)
+	unsaved := false
+	wait := func(d time.Duration) (time.Duration, error) {
+		if !unsaved {
+			return d, nil
+		}
+		return d, c.save(ctx, nf)
+	}
 	for {
 		now := c.now()
 		step := fencer.Next(&nf.Status, plan, now)
 		switch step.Kind {
 		case fencer.DoWait:
-			return max(step.Until.Sub(now), 10*time.Millisecond), nil
+			return wait(max(step.Until.Sub(now), 10*time.Millisecond))
 		case fencer.Done:
 			return c.fenced(ctx, nf, node, pol)
 		case fencer.GiveUp:
@@ -152,9 +165,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 				return 0, err
 			}
 		case fencer.DoFence:
-			if err := c.checkLease(ctx); err != nil {
-				return 0, err
-			}
+			// The write of the issued attempt checks the Lease right before the call.
 			if why := c.agentDownReason(step.Agent); why != "" {
 				msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
 				addStep(&nf.Status, c.now(), "LevelSkipped", msg)
@@ -169,34 +180,37 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 				return 0, err
 			}
 			addStep(&nf.Status, c.now(), "AgentCalled", fmt.Sprintf("level %d agent %s try %d: Fence off", step.Level, step.Agent, step.Try))
-			if err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
+			if _, err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
 				return 0, err
 			}
+			unsaved = true
 		case fencer.DoVerify:
-			before := len(nf.Status.Timeline)
-			if err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
+			changed, err := c.callAndApply(ctx, nf, node, plan, step)
+			if err != nil {
 				return 0, err
 			}
-			if a := lastAttempt(nf); a != nil && a.State == v1alpha1.AttemptVerifying && len(nf.Status.Timeline) == before {
-				return plan.PollInterval, nil
+			unsaved = unsaved || changed
+			if a := lastAttempt(nf); a != nil && a.State == v1alpha1.AttemptVerifying && !changed {
+				return wait(plan.PollInterval)
 			}
 		}
 	}
 }
 
-// callAndApply calls the agent for step, applies the outcome and persists it.
-func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, plan fencer.Plan, step fencer.Step) error {
+// callAndApply calls the agent for step and applies the outcome to the incident in
+// memory; it reports whether there is anything new to record.
+func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, plan fencer.Plan, step fencer.Step) (bool, error) {
 	a := lastAttempt(nf)
 	ev := c.caller.call(ctx, step, node, c.currentEpoch(), a.Deadline.Time)
 	prev := a.State
 	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {
-		return fmt.Errorf("incident %s: %w", nf.Name, err)
+		return false, fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
 	now := c.now()
 	switch {
 	case ev.Err != nil && step.Kind == fencer.DoVerify && lastAttempt(nf).State == prev && lastStepIs(nf, "AgentError", ev.Err.Error()):
 		// The same read error again while verifying: nothing new to record.
-		return nil
+		return false, nil
 	case ev.Err != nil:
 		addStep(&nf.Status, now, "AgentError", fmt.Sprintf("agent %s %s %s: %v", step.Agent, method(step), ev.ErrKind, ev.Err))
 	case step.Kind == fencer.DoFence:
@@ -205,9 +219,9 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 		addStep(&nf.Status, now, "StateReadBack", fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence))
 	default:
 		// Still verifying with nothing new: no write, the next poll comes soon.
-		return nil
+		return false, nil
 	}
-	return c.save(ctx, nf)
+	return true, nil
 }
 
 func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, plan fencer.Plan, ev fencer.Event) error {
@@ -246,17 +260,13 @@ func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	}
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFenced)).Inc()
 	c.event(node, nf, corev1.EventTypeNormal, "Fenced", "Node %s verified fenced at level %d", node.Name, nf.Status.VerifiedLevel)
-	if err := c.save(ctx, nf); err != nil {
-		return 0, err
-	}
+	// Written by release's first checkpoint, before anything is released.
 	return c.release(ctx, nf, node, pol)
 }
 
-// release carries out the policy's remediation for a verified incident.
+// release carries out the policy's remediation for a verified incident. Its checkpoint
+// writes the incident, checking the Lease first, before the first change to the cluster.
 func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
-	if err := c.checkLease(ctx); err != nil {
-		return 0, err
-	}
 	start := c.now()
 	r := *c.remedy
 	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
@@ -91,15 +93,73 @@ func currentEpoch(ctx context.Context, client kubernetes.Interface, cfg v1alpha1
 // LeaseGuard checks, right before an irreversible action, that this replica still holds
 // the Lease with the epoch it acts under: a replica paused past its lease (GC, SIGSTOP,
 // a partition) finds out here instead of fencing or releasing on stale authority.
+//
+// Checks that arrive together share one read: a check waits for a read sent after it
+// arrived, never one already under way, so each still sees the Lease as it is now.
+// A hundred incidents at once then cost a few reads of the Lease, not a hundred.
 type LeaseGuard struct {
 	Client   kubernetes.Interface
 	Config   v1alpha1.LeaderElection
 	Identity string
+
+	mu       sync.Mutex
+	inFlight bool
+	next     *leaseRead // the read the checks arriving now will share
 }
+
+type leaseRead struct {
+	done    chan struct{}
+	lease   *coordinationv1.Lease
+	err     error
+	waiters int
+}
+
+// read returns the Lease from a GET sent after the call.
+func (g *LeaseGuard) read(ctx context.Context) (*coordinationv1.Lease, error) {
+	g.mu.Lock()
+	if g.next == nil {
+		g.next = &leaseRead{done: make(chan struct{})}
+	}
+	r := g.next
+	r.waiters++
+	if !g.inFlight {
+		g.sendLocked()
+	}
+	g.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.lease, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// sendLocked sends the waiting read; when it returns, the checks that arrived meanwhile
+// get the next one.
+func (g *LeaseGuard) sendLocked() {
+	r := g.next
+	g.next, g.inFlight = nil, true
+	go func() {
+		// Shared by many checks, so bound by its own deadline rather than one caller's.
+		ctx, cancel := context.WithTimeout(context.Background(), leaseReadTimeout)
+		r.lease, r.err = g.Client.CoordinationV1().Leases(g.Config.Namespace).Get(ctx, g.Config.Name, metav1.GetOptions{})
+		cancel()
+		close(r.done)
+		g.mu.Lock()
+		g.inFlight = false
+		if g.next != nil {
+			g.sendLocked()
+		}
+		g.mu.Unlock()
+	}()
+}
+
+// leaseReadTimeout bounds one read of the leader Lease.
+const leaseReadTimeout = 10 * time.Second
 
 // Check returns ErrStaleEpoch when the Lease moved on.
 func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) error {
-	lease, err := g.Client.CoordinationV1().Leases(g.Config.Namespace).Get(ctx, g.Config.Name, metav1.GetOptions{})
+	lease, err := g.read(ctx)
 	if err != nil {
 		return fmt.Errorf("check lease %s/%s: %w", g.Config.Namespace, g.Config.Name, err)
 	}

@@ -129,7 +129,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	}
 	addStep(&nf.Status, obs.Since, "EvidenceStarted", obs.Evidence)
 	addStep(&nf.Status, now, "Detected", fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
-	created, err := c.store.create(ctx, nf, c.currentEpoch(), c.opts.Identity)
+	created, err := c.store.create(ctx, nf)
 	if err != nil {
 		return 0, err
 	}
@@ -137,8 +137,17 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	c.metrics.phaseDuration.WithLabelValues("detect").Observe(now.Sub(obs.Since).Seconds())
 	c.event(node, created, corev1.EventTypeWarning, "Detected", "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
 	klog.InfoS("Incident opened", "node", node.Name, "incident", created.Name, "evidence", obs.Evidence)
-	// Go on at once rather than wait for the informer to bring the new incident back.
-	return c.drive(ctx, created, node, pn, obs)
+	// Go on at once rather than wait for the informer to bring the new incident back; the
+	// first decision writes the status with the detection in it.
+	requeue, err := c.drive(ctx, created, node, pn, obs)
+	if err != nil {
+		// The decision failed before it could write: keep the detection on record. (If it
+		// did write, this one fails on the resourceVersion, which is fine.)
+		if serr := c.save(ctx, created); serr != nil {
+			klog.V(2).InfoS("Recording detection after a failed decision", "incident", created.Name, "err", serr)
+		}
+	}
+	return requeue, err
 }
 
 // confirmStale reads the node's Lease from the API server before an incident is opened

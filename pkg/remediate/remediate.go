@@ -47,9 +47,10 @@ type Remediator struct {
 	Client kubernetes.Interface
 	// OnStep, if set, is told of each action as it completes (for the timeline and events).
 	OnStep func(step, message string)
-	// Checkpoint, if set, persists the incident. It is called after a taint is recorded
-	// in the Remediation and before it is put on the node, so that a crash in between
-	// leaves a record of a taint kubefence owns, never a taint nobody owns.
+	// Checkpoint, if set, persists the incident. Release calls it before its first change
+	// to the cluster, and again whenever it records a taint before putting it on the node,
+	// so that a crash in between leaves a record of a taint kubefence owns, never a taint
+	// nobody owns. The caller's lease check rides on it.
 	Checkpoint func(ctx context.Context) error
 }
 
@@ -57,6 +58,13 @@ func (r *Remediator) step(step, msg string) {
 	if r.OnStep != nil {
 		r.OnStep(step, msg)
 	}
+}
+
+func (r *Remediator) checkpoint(ctx context.Context) error {
+	if r.Checkpoint == nil {
+		return nil
+	}
+	return r.Checkpoint(ctx)
 }
 
 // Release releases the workloads of the incident's node with the given strategy and
@@ -70,21 +78,32 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("release node %s: %w", nf.Spec.NodeName, err)
 	}
-	exists := err == nil
-	if exists && nf.Status.BootID != "" && node.Status.NodeInfo.BootID != nf.Status.BootID {
+	if apierrors.IsNotFound(err) {
+		node = nil
+	}
+	if node != nil && nf.Status.BootID != "" && node.Status.NodeInfo.BootID != nf.Status.BootID {
 		return fmt.Errorf("release node %s: %w (was %s, now %s)", node.Name, ErrNodeRebooted,
 			nf.Status.BootID, node.Status.NodeInfo.BootID)
 	}
+	first := FencedTaint
 	if strategy == v1alpha1.StrategyOutOfServiceTaint {
-		if !exists {
-			return nil
-		}
-		return r.addTaint(ctx, node.Name, OutOfServiceTaint, rem)
+		first = OutOfServiceTaint
 	}
-	if exists {
-		if err := r.addTaint(ctx, node.Name, FencedTaint, rem); err != nil {
+	// One checkpoint before the first change: it also records the first taint.
+	claimed := node != nil && r.claim(node, first, rem)
+	if err := r.checkpoint(ctx); err != nil {
+		if claimed {
+			rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return k == first.Key })
+		}
+		return fmt.Errorf("release node %s: record the incident before the first change: %w", nf.Spec.NodeName, err)
+	}
+	if node != nil {
+		if node, err = r.addTaint(ctx, node, first, rem); err != nil {
 			return err
 		}
+	}
+	if strategy == v1alpha1.StrategyOutOfServiceTaint {
+		return nil
 	}
 	if err := r.deletePods(ctx, nf.Spec.NodeName, rem); err != nil {
 		return err
@@ -95,47 +114,65 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	// The out-of-service taint comes last: kube-controller-manager's taint eviction queues
 	// pods by name, and a queued eviction of a pod deleted here would hit its replacement
 	// of the same name on a healthy node.
-	if strategy == v1alpha1.StrategyBoth && exists {
-		return r.addTaint(ctx, node.Name, OutOfServiceTaint, rem)
+	if strategy == v1alpha1.StrategyBoth && node != nil {
+		_, err := r.addTaint(ctx, node, OutOfServiceTaint, rem)
+		return err
 	}
 	return nil
 }
 
-func (r *Remediator) addTaint(ctx context.Context, nodeName string, taint corev1.Taint, rem *v1alpha1.Remediation) error {
+// claim records taint as kubefence's in rem if the node lacks it and it is not recorded
+// yet; it reports whether it did. A taint already on the node and not recorded is a
+// person's, and stays theirs (invariant 6).
+func (r *Remediator) claim(node *corev1.Node, taint corev1.Taint, rem *v1alpha1.Remediation) bool {
+	if hasTaint(node, taint) || slices.Contains(rem.TaintsAdded, taint.Key) {
+		return false
+	}
+	rem.TaintsAdded = append(rem.TaintsAdded, taint.Key)
+	return true
+}
+
+// addTaint puts taint on the node, starting from the given copy and reading the node
+// again only on a conflict. A taint is recorded (and checkpointed) before it is added.
+// It returns the node as last written or read.
+func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint corev1.Taint, rem *v1alpha1.Remediation) (*corev1.Node, error) {
 	added := false
+	current := node
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		node, err := r.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return err
+		if current == nil {
+			n, err := r.Client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			current = n
 		}
-		owned := slices.Contains(rem.TaintsAdded, taint.Key)
-		if hasTaint(node, taint) {
-			// Present and not recorded as ours: a person's taint, left alone (invariant 6).
+		if hasTaint(current, taint) {
 			return nil
 		}
-		if !owned {
+		if !slices.Contains(rem.TaintsAdded, taint.Key) {
 			rem.TaintsAdded = append(rem.TaintsAdded, taint.Key)
-			if r.Checkpoint != nil {
-				if err := r.Checkpoint(ctx); err != nil {
-					rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return k == taint.Key })
-					return fmt.Errorf("record taint %s before adding it: %w", taint.Key, err)
-				}
+			if err := r.checkpoint(ctx); err != nil {
+				rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return k == taint.Key })
+				return fmt.Errorf("record taint %s before adding it: %w", taint.Key, err)
 			}
 		}
-		node.Spec.Taints = append(node.Spec.Taints, taint)
-		if _, err := r.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		update := current.DeepCopy()
+		update.Spec.Taints = append(update.Spec.Taints, taint)
+		updated, err := r.Client.CoreV1().Nodes().Update(ctx, update, metav1.UpdateOptions{})
+		if err != nil {
+			current = nil
 			return err
 		}
-		added = true
+		current, added = updated, true
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("add taint %s to node %s: %w", taint.Key, nodeName, err)
+		return nil, fmt.Errorf("add taint %s to node %s: %w", taint.Key, node.Name, err)
 	}
 	if added {
 		r.step("TaintAdded", fmt.Sprintf("added %s=%s:%s", taint.Key, taint.Value, taint.Effect))
 	}
-	return nil
+	return current, nil
 }
 
 // RemoveTaints removes from the node the taints kubefence added, and no other.

@@ -3,7 +3,9 @@ package remediate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,20 +48,27 @@ func incident(verified int32, boot string) *v1alpha1.NodeFence {
 func mutations(c *fake.Clientset) []string {
 	var out []string
 	for _, a := range c.Actions() {
-		switch a.GetVerb() {
-		case "get", "list", "watch":
-			continue
+		if w := describeWrite(a); w != "" {
+			out = append(out, w)
 		}
-		name := ""
-		switch act := a.(type) {
-		case k8stesting.DeleteAction:
-			name = act.GetName()
-		case k8stesting.UpdateAction:
-			name = act.GetObject().(metav1.Object).GetName()
-		}
-		out = append(out, a.GetVerb()+" "+a.GetResource().Resource+"/"+a.GetSubresource()+" "+name)
 	}
 	return out
+}
+
+// describeWrite returns "verb resource/subresource name" for a write, "" for a read.
+func describeWrite(a k8stesting.Action) string {
+	switch a.GetVerb() {
+	case "get", "list", "watch":
+		return ""
+	}
+	name := ""
+	switch act := a.(type) {
+	case k8stesting.DeleteAction:
+		name = act.GetName()
+	case k8stesting.UpdateAction:
+		name = act.GetObject().(metav1.Object).GetName()
+	}
+	return a.GetVerb() + " " + a.GetResource().Resource + "/" + a.GetSubresource() + " " + name
 }
 
 func TestReleaseRefusesWithoutVerifiedFence(t *testing.T) {
@@ -88,6 +97,7 @@ func TestReleaseRefusesWithoutVerifiedFence(t *testing.T) {
 
 func TestReleaseStrategies(t *testing.T) {
 	person := corev1.Taint{Key: OutOfServiceTaint.Key, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
+	fenced, oos := "checkpoint ["+FencedTaint.Key+"]", "checkpoint ["+FencedTaint.Key+" "+OutOfServiceTaint.Key+"]"
 	tests := map[string]struct {
 		strategy   v1alpha1.RemediationStrategy
 		taints     []corev1.Taint
@@ -96,45 +106,53 @@ func TestReleaseStrategies(t *testing.T) {
 	}{
 		"both: NoSchedule taint, pods, attachments, then out-of-service": {
 			strategy: v1alpha1.StrategyBoth,
-			want: []string{"update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
-				"delete volumeattachments/ va-dead", "update nodes/ dead"},
+			want: []string{fenced, "update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
+				"delete volumeattachments/ va-dead", oos, "update nodes/ dead"},
 			wantTaints: []string{FencedTaint.Key, OutOfServiceTaint.Key},
 		},
 		"direct: no out-of-service taint": {
 			strategy: v1alpha1.StrategyDirect,
-			want: []string{"update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
+			want: []string{fenced, "update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
 				"delete volumeattachments/ va-dead"},
 			wantTaints: []string{FencedTaint.Key},
 		},
 		"out-of-service only": {
 			strategy:   v1alpha1.StrategyOutOfServiceTaint,
-			want:       []string{"update nodes/ dead"},
+			want:       []string{"checkpoint [" + OutOfServiceTaint.Key + "]", "update nodes/ dead"},
 			wantTaints: []string{OutOfServiceTaint.Key},
 		},
 		"a person's out-of-service taint is not claimed": {
 			strategy:   v1alpha1.StrategyOutOfServiceTaint,
 			taints:     []corev1.Taint{person},
-			want:       nil,
+			want:       []string{"checkpoint []"},
 			wantTaints: nil,
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			c := fake.NewSimpleClientset(objects(tc.taints)...) //nolint:staticcheck // field-managed fake not needed
-			checkpoints := 0
-			r := &Remediator{Client: c, Checkpoint: func(context.Context) error { checkpoints++; return nil }}
+			// One log of checkpoints (with the taints recorded at that moment) and writes,
+			// in the order they happened.
+			var log []string
 			var rem v1alpha1.Remediation
+			r := &Remediator{Client: c, Checkpoint: func(context.Context) error {
+				log = append(log, fmt.Sprintf("checkpoint %v", rem.TaintsAdded))
+				return nil
+			}}
+			c.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if w := describeWrite(a); w != "" {
+					log = append(log, w)
+				}
+				return false, nil, nil
+			})
 			if err := r.Release(context.Background(), incident(1, "boot-1"), tc.strategy, &rem); err != nil {
 				t.Fatal(err)
 			}
-			if got := mutations(c); !slices.Equal(got, tc.want) {
-				t.Errorf("writes = %q, want %q", got, tc.want)
+			if !slices.Equal(log, tc.want) {
+				t.Errorf("checkpoints and writes = %q, want %q", log, tc.want)
 			}
 			if !slices.Equal(rem.TaintsAdded, tc.wantTaints) {
 				t.Errorf("recorded taints %v, want %v", rem.TaintsAdded, tc.wantTaints)
-			}
-			if checkpoints != len(tc.wantTaints) {
-				t.Errorf("%d checkpoints, want one before each taint", checkpoints)
 			}
 			// Idempotent: a second run finds nothing left to do.
 			c.ClearActions()
@@ -145,5 +163,23 @@ func TestReleaseStrategies(t *testing.T) {
 				t.Errorf("second release wrote %q", got)
 			}
 		})
+	}
+}
+
+// A checkpoint that fails stops Release before it changes anything, and the taint it
+// would have recorded is not left in the record.
+func TestReleaseStopsWhenCheckpointFails(t *testing.T) {
+	c := fake.NewSimpleClientset(objects(nil)...) //nolint:staticcheck // field-managed fake not needed
+	r := &Remediator{Client: c, Checkpoint: func(context.Context) error { return errors.New("lease lost") }}
+	var rem v1alpha1.Remediation
+	err := r.Release(context.Background(), incident(1, "boot-1"), v1alpha1.StrategyBoth, &rem)
+	if err == nil || !strings.Contains(err.Error(), "lease lost") {
+		t.Fatalf("Release error = %v, want the checkpoint's", err)
+	}
+	if m := mutations(c); len(m) != 0 {
+		t.Errorf("Release changed the cluster after a failed checkpoint: %v", m)
+	}
+	if len(rem.TaintsAdded) != 0 {
+		t.Errorf("taints recorded after a failed checkpoint: %v", rem.TaintsAdded)
 	}
 }

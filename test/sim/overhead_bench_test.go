@@ -3,19 +3,27 @@ package sim
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/controller"
@@ -41,15 +49,77 @@ func (instantAgent) Unfence(context.Context, plugin.Request) (plugin.Result, err
 	return plugin.Result{State: plugin.StateOn}, nil
 }
 
-// BenchmarkIncidentOverhead: 100 nodes die at once on a real kube-apiserver; an in-process
-// controller with an agent that answers instantly fences them all. Reported per incident:
-// time from Detected to Remediated, i.e. the controller's overhead. Target p99 < 100ms.
+// BenchmarkIncidentOverhead: nodes die at once on a real kube-apiserver; an in-process
+// controller with an agent that answers instantly fences them all. It runs as a leader
+// does in production: every write checks the leader Lease, events go to the API server.
+// Reported: time from Detected to Remediated per incident, i.e. the controller's overhead
+// including its API requests and its queueing behind the other incidents (target p99 <
+// 100ms); the API requests the controller sent per incident; the controller's own CPU
+// time per incident (the API server and etcd run in other processes).
 //
 //	go test ./test/sim -run '^$' -bench IncidentOverhead -benchtime 1x
 func BenchmarkIncidentOverhead(b *testing.B) {
 	for _, nodes := range []int{1, 100} {
 		b.Run(fmt.Sprintf("incidents=%d", nodes), func(b *testing.B) { incidentOverhead(b, nodes) })
 	}
+}
+
+// requestCounter counts the requests the clients it wraps send, by verb and resource.
+type requestCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (r *requestCounter) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		key := req.Method + " " + resourceOf(req.URL.Path)
+		if req.URL.Query().Get("watch") == "true" {
+			key = "WATCH " + resourceOf(req.URL.Path)
+		}
+		r.mu.Lock()
+		r.counts[key]++
+		r.mu.Unlock()
+		return next.RoundTrip(req)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+func (r *requestCounter) reset() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.counts
+	r.counts = map[string]int{}
+	return out
+}
+
+// resourceOf returns the resource (and subresource) of an API path:
+// /api/v1/nodes/n → nodes, /apis/g/v/namespaces/ns/leases/l → leases.
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	if len(parts) > 0 && parts[0] == "apis" && len(parts) > 3 {
+		parts = parts[3:]
+	} else if len(parts) > 2 {
+		parts = parts[2:]
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return "?"
+	case 3:
+		return parts[0] + "/" + parts[2]
+	}
+	return parts[0]
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func incidentOverhead(b *testing.B, nodes int) {
@@ -64,16 +134,36 @@ func incidentOverhead(b *testing.B, nodes int) {
 		b.Fatal(err)
 	}
 	var all []time.Duration
+	var requests int
+	var cpu, span time.Duration
 	for i := range b.N {
-		all = append(all, incidentRound(b, ctx, c, fmt.Sprintf("r%d-", i), nodes)...)
+		r := incidentRound(b, ctx, c, fmt.Sprintf("r%d-", i), nodes)
+		all = append(all, r.latencies...)
+		cpu += r.cpu
+		span = max(span, r.span)
+		for k, n := range r.requests {
+			requests += n
+			b.Logf("round %d: %4d %s (%.2f per incident)", i, n, k, float64(n)/float64(nodes))
+		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(all[len(all)-1].Microseconds())/1000, "max-ms")
+	b.ReportMetric(float64(requests)/float64(len(all)), "requests/incident")
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(all)), "cpu-ms/incident")
+	b.ReportMetric(float64(span.Microseconds())/1000, "all-done-ms")
 }
 
-func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string, nodes int) []time.Duration {
+type roundResult struct {
+	latencies []time.Duration
+	// span runs from the first detection to the last remediation.
+	span     time.Duration
+	requests map[string]int
+	cpu      time.Duration
+}
+
+func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string, nodes int) roundResult {
 	for i := range nodes {
 		name := fmt.Sprintf("%snode-%d", prefix, i)
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"bmc": name}}}
@@ -88,24 +178,50 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 		}
 	}
 	all := intstr.FromString("100%")
-	off := false
 	cfg := &v1alpha1.Config{
-		LeaderElection: v1alpha1.LeaderElection{Enabled: &off},
-		Detection:      v1alpha1.Detection{LeaseStaleAfter: metav1.Duration{Duration: 2 * time.Second}},
+		Detection: v1alpha1.Detection{LeaseStaleAfter: metav1.Duration{Duration: 2 * time.Second}},
 		Agents: []v1alpha1.Agent{{Name: "instant", SHA256: fmt.Sprintf("%064d", 0),
 			Target: v1alpha1.TargetSource{Annotation: "bmc"}}},
 		Policies: []v1alpha1.Policy{{Name: "all", Levels: []v1alpha1.Level{{Agents: []string{"instant"}}},
 			Budget: v1alpha1.Budget{MaxConcurrent: int32(nodes), MaxUnhealthy: &all}}},
 	}
 	cfg.Default()
-	dyn, err := dynamic.NewForConfig(c.Config)
+	// This replica holds the leader Lease (epoch 1) for the whole round; the guard reads
+	// it before every write, as in production.
+	identity := prefix + "bench"
+	le := cfg.LeaderElection
+	holder, dur := identity, int32(3600)
+	now := metav1.NewMicroTime(time.Now())
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: le.Namespace}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	_ = c.Client.CoordinationV1().Leases(le.Namespace).Delete(ctx, le.Name, metav1.DeleteOptions{})
+	if _, err := c.Client.CoordinationV1().Leases(le.Namespace).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur, AcquireTime: &now, RenewTime: &now},
+	}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	counter := &requestCounter{counts: map[string]int{}}
+	rc := *c.Config
+	rc.QPS, rc.Burst = 500, 1000
+	rc.Wrap(counter.wrap)
+	client := mustClient(b, &rc)
+	dyn, err := dynamic.NewForConfig(&rc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	rc := *c.Config
-	rc.QPS, rc.Burst = 500, 1000
-	ctl, err := controller.New(controller.Options{Config: cfg, Client: mustClient(b, &rc), Dynamic: dyn,
-		Agents: instantAgent{}, Identity: "bench"})
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	ctl, err := controller.New(controller.Options{Config: cfg, Client: client, Dynamic: dyn,
+		Agents: instantAgent{}, Identity: identity,
+		Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}),
+		Guard:    &controller.LeaseGuard{Client: client, Config: le, Identity: identity}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,8 +230,11 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 	if err := ctl.StartInformers(runCtx); err != nil {
 		b.Fatal(err)
 	}
+	counter.reset()
+	cpuStart := cpuTime()
 	go ctl.Run(runCtx, 1)
 	var out []time.Duration
+	var first, last time.Time
 	// One list per poll: a hundred lists a poll would load the API server more than the
 	// controller under test does.
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -123,7 +242,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 		if err != nil {
 			return false, nil
 		}
-		out = out[:0]
+		out, first, last = out[:0], time.Time{}, time.Time{}
 		for _, nf := range incs {
 			if !strings.HasPrefix(nf.Spec.NodeName, prefix) {
 				continue
@@ -134,13 +253,20 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 			detected, _ := stepAt(nf, "Detected")
 			done, _ := stepAt(nf, "Remediated")
 			out = append(out, done.Sub(detected))
+			if first.IsZero() || detected.Before(first) {
+				first = detected
+			}
+			if done.After(last) {
+				last = done
+			}
 		}
 		return len(out) == nodes, nil
 	})
 	if err != nil {
 		b.Fatalf("not every incident remediated: %v", err)
 	}
-	return out
+	// The poll's own work in this process is small next to a hundred incidents'.
+	return roundResult{latencies: out, span: last.Sub(first), requests: counter.reset(), cpu: cpuTime() - cpuStart}
 }
 
 func mustClient(b *testing.B, rc *rest.Config) kubernetes.Interface {
