@@ -65,7 +65,7 @@ func fastHarnessWith(t *testing.T, ctx context.Context, o HarnessOptions) *Harne
 }
 
 func dumpLogs(t *testing.T, h *Harness) {
-	for _, p := range h.procs {
+	for _, p := range h.processes() {
 		if b, err := os.ReadFile(p.logPath); err == nil {
 			lines := strings.Split(string(b), "\n")
 			t.Logf("--- %s log (last 60 lines) ---\n%s", p.name, strings.Join(lines[max(0, len(lines)-60):], "\n"))

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -69,7 +71,23 @@ type Harness struct {
 	Config     *v1alpha1.Config
 	dir, bin   string
 	logf       func(string, ...any)
-	procs      []*process
+
+	procsMu sync.Mutex
+	procs   []*process // controllers and remote agents, guarded by procsMu
+}
+
+// track records a process the harness started, so that Stop stops it.
+func (h *Harness) track(p *process) {
+	h.procsMu.Lock()
+	h.procs = append(h.procs, p)
+	h.procsMu.Unlock()
+}
+
+// processes returns the processes the harness started itself.
+func (h *Harness) processes() []*process {
+	h.procsMu.Lock()
+	defer h.procsMu.Unlock()
+	return slices.Clone(h.procs)
 }
 
 // StartHarness starts BMCs, the cluster and installs kubefence's prerequisites. On
@@ -302,7 +320,7 @@ func (h *Harness) StartController(name string, extraArgs ...string) (*Replica, e
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	h.procs = append(h.procs, p)
+	h.track(p)
 	return &Replica{p: p}, nil
 }
 
@@ -356,7 +374,7 @@ func (h *Harness) PIDs() map[string]int {
 	for name, b := range h.BMCs {
 		pids["bmc-"+name] = b.PID()
 	}
-	for _, p := range h.procs {
+	for _, p := range h.processes() {
 		pids[p.name] = p.pid()
 	}
 	return pids
@@ -365,7 +383,7 @@ func (h *Harness) PIDs() map[string]int {
 // Stop stops controllers, the cluster and the BMCs, by PID, and reports every failure.
 func (h *Harness) Stop() error {
 	var errs []error
-	for _, p := range h.procs {
+	for _, p := range h.processes() {
 		errs = append(errs, p.stop(5*time.Second))
 	}
 	if h.Cluster != nil {

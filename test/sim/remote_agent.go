@@ -65,7 +65,7 @@ func (h *Harness) StartRemoteAgent(ctx context.Context, name, binary string) (*R
 	if err != nil {
 		return nil, err
 	}
-	h.procs = append(h.procs, p)
+	h.track(p)
 	r := &RemoteAgent{Address: addr, Replica: &Replica{p: p},
 		TLS: v1alpha1.AgentTLS{CertFile: files["client"] + ".crt", KeyFile: files["client"] + ".key", CAFile: caFile}}
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
