@@ -41,6 +41,9 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 	case v1alpha1.PhaseFenced:
 		return c.release(ctx, nf, node, pol)
 	case v1alpha1.PhaseRemediated:
+		if obs.Health == detector.Unhealthy {
+			return c.releaseLate(ctx, nf, node, obs, pol)
+		}
 		return c.recover(ctx, nf, node, obs)
 	}
 	return 0, nil
@@ -362,6 +365,63 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	addStep(&nf.Status, now, "Recovered", fmt.Sprintf("node Ready with new boot ID %s", obs.BootID))
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRecovered)).Inc()
 	c.event(node, nf, corev1.EventTypeNormal, "Recovered", "Node %s is back with a new boot; incident %s closed", node.Name, nf.Name)
+	return 0, c.save(ctx, nf)
+}
+
+// releaseLate releases pods bound to a fenced node after its incident was remediated.
+// The fenced taint keeps the scheduler off the node, but a scheduler working from a
+// stale cache (after an API server restart, say) can still bind a pod there, where it
+// would wait for a machine that is off until kube-controller-manager's eviction gets to
+// it. Only a pod that does not tolerate the fenced taint sets this off, and the pods go
+// only after every agent that fenced the node reads the fence back as still holding.
+func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation, pol *v1alpha1.Policy) (time.Duration, error) {
+	if pol.Remediation == v1alpha1.StrategyOutOfServiceTaint || (obs.BootID != "" && obs.BootID != nf.Status.BootID) {
+		// Kubernetes itself releases an out-of-service node's pods; a new boot is recovery's.
+		return 0, nil
+	}
+	var late []string
+	for _, p := range c.podsOn(node.Name) {
+		_, mirror := p.Annotations["kubernetes.io/config.mirror"]
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || mirror ||
+			policy.Tolerates(p, &remediate.FencedTaint) {
+			continue
+		}
+		late = append(late, p.Namespace+"/"+p.Name)
+	}
+	if len(late) == 0 {
+		return 0, nil
+	}
+	if err := c.checkLease(ctx); err != nil {
+		return 0, err
+	}
+	var reads []string
+	for _, at := range verifiedAttempts(nf) {
+		step := fencer.Step{Kind: fencer.DoVerify, Level: at.Level, Agent: at.Agent, Try: at.Try}
+		ev := c.caller.call(ctx, step, node, c.currentEpoch(), c.now().Add(time.Minute))
+		if ev.Err != nil || ev.State != fencer.StateFenced {
+			msg := fmt.Sprintf("pods %v were bound to the node after its release and are left alone: agent %s does not read the fence back (state %q, error %v)",
+				late, at.Agent, ev.State, ev.Err)
+			if lastStepIs(nf, "LateReleaseRefused", msg) {
+				return 0, nil
+			}
+			addStep(&nf.Status, c.now(), "LateReleaseRefused", msg)
+			c.event(node, nf, corev1.EventTypeWarning, "LateReleaseRefused", "%s", msg)
+			return 0, c.save(ctx, nf)
+		}
+		reads = append(reads, fmt.Sprintf("agent %s reads %s", at.Agent, ev.State))
+	}
+	msg := fmt.Sprintf("pods %v were bound to the fenced node after its release; %s", late, strings.Join(reads, ", "))
+	addStep(&nf.Status, c.now(), "LateRelease", msg)
+	c.event(node, nf, corev1.EventTypeWarning, "LateRelease", "%s", msg)
+	r := *c.remedy
+	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }
+	r.Checkpoint = func(ctx context.Context) error { return c.save(ctx, nf) }
+	if err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation); err != nil {
+		if serr := c.save(ctx, nf); serr != nil {
+			klog.ErrorS(serr, "Recording late release", "incident", nf.Name)
+		}
+		return 0, err
+	}
 	return 0, c.save(ctx, nf)
 }
 

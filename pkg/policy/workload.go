@@ -55,8 +55,18 @@ func UnreachableToleration(pods []*corev1.Pod) *time.Duration {
 	return least
 }
 
-// tolerates is corev1.Toleration.ToleratesTaint without its logger and feature gates,
-// for the only taint asked about here.
+// Tolerates reports whether one of the pod's tolerations tolerates taint.
+func Tolerates(pod *corev1.Pod, taint *corev1.Taint) bool {
+	for i := range pod.Spec.Tolerations {
+		if tolerates(&pod.Spec.Tolerations[i], taint) {
+			return true
+		}
+	}
+	return false
+}
+
+// tolerates is corev1.Toleration.ToleratesTaint without its logger and feature gates
+// (which only add comparison operators for numeric values).
 func tolerates(t *corev1.Toleration, taint *corev1.Taint) bool {
 	if t.Effect != "" && t.Effect != taint.Effect {
 		return false

@@ -130,3 +130,26 @@ func TestNewNode(t *testing.T) {
 		t.Errorf("NewNode without labels = %+v", n)
 	}
 }
+
+func TestTolerates(t *testing.T) {
+	taint := corev1.Taint{Key: "fencing.kubefence.io/fenced", Value: "true", Effect: corev1.TaintEffectNoSchedule}
+	tests := map[string]struct {
+		tol  []corev1.Toleration
+		want bool
+	}{
+		"none":                 {nil, false},
+		"everything":           {[]corev1.Toleration{{Operator: corev1.TolerationOpExists}}, true},
+		"the key, any value":   {[]corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpExists}}, true},
+		"the key and value":    {[]corev1.Toleration{{Key: taint.Key, Value: "true"}}, true},
+		"another value":        {[]corev1.Toleration{{Key: taint.Key, Value: "false"}}, false},
+		"another effect":       {[]corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}, false},
+		"another key":          {[]corev1.Toleration{{Key: "node.kubernetes.io/unreachable", Operator: corev1.TolerationOpExists}}, false},
+		"one of several match": {[]corev1.Toleration{{Key: "x", Operator: corev1.TolerationOpExists}, {Key: taint.Key, Operator: corev1.TolerationOpExists}}, true},
+	}
+	for name, tc := range tests {
+		pod := &corev1.Pod{Spec: corev1.PodSpec{Tolerations: tc.tol}}
+		if got := Tolerates(pod, &taint); got != tc.want {
+			t.Errorf("%s: Tolerates = %v, want %v", name, got, tc.want)
+		}
+	}
+}

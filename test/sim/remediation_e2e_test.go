@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,4 +261,92 @@ func TestOutOfServiceTaintStrategy(t *testing.T) {
 		t.Errorf("invariant 1 violated: %s", v)
 	}
 	logReleaseTimes(t, nf, rec, victim)
+}
+
+// TestLateBoundPodReleased: a scheduler working from a stale cache binds a pod to a node
+// already fenced and released (here the test binds it itself). kubefence reads the fence
+// back and releases that pod too; a pod that tolerates the fenced taint does not set this
+// off; and once the fence can no longer be read back, a late pod is left alone and the
+// refusal recorded. Direct strategy: no out-of-service taint, so only kubefence can
+// delete the pods within the test's time.
+func TestLateBoundPodReleased(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	h := fastHarness(t, ctx, func(cfg *v1alpha1.Config) { cfg.Policies[0].Remediation = v1alpha1.StrategyDirect })
+	c := h.Cluster
+	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
+		t.Fatal(err)
+	}
+	victim, err := podNode(ctx, c, Namespace, "web-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.StartController("controller"); err != nil {
+		t.Fatal(err)
+	}
+	c.Node(victim).Crash()
+	waitReleased(t, ctx, h, victim)
+
+	bind := func(name string, tolerations ...corev1.Toleration) {
+		t.Helper()
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: name},
+			Spec: corev1.PodSpec{NodeName: victim, Tolerations: tolerations,
+				Containers: []corev1.Container{{Name: "c", Image: "none"}}}}
+		if _, err := c.Client.CoreV1().Pods(Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The step of the incident whose message names pod, once it is recorded.
+	waitStep := func(typ, pod string) v1alpha1.Step {
+		t.Helper()
+		var found v1alpha1.Step
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			incs, err := Incidents(ctx, c, victim)
+			if err != nil || len(incs) == 0 {
+				return false, nil
+			}
+			for _, s := range incs[len(incs)-1].Status.Timeline {
+				if s.Type == typ && strings.Contains(s.Message, Namespace+"/"+pod) {
+					found = s
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("no %s step naming %s: %v", typ, pod, err)
+		}
+		return found
+	}
+	exists := func(pod string) bool {
+		_, err := c.Client.CoreV1().Pods(Namespace).Get(ctx, pod, metav1.GetOptions{})
+		return err == nil
+	}
+
+	bind("tolerant", corev1.Toleration{Key: fencedTaint, Operator: corev1.TolerationOpExists})
+	bind("late")
+	step := waitStep("LateRelease", "late")
+	if strings.Contains(step.Message, "tolerant") || !strings.Contains(step.Message, "reads off") {
+		t.Errorf("LateRelease step %q: want only the late pod named, and the fence read back off", step.Message)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return !exists("late"), nil
+	})
+	if err != nil {
+		t.Fatalf("the late pod was not released: %v", err)
+	}
+
+	// The BMC stops answering: the fence can no longer be read back, so a late pod stays.
+	// (Powering the machine on instead would boot the simulated node again: recovery.)
+	if err := h.BMCs[victim].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	bind("late-2")
+	step = waitStep("LateReleaseRefused", "late-2")
+	if strings.Contains(step.Message, "error <nil>") {
+		t.Errorf("LateReleaseRefused step %q: want the agent's error", step.Message)
+	}
+	if !exists("late-2") {
+		t.Errorf("late-2 was deleted although the fence could not be read back")
+	}
 }
