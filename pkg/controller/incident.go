@@ -267,13 +267,19 @@ func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	return c.release(ctx, nf, node, pol)
 }
 
+// remediator acts for nf: its steps go to nf's timeline, its checkpoints save nf.
+func (c *Controller) remediator(nf *v1alpha1.NodeFence) remediate.Remediator {
+	r := *c.remedy
+	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }
+	r.Checkpoint = func(ctx context.Context) error { return c.save(ctx, nf) }
+	return r
+}
+
 // release carries out the policy's remediation for a verified incident. Its checkpoint
 // writes the incident, checking the Lease first, before the first change to the cluster.
 func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	start := c.now()
-	r := *c.remedy
-	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }
-	r.Checkpoint = func(ctx context.Context) error { return c.save(ctx, nf) }
+	r := c.remediator(nf)
 	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
 	if errors.Is(err, remediate.ErrNodeRebooted) {
 		nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseRemediated, err.Error()
@@ -355,8 +361,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		}
 		addStep(&nf.Status, c.now(), "Unfenced", fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
 	}
-	r := *c.remedy
-	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }
+	r := c.remediator(nf)
 	if err := r.RemoveTaints(ctx, node.Name, &nf.Status.Remediation); err != nil {
 		return 0, err
 	}
@@ -381,7 +386,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 	}
 	var late []string
 	for _, p := range c.podsOn(node.Name) {
-		_, mirror := p.Annotations["kubernetes.io/config.mirror"]
+		_, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || mirror ||
 			policy.Tolerates(p, &remediate.FencedTaint) {
 			continue
@@ -413,9 +418,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 	msg := fmt.Sprintf("pods %v were bound to the fenced node after its release; %s", late, strings.Join(reads, ", "))
 	addStep(&nf.Status, c.now(), "LateRelease", msg)
 	c.event(node, nf, corev1.EventTypeWarning, "LateRelease", "%s", msg)
-	r := *c.remedy
-	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }
-	r.Checkpoint = func(ctx context.Context) error { return c.save(ctx, nf) }
+	r := c.remediator(nf)
 	if err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation); err != nil {
 		if serr := c.save(ctx, nf); serr != nil {
 			klog.ErrorS(serr, "Recording late release", "incident", nf.Name)

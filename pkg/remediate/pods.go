@@ -13,9 +13,6 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
-// mirrorPodAnnotation marks static pods; deleting their API mirror does nothing useful.
-const mirrorPodAnnotation = "kubernetes.io/config.mirror"
-
 // deletePods marks each pod of the node with a DisruptionTarget condition and phase
 // Failed, as PodGC does for out-of-service nodes, then deletes it with grace period 0.
 func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
@@ -30,7 +27,8 @@ func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alp
 			// Never trust the field selector alone with a force delete.
 			continue
 		}
-		if _, mirror := pod.Annotations[mirrorPodAnnotation]; mirror {
+		// A static pod's API mirror: deleting it does nothing useful.
+		if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 			continue
 		}
 		if err := r.markFailed(ctx, pod); err != nil {

@@ -25,7 +25,7 @@ func objects(nodeTaints []corev1.Taint) []runtime.Object {
 			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	}
 	mirror := pod("static", "dead")
-	mirror.Annotations = map[string]string{mirrorPodAnnotation: "x"}
+	mirror.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
 	pv := "pv-1"
 	return []runtime.Object{
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Spec: corev1.NodeSpec{Taints: nodeTaints},
