@@ -105,8 +105,9 @@ func benchProfile(t *testing.T, profile string, nodes, singles, batch int, windo
 	if err != nil {
 		t.Fatalf("start %d-node harness: %v", nodes, err)
 	}
-	pids := h.PIDs()
 	t.Cleanup(func() {
+		// Taken now, so that the controller started later is checked too.
+		pids := h.PIDs()
 		if err := h.Stop(); err != nil {
 			t.Errorf("stop harness: %v", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
 // GenerateChaos returns the scenario a seed stands for: the same seed always gives the
@@ -55,7 +56,7 @@ func chaosDisruption(rng *rand.Rand, sc *Scenario, fault string) []Step {
 		case k == 0:
 			return Step{Until: &Condition{Node: "@web-0", Phase: string(v1alpha1.PhaseFencing)}}
 		case k == 1 && sc.BMC.OffDelay.Duration > 0 && fault == ActPartition:
-			return Step{Until: &Condition{Node: "@web-0", BMC: "off-requested"}}
+			return Step{Until: &Condition{Node: "@web-0", BMC: bmc.ActionOffRequested}}
 		default:
 			return Step{After: Duration{time.Duration(rng.IntN(8000)) * time.Millisecond}}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -318,9 +319,10 @@ func TestLateBoundPodReleased(t *testing.T) {
 		}
 		return found
 	}
+	// Only a NotFound answer means gone: a failed read is not a deletion.
 	exists := func(pod string) bool {
 		_, err := c.Client.CoreV1().Pods(Namespace).Get(ctx, pod, metav1.GetOptions{})
-		return err == nil
+		return !apierrors.IsNotFound(err)
 	}
 
 	bind("tolerant", corev1.Toleration{Key: fencedTaint, Operator: corev1.TolerationOpExists})

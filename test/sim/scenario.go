@@ -156,6 +156,11 @@ const (
 	ActIgnoreBMC        = "ignoreBMC"        // planted bug: the machine keeps running whatever its BMC says
 )
 
+// nodeActions act on the nodes a step names (node, nodes or zone); without one they would
+// do nothing and a scenario would pass without testing anything.
+var nodeActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
+	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActReleaseEarly: true, ActIgnoreBMC: true}
+
 var knownActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActKillLeader: true, ActPauseLeader: true,
 	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true}
@@ -266,6 +271,9 @@ func (sc *Scenario) Validate() error {
 			if err := sc.checkRef(ref); err != nil {
 				add("steps[%d]: %v", i, err)
 			}
+		}
+		if nodeActions[st.Action] && st.Node == "" && len(st.Nodes) == 0 && st.Zone == "" {
+			add("steps[%d]: %s needs node, nodes or zone", i, st.Action)
 		}
 		if st.Zone != "" && sc.Zones[st.Zone] == nil {
 			add("steps[%d].zone: %q is not in zones", i, st.Zone)

@@ -83,6 +83,8 @@ expect:
   incidents: [{node: node-1, phase: Exploded}]
 `, []string{"node-9", "@web-3", "explode", "Exploded"}},
 		"too many replicas": {"nodes: 2\nstatefulSet: {replicas: 2}\n", []string{"statefulSet.replicas"}},
+		"node action without a node": {"nodes: 3\nstatefulSet: {replicas: 1}\nsteps:\n  - {action: powerLoss}\n",
+			[]string{"steps[0]: powerLoss needs node"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -109,6 +109,8 @@ type runner struct {
 	report  *Report
 	t0      time.Time
 
+	configErr error // the scenario's config overrides did not apply
+
 	podNode   map[string]string // pod → node at the start
 	disturbed map[string]bool
 
@@ -203,6 +205,10 @@ func (r *runner) start(ctx context.Context) (func() map[string]int, error) {
 		return pids, err
 	}
 	r.h = h
+	if r.configErr != nil {
+		// The harness would otherwise run the default config in place of the scenario's.
+		return pids, fmt.Errorf("scenario %s: config: %w", r.sc.Name, r.configErr)
+	}
 	ss := r.sc.StatefulSet
 	if err := h.Cluster.DeploySpreadStatefulSet(ctx, ss.Name, ss.Replicas); err != nil {
 		return pids, err
@@ -276,13 +282,8 @@ func (r *runner) harnessOptions() HarnessOptions {
 				}
 			}
 		},
-		BMC: func(_ string, o *bmc.IPMIOptions) { o.OffDelay = r.sc.BMC.OffDelay.Duration },
-		Config: func(c *v1alpha1.Config) {
-			if err := r.adjustConfig(c); err != nil {
-				// StartHarness validates the result; an invalid merge shows up there.
-				r.o.Logf("scenario %s: config: %v", r.sc.Name, err)
-			}
-		},
+		BMC:    func(_ string, o *bmc.IPMIOptions) { o.OffDelay = r.sc.BMC.OffDelay.Duration },
+		Config: func(c *v1alpha1.Config) { r.configErr = r.adjustConfig(c) },
 	}
 }
 
