@@ -176,7 +176,12 @@ func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) erro
 			g.Config.Namespace, g.Config.Name, holder, int64(t)+1, epoch, ErrStaleEpoch)
 	}
 	if lease.Spec.RenewTime != nil && lease.Spec.LeaseDurationSeconds != nil {
-		expiry := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+		// A standby counts the Lease's duration from when it saw the leader's record
+		// change, and client-go compares records with renewTime cut to the second: a
+		// renewal in the same second as the one before goes unseen. So a standby may take
+		// over one duration after the first renewal of renewTime's second, not of
+		// renewTime itself.
+		expiry := lease.Spec.RenewTime.Truncate(time.Second).Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
 		if now.After(expiry) {
 			return fmt.Errorf("lease %s/%s expired at %s: %w", g.Config.Namespace, g.Config.Name, expiry.UTC().Format(time.RFC3339), ErrStaleEpoch)
 		}

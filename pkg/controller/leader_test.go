@@ -31,12 +31,16 @@ func guardFor(c *fake.Clientset) *LeaseGuard {
 }
 
 func TestLeaseGuardCheck(t *testing.T) {
-	now := time.Now()
+	now := time.Date(2026, 11, 22, 6, 0, 30, 500_000_000, time.UTC)
 	tests := map[string]struct {
 		lease *coordinationv1.Lease
 		epoch int64
 		stale bool
 	}{
+		// Renewed at :15.9, so renewTime+15s is :30.9, still ahead; but a standby that
+		// missed that renewal (same second as the one before) may take over at :30.0.
+		"expiry counted from the renewal's second": {leaderLease("me", 2, now.Add(-14600*time.Millisecond)), 3, true},
+		"renewed within its duration":              {leaderLease("me", 2, now.Add(-14*time.Second)), 3, false},
 		"held at this epoch":      {leaderLease("me", 2, now), 3, false},
 		"another holder":          {leaderLease("other", 2, now), 3, true},
 		"re-acquired since":       {leaderLease("me", 4, now), 3, true},
