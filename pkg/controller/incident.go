@@ -344,6 +344,13 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		return 0, nil
 	}
 	if obs.BootID == nf.Status.BootID {
+		// Healthy and Ready alone prove nothing here: a new leader restarts the Lease
+		// clocks, and kube-controller-manager takes a while to mark a dead node's Ready
+		// Unknown. Only a renewal this process saw after the fence held shows a kubelet
+		// still running.
+		if verified := fenceVerifiedAt(nf); verified.IsZero() || !obs.RenewalSeen.After(verified) {
+			return 0, nil
+		}
 		return 0, c.contradiction(ctx, nf, node)
 	}
 	if err := c.checkLease(ctx); err != nil {
@@ -457,6 +464,17 @@ func verifiedAttempts(nf *v1alpha1.NodeFence) []v1alpha1.Attempt {
 		}
 	}
 	return out
+}
+
+// fenceVerifiedAt is when the last of the incident's verified attempts finished.
+func fenceVerifiedAt(nf *v1alpha1.NodeFence) time.Time {
+	var at time.Time
+	for _, a := range verifiedAttempts(nf) {
+		if a.Finished != nil && a.Finished.After(at) {
+			at = a.Finished.Time
+		}
+	}
+	return at
 }
 
 func nodeReady(node *corev1.Node) bool {

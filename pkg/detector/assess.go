@@ -21,7 +21,8 @@ type signal struct {
 
 // assess turns the evidence into a health, ignoring flaps.
 func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter time.Duration) Observation {
-	obs := Observation{Node: name, Health: Healthy, Undamped: Healthy, Reason: ReasonHealthy, BootID: st.bootID}
+	obs := Observation{Node: name, Health: Healthy, Undamped: Healthy, Reason: ReasonHealthy, BootID: st.bootID,
+		RenewalSeen: st.renewalSeen}
 	var signals []signal
 	if !st.observedAt.IsZero() {
 		// The Lease's clock always runs: a renewal only restarts it.

@@ -71,6 +71,10 @@ type Observation struct {
 	// counted up to FlapThreshold.
 	Flaps    int
 	Evidence string
+	// RenewalSeen is when this process last saw the node's Lease renewTime change: a
+	// kubelet that renewed while we watched. Zero until a change is seen; the first
+	// sighting of a Lease and RestartClocks do not set it.
+	RenewalSeen time.Time
 }
 
 // nodeState is what the detector remembers of one node between events.
@@ -79,6 +83,9 @@ type nodeState struct {
 	// change. A zero observedAt means no Lease seen yet.
 	renewTime  time.Time
 	observedAt time.Time
+	// renewalSeen is when a change of renewTime was last seen (observedAt, before any
+	// RestartClocks moved it on).
+	renewalSeen time.Time
 	// interval is the last gap between two renewals that was not a lapse: the node's
 	// own renewal period as this process sees it.
 	interval time.Duration
@@ -137,6 +144,7 @@ func (d *Detector) ObserveLease(lease *coordinationv1.Lease, now time.Time) {
 		} else {
 			st.interval = gap
 		}
+		st.renewalSeen = now
 	}
 	st.renewTime, st.observedAt = renew, now
 }

@@ -199,3 +199,28 @@ func TestRestartClocks(t *testing.T) {
 		t.Errorf("a threshold after the restart with no renewal: %s, want Unhealthy", got)
 	}
 }
+
+// TestRenewalSeen: only a renewTime change seen by this process counts as a renewal seen;
+// the first sighting of a Lease and a restart of the clocks look Healthy for a while but
+// prove nothing about the kubelet.
+func TestRenewalSeen(t *testing.T) {
+	d := New(Thresholds{LeaseStaleAfter: 10 * time.Second, NotReadyAfter: 10 * time.Second})
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	lease := func(at time.Time) *coordinationv1.Lease {
+		r := metav1.NewMicroTime(at)
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Spec: coordinationv1.LeaseSpec{RenewTime: &r}}
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
+	d.ObserveLease(lease(t0), t0)
+	d.ObserveLease(lease(t0), t0.Add(time.Second))
+	d.RestartClocks(t0.Add(2 * time.Second))
+	obs := d.Assess(node, t0.Add(3*time.Second))
+	if obs.Health != Healthy || !obs.RenewalSeen.IsZero() {
+		t.Fatalf("first sighting and restart: health %s, renewal seen %s; want Healthy with no renewal seen", obs.Health, obs.RenewalSeen)
+	}
+	d.ObserveLease(lease(t0.Add(4*time.Second)), t0.Add(4*time.Second))
+	d.RestartClocks(t0.Add(5 * time.Second))
+	if got := d.Assess(node, t0.Add(6*time.Second)).RenewalSeen; !got.Equal(t0.Add(4 * time.Second)) {
+		t.Errorf("renewal seen %s, want %s (the change, not the restart)", got, t0.Add(4*time.Second))
+	}
+}

@@ -1,0 +1,93 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
+)
+
+// remediatedIncident is an incident whose node was verified fenced at verified, on boot
+// "boot-1", with its Ready node.
+func remediatedIncident(verified time.Time) (*v1alpha1.NodeFence, *corev1.Node) {
+	fin := metav1.NewMicroTime(verified)
+	nf := &v1alpha1.NodeFence{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "NodeFence"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1-x", ResourceVersion: "1"},
+		Spec:       v1alpha1.NodeFenceSpec{NodeName: "node-1"},
+		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseRemediated, BootID: "boot-1", VerifiedLevel: 1,
+			Attempts: []v1alpha1.Attempt{{Level: 1, Agent: "ipmi", Try: 1, State: v1alpha1.AttemptVerified, Finished: &fin}}},
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "boot-1"},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	return nf, node
+}
+
+func testController(t *testing.T, nf *v1alpha1.NodeFence) *Controller {
+	t.Helper()
+	cfg := &v1alpha1.Config{}
+	cfg.Default()
+	u, err := toUnstructured(nf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.Resource: "NodeFenceList"}, u)
+	c, err := New(Options{Config: cfg, Client: fake.NewClientset(), Dynamic: dyn,
+		Recorder: record.NewFakeRecorder(10), Identity: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestSameBootNeedsASeenRenewal: a Ready node on its fenced boot contradicts the fence
+// only once this replica saw its Lease renewed after the fence held. A new leader sees a
+// dead node Healthy for a while (its Lease clocks restart) and Ready until
+// kube-controller-manager notices; that alone must not raise FenceContradicted.
+func TestSameBootNeedsASeenRenewal(t *testing.T) {
+	verified := time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		renewal    time.Time
+		contradict bool
+	}{
+		"no renewal seen (takeover)":        {time.Time{}, false},
+		"last renewal before the fence":     {verified.Add(-time.Second), false},
+		"renewal seen after the fence held": {verified.Add(3 * time.Second), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf, node := remediatedIncident(verified)
+			c := testController(t, nf)
+			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-1", RenewalSeen: tc.renewal}
+			if _, err := c.recover(context.Background(), nf, node, obs); err != nil {
+				t.Fatalf("recover: %v", err)
+			}
+			stored, err := c.store.client.Get(context.Background(), nf.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := fromUnstructured(stored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if is := meta.IsStatusConditionTrue(got.Status.Conditions, ConditionContradiction); is != tc.contradict {
+				t.Errorf("FenceContradicted stored = %v, want %v (conditions %+v)", is, tc.contradict, got.Status.Conditions)
+			}
+			if got.Status.Phase != v1alpha1.PhaseRemediated {
+				t.Errorf("phase %s, want Remediated kept", got.Status.Phase)
+			}
+		})
+	}
+}
