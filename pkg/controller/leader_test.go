@@ -41,11 +41,11 @@ func TestLeaseGuardCheck(t *testing.T) {
 		// missed that renewal (same second as the one before) may take over at :30.0.
 		"expiry counted from the renewal's second": {leaderLease("me", 2, now.Add(-14600*time.Millisecond)), 3, true},
 		"renewed within its duration":              {leaderLease("me", 2, now.Add(-14*time.Second)), 3, false},
-		"held at this epoch":      {leaderLease("me", 2, now), 3, false},
-		"another holder":          {leaderLease("other", 2, now), 3, true},
-		"re-acquired since":       {leaderLease("me", 4, now), 3, true},
-		"expired while paused":    {leaderLease("me", 2, now.Add(-time.Minute)), 3, true},
-		"first holder, epoch one": {leaderLease("me", 0, now), 1, false},
+		"held at this epoch":                       {leaderLease("me", 2, now), 3, false},
+		"another holder":                           {leaderLease("other", 2, now), 3, true},
+		"re-acquired since":                        {leaderLease("me", 4, now), 3, true},
+		"expired while paused":                     {leaderLease("me", 2, now.Add(-time.Minute)), 3, true},
+		"first holder, epoch one":                  {leaderLease("me", 0, now), 1, false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
