@@ -1,19 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine, once:
-# Debian packages for the real peers, and the Kubernetes control plane built from source.
+# Debian packages for the real peers, and etcd and the Kubernetes control plane built from source.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 need=()
 command -v ipmi_sim >/dev/null || need+=(openipmi)
 command -v ipmitool >/dev/null || need+=(ipmitool)
-command -v etcd >/dev/null || need+=(etcd-server)
 command -v tgtd >/dev/null && command -v iscsi-readcapacity16 >/dev/null || need+=(tgt libiscsi-bin)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   if [ "$(id -u)" != 0 ]; then sudo=sudo; else sudo=; fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  # The Debian etcd package starts a system service; the tests run their own.
-  if command -v systemctl >/dev/null && systemctl is-active --quiet etcd 2>/dev/null; then $sudo systemctl stop etcd || true; fi
 fi
 "$root/hack/controlplane.sh"

@@ -40,7 +40,8 @@ type Options struct {
 	// BinDir holds kube-apiserver, kube-controller-manager and kube-scheduler. Default:
 	// <module root>/.cache/controlplane/v1.36.3/bin, filled by hack/controlplane.sh.
 	BinDir string
-	// EtcdBin is the etcd executable; default "etcd" from PATH (Debian etcd-server).
+	// EtcdBin is the etcd executable; default the etcd that hack/controlplane.sh builds
+	// into the control plane's bin directory.
 	EtcdBin string
 	// Nodes are registered before Start returns, each with its own simulated kubelet.
 	Nodes []NodeSpec

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,30 +36,25 @@ func findBinaries(binDir, etcd string) (binaries, error) {
 		}
 		binDir = filepath.Join(root, ".cache", "controlplane", KubeVersion, "bin")
 	}
+	if etcd == "" {
+		etcd = filepath.Join(binDir, "etcd")
+	}
 	b := binaries{
+		etcd:              etcd,
 		apiserver:         filepath.Join(binDir, "kube-apiserver"),
 		controllerManager: filepath.Join(binDir, "kube-controller-manager"),
 		scheduler:         filepath.Join(binDir, "kube-scheduler"),
 	}
 	var missing []string
-	for _, p := range []string{b.apiserver, b.controllerManager, b.scheduler} {
+	for _, p := range []string{b.etcd, b.apiserver, b.controllerManager, b.scheduler} {
 		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 			missing = append(missing, filepath.Base(p))
 		}
 	}
 	if len(missing) > 0 {
-		return binaries{}, fmt.Errorf("%w: %s not in %s: run hack/controlplane.sh",
+		return binaries{}, fmt.Errorf("%w: %s not in %s: run hack/controlplane.sh (or make deps)",
 			ErrNoControlPlane, strings.Join(missing, ", "), binDir)
 	}
-	if etcd == "" {
-		etcd = "etcd"
-	}
-	path, err := exec.LookPath(etcd)
-	if err != nil {
-		return binaries{}, fmt.Errorf("%w: etcd not found (apt-get install etcd-server): %w",
-			ErrNoControlPlane, err)
-	}
-	b.etcd = path
 	return b, nil
 }
 

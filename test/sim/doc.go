@@ -10,5 +10,5 @@
 // Multi-Attach error. That is the situation kubefence exists to resolve, so scenarios
 // drive it with Node.Crash, Node.Restart and the nodes' Power (e.g. ipmi_sim BMCs).
 //
-// Start needs the binaries built by hack/controlplane.sh and Debian's etcd-server.
+// Start needs the binaries hack/controlplane.sh builds: etcd 3.6 and the control plane.
 package sim
