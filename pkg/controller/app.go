@@ -37,6 +37,8 @@ type AppOptions struct {
 	IdentityRenewInterval time.Duration
 	// LeaderPod, when set, is this replica's own pod: it gets the LeaderCondition.
 	LeaderPod *PodRef
+	// Workers is how many nodes are synced at once; zero means DefaultWorkers.
+	Workers int
 }
 
 // LoadConfig reads and validates the configuration file.
@@ -95,6 +97,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	}
 	c, err := New(Options{
 		Config: cfg, Client: client, Dynamic: dyn, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
+		Workers:  o.Workers,
 		Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}),
 	})
 	if err != nil {
