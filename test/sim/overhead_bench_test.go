@@ -219,7 +219,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 	rc := *c.Config
 	rc.QPS, rc.Burst = 500, 1000
 	rc.Wrap(counter.wrap)
-	client := mustClient(b, &rc)
+	client := mustClient(b, controller.Protobuf(&rc))
 	dyn, err := dynamic.NewForConfig(&rc)
 	if err != nil {
 		b.Fatal(err)
