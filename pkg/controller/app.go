@@ -139,10 +139,13 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		go c.watchRemoteAgents(ctx, host, &agentLeases, o.IdentityRenewInterval)
 		c.Run(ctx, epoch)
 	}
+	elected := make(chan struct{})
 	if !*cfg.LeaderElection.Enabled {
+		close(elected)
 		go lead(ctx, 0)
 	} else {
 		go func() {
+			defer close(elected)
 			err := Elect(ctx, client, cfg.LeaderElection, identity, lead, func() {
 				deposed(errors.New("leader lease lost"))
 			})
@@ -153,6 +156,15 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	}
 	select {
 	case <-ctx.Done():
+		// A clean shutdown gives the Lease up (ReleaseOnCancel) so that a standby takes
+		// over after one retry period rather than a whole lease duration; the election
+		// does it once its renew loop sees the end, within the renew deadline.
+		le := cfg.LeaderElection
+		select {
+		case <-elected:
+		case <-time.After(le.RenewDeadline.Duration + le.RetryPeriod.Duration):
+			klog.InfoS("Leader Lease not released in time; exiting", "lease", le.Namespace+"/"+le.Name)
+		}
 		return nil
 	case err := <-errc:
 		return err

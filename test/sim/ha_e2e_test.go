@@ -322,3 +322,42 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestCleanShutdownReleasesLease: a leader stopped with SIGTERM (a rolling update, a
+// drained node) gives its Lease up before it exits, so the standby takes over after one
+// retry period instead of a whole lease duration; it exits 0 and leaves no agent behind.
+func TestCleanShutdownReleasesLease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	h, leader, standby, victim, _ := haHarness(t, ctx)
+	// An incident makes the leader start its agent plugin, which must go with it.
+	h.Cluster.Node(victim).Crash()
+	waitReleased(t, ctx, h, victim)
+	oldID, standbyID := identityOf(t, ctx, leader), identityOf(t, ctx, standby)
+	if holder := *controllerLease(t, ctx, h).Spec.HolderIdentity; holder != oldID {
+		t.Fatalf("lease held by %q, want the first replica %q", holder, oldID)
+	}
+	pgid := leader.p.pid()
+	terminated := time.Now()
+	if err := leader.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	<-leader.Done()
+	t.Logf("leader exited %s after SIGTERM", time.Since(terminated).Round(time.Millisecond))
+	lease := controllerLease(t, ctx, h)
+	if holder := *lease.Spec.HolderIdentity; holder == oldID {
+		t.Errorf("lease still held by %s after it exited: not released on shutdown", oldID)
+	}
+	if code := leader.ExitCode(); code != 0 {
+		t.Errorf("exit code after SIGTERM = %d, want 0", code)
+	}
+	if err := syscall.Kill(-pgid, 0); err == nil {
+		t.Errorf("a process of the stopped replica's group (an agent plugin) is still running")
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return *controllerLease(t, ctx, h).Spec.HolderIdentity == standbyID, nil
+	})
+	if err != nil {
+		t.Errorf("the standby %s never took the Lease over: %v", standbyID, err)
+	}
+}

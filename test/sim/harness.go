@@ -333,6 +333,15 @@ func (r *Replica) Signal(sig syscall.Signal) error {
 	return nil
 }
 
+// Terminate sends SIGTERM to the controller process alone, as the kubelet does to a
+// container's main process; its agents are its own to stop.
+func (r *Replica) Terminate() error {
+	if err := syscall.Kill(r.p.pid(), syscall.SIGTERM); err != nil {
+		return fmt.Errorf("terminate %s: %w", r.p.name, err)
+	}
+	return nil
+}
+
 // Done is closed when the replica's process has exited.
 func (r *Replica) Done() <-chan struct{} { return r.p.done }
 
