@@ -43,7 +43,8 @@ bench: deps build
 	$(GO) test -run '^$$' -bench FenceConcurrent -benchtime 3x ./pkg/agent/ipmi/
 	$(GO) test -run '^$$' -bench FenceMoto -benchtime 100x ./pkg/agent/cloud/
 	$(GO) test -run '^$$' -bench Takeover -benchtime 10x ./test/sim/
-	$(GO) test -run '^$$' -bench IncidentOverhead -benchtime 1x ./test/sim/
+	$(GO) test -run '^$$' -bench IncidentOverhead -benchtime 3x ./test/sim/
+	$(GO) test -run '^$$' -bench IncidentFloor -benchtime 3x ./test/sim/
 
 proto:
 	hack/proto.sh

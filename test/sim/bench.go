@@ -38,16 +38,13 @@ func MeasureRecovery(ctx context.Context, c *Cluster, rec *Recorder, node, pod s
 		r.Missing = fmt.Sprintf("no incident (%v)", err)
 		return r
 	}
-	step := func(nf v1alpha1.NodeFence, typ string) time.Time {
-		for _, s := range nf.Status.Timeline {
-			if s.Type == typ {
-				return s.Time.Time
-			}
-		}
-		return time.Time{}
-	}
 	nf := incs[len(incs)-1]
-	marks := []time.Time{crash, step(nf, "Detected"), step(nf, "FenceStarted"), step(nf, "AgentReturned"), step(nf, "Verified")}
+	// A step missing from the timeline leaves a zero mark, reported below.
+	step := func(typ string) time.Time {
+		at, _ := stepAt(nf, typ)
+		return at
+	}
+	marks := []time.Time{crash, step("Detected"), step("FenceStarted"), step("AgentReturned"), step("Verified")}
 	var deleted, running time.Time
 	for _, s := range rec.All() {
 		if s.Object != Namespace+"/"+pod || s.At.Before(crash) {
@@ -70,6 +67,16 @@ func MeasureRecovery(ctx context.Context, c *Cluster, rec *Recorder, node, pod s
 	}
 	r.Total = running.Sub(crash)
 	return r
+}
+
+// stepAt returns the time of the first step of type typ in nf's timeline, if there is one.
+func stepAt(nf v1alpha1.NodeFence, typ string) (time.Time, bool) {
+	for _, s := range nf.Status.Timeline {
+		if s.Type == typ {
+			return s.Time.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // Percentile is the nearest-rank percentile p (0–100) of ds.

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -105,18 +104,7 @@ func benchProfile(t *testing.T, profile string, nodes, singles, batch int, windo
 	if err != nil {
 		t.Fatalf("start %d-node harness: %v", nodes, err)
 	}
-	t.Cleanup(func() {
-		// Taken now, so that the controller started later is checked too.
-		pids := h.PIDs()
-		if err := h.Stop(); err != nil {
-			t.Errorf("stop harness: %v", err)
-		}
-		for name, pid := range pids {
-			if syscall.Kill(pid, 0) == nil {
-				t.Errorf("%s (pid %d) still running after Stop", name, pid)
-			}
-		}
-	})
+	stopOnCleanup(t, h, false)
 	res.startup = time.Since(began)
 	res.settings = fmt.Sprintf("kubelet Lease renewed every %s, leaseStaleAfter %s, notReadyAfter %s, leader election %s/%s/%s, kube-controller-manager flags at their defaults",
 		h.Cluster.opts.LeaseRenewInterval, h.Config.Detection.LeaseStaleAfter.Duration, h.Config.Detection.NotReadyAfter.Duration,
@@ -127,10 +115,7 @@ func benchProfile(t *testing.T, profile string, nodes, singles, batch int, windo
 	if err := c.DeploySpreadStatefulSet(ctx, "web", replicas); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := NewRecorder(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := startRecorder(t, ctx, c)
 	monCtx, monCancel := context.WithCancel(ctx)
 	mon, err := StartMonitor(monCtx, h, nil, 250*time.Millisecond)
 	if err != nil {
@@ -145,12 +130,7 @@ func benchProfile(t *testing.T, profile string, nodes, singles, batch int, windo
 		alone = podNodeOrFail(t, ctx, c, fmt.Sprintf("web-%d", replicas-1))
 		labelNode(t, ctx, c, alone, v1alpha1.DefaultExcludeLabel, "bench")
 	}
-	if _, err := h.StartController("fence-controller"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startLeader(t, ctx, h, "fence-controller")
 	if alone != "" {
 		disturbed[alone] = true
 		c.Node(alone).Crash()
@@ -191,15 +171,6 @@ func benchProfile(t *testing.T, profile string, nodes, singles, batch int, windo
 	ev.Seen = slices.DeleteFunc(ev.Seen, func(s Seen) bool { return s.Node == alone && alone != "" })
 	res.violations = mon.Check(ev)
 	return res
-}
-
-func podNodeOrFail(t *testing.T, ctx context.Context, c *Cluster, pod string) string {
-	t.Helper()
-	n, err := nodeOfPod(ctx, c, pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 func labelNode(t *testing.T, ctx context.Context, c *Cluster, node, key, value string) {

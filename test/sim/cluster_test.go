@@ -32,9 +32,18 @@ func startTestCluster(t *testing.T, ctx context.Context, names ...string) (*Clus
 			Annotations: map[string]string{"fencing.kubefence.io/bmc": "sim"}, Power: power[n]})
 	}
 	began := time.Now()
-	c, err := Start(ctx, Options{Dir: t.TempDir(), Nodes: nodes, LeaseRenewInterval: simHeartbeat,
+	c := startCluster(t, ctx, Options{Dir: t.TempDir(), Nodes: nodes, LeaseRenewInterval: simHeartbeat,
 		StatusUpdateInterval: simHeartbeat, Logf: t.Logf,
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=5s"}})
+	t.Logf("cluster of %d nodes started in %s", len(names), time.Since(began).Round(time.Millisecond))
+	return c, power
+}
+
+// startCluster starts a cluster that stops when the test ends, keeping its logs if the
+// test failed.
+func startCluster(t *testing.T, ctx context.Context, o Options) *Cluster {
+	t.Helper()
+	c, err := Start(ctx, o)
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -44,8 +53,7 @@ func startTestCluster(t *testing.T, ctx context.Context, names ...string) (*Clus
 		}
 		keepLogs(t, c)
 	})
-	t.Logf("cluster of %d nodes started in %s", len(names), time.Since(began).Round(time.Millisecond))
-	return c, power
+	return c
 }
 
 // keepLogs copies the component logs out of the test's temporary directory on failure.

@@ -100,18 +100,9 @@ func TestDetectorOnRealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// kube-controller-manager keeps its default --node-monitor-grace-period (50s).
-	c, err := Start(ctx, Options{Dir: t.TempDir(), Logf: t.Logf, LeaseRenewInterval: time.Second,
+	c := startCluster(t, ctx, Options{Dir: t.TempDir(), Logf: t.Logf, LeaseRenewInterval: time.Second,
 		StatusUpdateInterval: time.Second,
 		Nodes:                []NodeSpec{{Name: "dead"}, {Name: "blip"}, {Name: "flappy"}, {Name: "steady"}}})
-	if err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-		keepLogs(t, c)
-	})
 	w := startDetector(t, ctx, c)
 	for _, n := range c.Nodes() {
 		w.until(t, n.Name(), 30*time.Second, detector.Healthy)

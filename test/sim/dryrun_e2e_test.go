@@ -20,21 +20,10 @@ func TestDryRunTouchesNothing(t *testing.T) {
 	defer cancel()
 	h := fastHarness(t, ctx, func(c *v1alpha1.Config) { c.DryRun = true })
 	c := h.Cluster
-	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
-		t.Fatal(err)
-	}
-	victim, err := podNode(ctx, c, Namespace, "web-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.StartController("controller"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	victim := deployWeb(t, ctx, c)
+	startLeader(t, ctx, h, "controller")
 	c.Node(victim).Crash()
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		ev, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=WouldFence"})
 		return err == nil && len(ev.Items) > 0, nil
 	})

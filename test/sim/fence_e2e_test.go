@@ -47,7 +47,16 @@ func fastHarnessWith(t *testing.T, ctx context.Context, o HarnessOptions) *Harne
 	if err != nil {
 		t.Fatalf("start harness: %v", err)
 	}
+	stopOnCleanup(t, h, true)
+	return h
+}
+
+// stopOnCleanup stops h when the test ends and fails the test if any of its processes
+// outlived Stop. With dump, a failed test also logs the end of every process's log (the
+// benchmarks' clusters are too large for that).
+func stopOnCleanup(t *testing.T, h *Harness, dump bool) {
 	t.Cleanup(func() {
+		// Taken now, so that the controllers started after the harness are checked too.
 		pids := h.PIDs()
 		if err := h.Stop(); err != nil {
 			t.Errorf("stop harness: %v", err)
@@ -57,11 +66,10 @@ func fastHarnessWith(t *testing.T, ctx context.Context, o HarnessOptions) *Harne
 				t.Errorf("%s (pid %d) still running after Stop", name, pid)
 			}
 		}
-		if t.Failed() {
+		if dump && t.Failed() {
 			dumpLogs(t, h)
 		}
 	})
-	return h
 }
 
 func dumpLogs(t *testing.T, h *Harness) {
@@ -73,12 +81,46 @@ func dumpLogs(t *testing.T, h *Harness) {
 	}
 }
 
-func podNode(ctx context.Context, c *Cluster, ns, name string) (string, error) {
-	p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return "", err
+// deployWeb deploys the one-pod StatefulSet web and returns the node web-0 runs on, the
+// victim of most tests.
+func deployWeb(t *testing.T, ctx context.Context, c *Cluster) string {
+	t.Helper()
+	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
+		t.Fatalf("deploy statefulset: %v", err)
 	}
-	return p.Spec.NodeName, nil
+	return podNodeOrFail(t, ctx, c, "web-0")
+}
+
+func podNodeOrFail(t *testing.T, ctx context.Context, c *Cluster, pod string) string {
+	t.Helper()
+	n, err := nodeOfPod(ctx, c, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func startRecorder(t *testing.T, ctx context.Context, c *Cluster) *Recorder {
+	t.Helper()
+	rec, err := NewRecorder(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// startLeader starts a controller replica and waits until some replica holds the
+// controller's Lease: started first, this one is the leader the test then relies on.
+func startLeader(t *testing.T, ctx context.Context, h *Harness, name string, args ...string) *Replica {
+	t.Helper()
+	r, err := h.StartController(name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestCrashedNodeFencedBeforeRelease is the walking skeleton end to end: a node's kubelet
@@ -90,30 +132,16 @@ func TestCrashedNodeFencedBeforeRelease(t *testing.T) {
 	defer cancel()
 	h := fastHarness(t, ctx, nil)
 	c := h.Cluster
-	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
-		t.Fatalf("deploy statefulset: %v", err)
-	}
-	victim, err := podNode(ctx, c, Namespace, "web-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := NewRecorder(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.StartController("controller-1"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	victim := deployWeb(t, ctx, c)
+	rec := startRecorder(t, ctx, c)
+	startLeader(t, ctx, h, "controller-1")
 
 	c.Node(victim).Crash()
 	crashAt := time.Now()
 	t.Logf("crashed %s (kubelet stopped, BMC on)", victim)
 
 	var moved string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		incs, err := Incidents(ctx, c, victim)
 		if err != nil || len(incs) == 0 || incs[len(incs)-1].Status.Phase != v1alpha1.PhaseRemediated {
 			return false, nil

@@ -129,12 +129,7 @@ func TestForceOverridesStormHold(t *testing.T) {
 	defer cancel()
 	h := fastHarness(t, ctx, nil)
 	c := h.Cluster
-	if _, err := h.StartController("controller"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startLeader(t, ctx, h, "controller")
 	c.Node("node-2").Crash()
 	c.Node("node-3").Crash()
 	held := func(node string) *v1alpha1.NodeFence {

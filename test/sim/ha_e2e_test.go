@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,23 +36,11 @@ func haHarness(t *testing.T, ctx context.Context) (h *Harness, leader, standby *
 			c.LeaderElection.RetryPeriod = metav1.Duration{Duration: haRetryPeriod}
 		},
 	})
-	if err := h.Cluster.DeployStatefulSet(ctx, "web", 1); err != nil {
-		t.Fatalf("deploy statefulset: %v", err)
-	}
-	var err error
-	if victim, err = podNode(ctx, h.Cluster, Namespace, "web-0"); err != nil {
-		t.Fatal(err)
-	}
-	if rec, err = NewRecorder(ctx, h.Cluster); err != nil {
-		t.Fatal(err)
-	}
-	if leader, err = h.StartController("controller-a"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if standby, err = h.StartController("controller-b"); err != nil {
+	victim = deployWeb(t, ctx, h.Cluster)
+	rec = startRecorder(t, ctx, h.Cluster)
+	leader = startLeader(t, ctx, h, "controller-a")
+	standby, err := h.StartController("controller-b")
+	if err != nil {
 		t.Fatal(err)
 	}
 	pollLog(t, ctx, standby, "Caches synced")
@@ -240,13 +227,11 @@ func checkResumed(t *testing.T, ctx context.Context, h *Harness, rec *Recorder, 
 	t.Logf("BMC of %s logged %v; attempts %d", victim, actions, len(nf.Status.Attempts))
 }
 
-var identityRE = regexp.MustCompile(`"Caches synced" identity="([^"]+)"`)
-
 // identityOf returns the replica's identity as it logged it.
 func identityOf(t *testing.T, ctx context.Context, r *Replica) string {
 	t.Helper()
 	pollLog(t, ctx, r, "Caches synced")
-	m := identityRE.FindStringSubmatch(r.Log())
+	m := cachesSynced.FindStringSubmatch(r.Log())
 	if m == nil {
 		t.Fatalf("no identity in replica log")
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,20 +70,8 @@ func TestRenderedRBACFencesAndNothingMore(t *testing.T) {
 	}
 	cfgPath := chartConfig(t, h, docs)
 
-	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
-		t.Fatalf("deploy statefulset: %v", err)
-	}
-	victim, err := podNode(ctx, c, Namespace, "web-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	replica, err := h.StartController("controller-rbac", "--config", cfgPath, "--kubeconfig", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	victim := deployWeb(t, ctx, c)
+	replica := startLeader(t, ctx, h, "controller-rbac", "--config", cfgPath, "--kubeconfig", kubeconfig)
 	c.Node(victim).Crash()
 	t.Logf("crashed %s", victim)
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -130,20 +117,7 @@ func rbacHarness(t *testing.T, ctx context.Context) *Harness {
 	if err != nil {
 		t.Fatalf("start harness: %v", err)
 	}
-	t.Cleanup(func() {
-		pids := h.PIDs()
-		if err := h.Stop(); err != nil {
-			t.Errorf("stop harness: %v", err)
-		}
-		for name, pid := range pids {
-			if err := syscall.Kill(pid, 0); err == nil {
-				t.Errorf("%s (pid %d) still running after Stop", name, pid)
-			}
-		}
-		if t.Failed() {
-			dumpLogs(t, h)
-		}
-	})
+	stopOnCleanup(t, h, true)
 	return h
 }
 

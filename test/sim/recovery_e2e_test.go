@@ -26,22 +26,11 @@ const (
 func fencedVictim(t *testing.T, ctx context.Context, beforeCrash func(h *Harness, victim string)) (*Harness, string, v1alpha1.NodeFence) {
 	t.Helper()
 	h := fastHarness(t, ctx, nil)
-	if err := h.Cluster.DeployStatefulSet(ctx, "web", 1); err != nil {
-		t.Fatal(err)
-	}
-	victim, err := podNode(ctx, h.Cluster, Namespace, "web-0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	victim := deployWeb(t, ctx, h.Cluster)
 	if beforeCrash != nil {
 		beforeCrash(h, victim)
 	}
-	if _, err := h.StartController("controller"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startLeader(t, ctx, h, "controller")
 	h.Cluster.Node(victim).Crash()
 	return h, victim, waitReleased(t, ctx, h, victim)
 }
@@ -91,6 +80,23 @@ func powerOn(t *testing.T, ctx context.Context, h *Harness, node string) {
 	}
 }
 
+// waitOnlyIncident polls until node has exactly one incident and done holds for it. It
+// returns that incident as last seen, for the caller's message when the poll failed.
+func waitOnlyIncident(ctx context.Context, h *Harness, node string, done func(v1alpha1.NodeFence) bool) (v1alpha1.NodeFence, error) {
+	var last v1alpha1.NodeFence
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		incs, err := Incidents(ctx, h.Cluster, node)
+		if err != nil || len(incs) != 1 {
+			return false, nil
+		}
+		last = incs[0]
+		return done(last), nil
+	})
+	return last, err
+}
+
+func recovered(nf v1alpha1.NodeFence) bool { return nf.Status.Phase == v1alpha1.PhaseRecovered }
+
 // TestRecoveryAfterPowerOn: the fenced node is powered on, boots with a new boot ID and
 // heartbeats again; kubefence closes the incident and removes exactly the taints it added,
 // leaving a person's taint alone.
@@ -105,15 +111,7 @@ func TestRecoveryAfterPowerOn(t *testing.T) {
 	}
 	oldBoot := nf.Status.BootID
 	powerOn(t, ctx, h, victim)
-	var final v1alpha1.NodeFence
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		incs, err := Incidents(ctx, h.Cluster, victim)
-		if err != nil || len(incs) != 1 {
-			return false, nil
-		}
-		final = incs[0]
-		return final.Status.Phase == v1alpha1.PhaseRecovered, nil
-	})
+	final, err := waitOnlyIncident(ctx, h, victim, recovered)
 	if err != nil {
 		t.Fatalf("incident not recovered after power on: phase %s, %v", final.Status.Phase, err)
 	}
@@ -146,10 +144,7 @@ func TestPersonOutOfServiceTaintKept(t *testing.T) {
 		t.Fatalf("incident claims the person's out-of-service taint: %v", nf.Status.Remediation.TaintsAdded)
 	}
 	powerOn(t, ctx, h, victim)
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		incs, err := Incidents(ctx, h.Cluster, victim)
-		return err == nil && len(incs) == 1 && incs[0].Status.Phase == v1alpha1.PhaseRecovered, nil
-	})
+	_, err := waitOnlyIncident(ctx, h, victim, recovered)
 	if err != nil {
 		t.Fatalf("incident not recovered: %v", err)
 	}
@@ -167,14 +162,8 @@ func TestSameBootAfterFenceIsContradiction(t *testing.T) {
 	defer cancel()
 	h, victim, nf := fencedVictim(t, ctx, func(h *Harness, victim string) { h.MachineIgnoresBMC(victim) })
 	h.Cluster.Node(victim).Resume()
-	var final v1alpha1.NodeFence
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		incs, err := Incidents(ctx, h.Cluster, victim)
-		if err != nil || len(incs) != 1 {
-			return false, nil
-		}
-		final = incs[0]
-		return meta.IsStatusConditionTrue(final.Status.Conditions, "FenceContradicted"), nil
+	final, err := waitOnlyIncident(ctx, h, victim, func(nf v1alpha1.NodeFence) bool {
+		return meta.IsStatusConditionTrue(nf.Status.Conditions, "FenceContradicted")
 	})
 	if err != nil {
 		t.Fatalf("no FenceContradicted condition on the incident: %+v", final.Status.Conditions)

@@ -19,16 +19,8 @@ func TestRedfishNodeFenced(t *testing.T) {
 	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := NewRecorder(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.StartController("controller"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rec := startRecorder(t, ctx, c)
+	startLeader(t, ctx, h, "controller")
 	const victim = "node-3"
 	nf := crashAndWait(t, ctx, h, victim)
 	if nf.Status.Policy != "redfish" || nf.Status.Attempts[0].Agent != "redfish" {

@@ -42,15 +42,6 @@ func createIncident(t *testing.T, ctx context.Context, c *Cluster, nf *v1alpha1.
 	}
 }
 
-func stepAt(nf v1alpha1.NodeFence, typ string) (time.Time, bool) {
-	for _, s := range nf.Status.Timeline {
-		if s.Type == typ {
-			return s.Time.Time, true
-		}
-	}
-	return time.Time{}, false
-}
-
 // TestOrphanTaintsRepaired: a closed incident that still records taints it added (its
 // leader died between removing them and saying so, or a person reopened nothing) has
 // them removed by the next leader; kubefence's own taint with no record behind it is
@@ -101,13 +92,7 @@ func TestResumeFromRecordedTaint(t *testing.T) {
 	defer cancel()
 	h := fastHarness(t, ctx, nil)
 	c := h.Cluster
-	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
-		t.Fatal(err)
-	}
-	victim, err := podNode(ctx, c, Namespace, "web-0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	victim := deployWeb(t, ctx, c)
 	// The predecessor's fence was real: the node is off.
 	if err := h.BMCs[victim].SetPower(false); err != nil {
 		t.Fatal(err)
@@ -131,7 +116,7 @@ func TestResumeFromRecordedTaint(t *testing.T) {
 		t.Fatalf("taints %v, recorded %v: want the recorded out-of-service taint added and owned", got, nf.Status.Remediation.TaintsAdded)
 	}
 	powerOn(t, ctx, h, victim)
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		return !slices.Contains(taintKeys(t, ctx, c, victim), outOfService), nil
 	})
 	if err != nil {
@@ -146,23 +131,9 @@ func TestDirectStrategy(t *testing.T) {
 	defer cancel()
 	h := fastHarness(t, ctx, func(cfg *v1alpha1.Config) { cfg.Policies[0].Remediation = v1alpha1.StrategyDirect })
 	c := h.Cluster
-	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
-		t.Fatal(err)
-	}
-	victim, err := podNode(ctx, c, Namespace, "web-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := NewRecorder(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.StartController("controller"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	victim := deployWeb(t, ctx, c)
+	rec := startRecorder(t, ctx, c)
+	startLeader(t, ctx, h, "controller")
 	c.Node(victim).Crash()
 	nf := waitReleased(t, ctx, h, victim)
 	// Only kubefence's NoSchedule taint, which keeps recreated pods off the dead node:
@@ -224,25 +195,11 @@ func TestOutOfServiceTaintStrategy(t *testing.T) {
 		},
 	})
 	c := h.Cluster
-	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
-		t.Fatal(err)
-	}
-	victim, err := podNode(ctx, c, Namespace, "web-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := NewRecorder(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.StartController("controller"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	victim := deployWeb(t, ctx, c)
+	rec := startRecorder(t, ctx, c)
+	startLeader(t, ctx, h, "controller")
 	c.Node(victim).Crash()
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		_, ok := rec.First(SeenPodDeleted, victim)
 		return ok, nil
 	})
@@ -275,13 +232,7 @@ func TestLateBoundPodReleased(t *testing.T) {
 	defer cancel()
 	h := fastHarness(t, ctx, func(cfg *v1alpha1.Config) { cfg.Policies[0].Remediation = v1alpha1.StrategyDirect })
 	c := h.Cluster
-	if err := c.DeployStatefulSet(ctx, "web", 1); err != nil {
-		t.Fatal(err)
-	}
-	victim, err := podNode(ctx, c, Namespace, "web-0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	victim := deployWeb(t, ctx, c)
 	if _, err := h.StartController("controller"); err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +282,7 @@ func TestLateBoundPodReleased(t *testing.T) {
 	if strings.Contains(step.Message, "tolerant") || !strings.Contains(step.Message, "reads off") {
 		t.Errorf("LateRelease step %q: want only the late pod named, and the fence read back off", step.Message)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return !exists("late"), nil
 	})
 	if err != nil {

@@ -72,12 +72,7 @@ func TestRemoteAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.StartController("controller", "--identity-renew-interval=500ms"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startLeader(t, ctx, h, "controller", "--identity-renew-interval=500ms")
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		_, ok := agentLease(t, ctx, h, "ipmi-remote")
 		return ok, nil

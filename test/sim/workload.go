@@ -30,6 +30,12 @@ const (
 // Running and Ready. The real PV controller binds the claims, the real scheduler places the
 // pods and the simulated kubelets attach the volumes.
 func (c *Cluster) DeployStatefulSet(ctx context.Context, name string, replicas int) error {
+	return c.deployStatefulSet(ctx, name, replicas, false)
+}
+
+// deployStatefulSet is DeployStatefulSet and, with spread, DeploySpreadStatefulSet: the
+// two differ only in the pods' anti-affinity and in starting them all at once.
+func (c *Cluster) deployStatefulSet(ctx context.Context, name string, replicas int, spread bool) error {
 	ctx, cancel := withDefaultTimeout(ctx, deployTimeout)
 	defer cancel()
 	if err := c.ensureStorageClass(ctx); err != nil {
@@ -55,6 +61,14 @@ func (c *Cluster) DeployStatefulSet(ctx context.Context, name string, replicas i
 	sc := StorageClass
 	pod := podTemplate(labels)
 	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: VolumeClaimName, MountPath: "/data"}}
+	if spread {
+		pod.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
+				TopologyKey:   "kubernetes.io/hostname",
+			}},
+		}}
+	}
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: labels},
 		Spec: appsv1.StatefulSetSpec{
@@ -70,6 +84,10 @@ func (c *Cluster) DeployStatefulSet(ctx context.Context, name string, replicas i
 				},
 			}},
 		},
+	}
+	if spread {
+		// Parallel: 20 pods start together instead of one after another.
+		sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
 	}
 	if _, err := c.Client.AppsV1().StatefulSets(Namespace).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create statefulset %s: %w", name, err)
