@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -393,10 +394,17 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 	}
 	var late []string
 	for _, p := range c.podsOn(node.Name) {
-		_, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || mirror ||
-			policy.Tolerates(p, &remediate.FencedTaint) {
+		if !lateBound(p, node.Name) {
 			continue
+		}
+		// The cache can still hold a pod this release (or the last) just deleted: only a
+		// pod the API server still has, bound here, counts.
+		live, err := c.client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && !lateBound(live, node.Name)) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("incident %s: read pod %s/%s bound to the fenced node: %w", nf.Name, p.Namespace, p.Name, err)
 		}
 		late = append(late, p.Namespace+"/"+p.Name)
 	}
@@ -433,6 +441,14 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 		return 0, err
 	}
 	return 0, c.save(ctx, nf)
+}
+
+// lateBound reports whether pod, bound to node, is one releaseLate releases: not done, not
+// a static pod's mirror, and not tolerating the fenced taint.
+func lateBound(pod *corev1.Pod, node string) bool {
+	_, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]
+	return pod.Spec.NodeName == node && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed &&
+		!mirror && !policy.Tolerates(pod, &remediate.FencedTaint)
 }
 
 // ConditionContradiction is set on an incident whose node reports Ready with the same

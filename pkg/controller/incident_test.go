@@ -35,7 +35,7 @@ func remediatedIncident(verified time.Time) (*v1alpha1.NodeFence, *corev1.Node) 
 	return nf, node
 }
 
-func testController(t *testing.T, nf *v1alpha1.NodeFence) *Controller {
+func testController(t *testing.T, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
 	t.Helper()
 	cfg := &v1alpha1.Config{}
 	cfg.Default()
@@ -45,7 +45,7 @@ func testController(t *testing.T, nf *v1alpha1.NodeFence) *Controller {
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{v1alpha1.Resource: "NodeFenceList"}, u)
-	c, err := New(Options{Config: cfg, Client: fake.NewClientset(), Dynamic: dyn,
+	c, err := New(Options{Config: cfg, Client: fake.NewClientset(objs...), Dynamic: dyn,
 		Recorder: record.NewFakeRecorder(10), Identity: "me"})
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +87,43 @@ func TestSameBootNeedsASeenRenewal(t *testing.T) {
 			}
 			if got.Status.Phase != v1alpha1.PhaseRemediated {
 				t.Errorf("phase %s, want Remediated kept", got.Status.Phase)
+			}
+		})
+	}
+}
+
+// TestLateReleaseConfirmsPodsLive: a pod the cache still shows on the fenced node after
+// the API server deleted it (the cache lags the release that deleted it) sets nothing
+// off; one the API server still has bound there does, and goes on to the agents' read-back
+// (here refused: no agent is configured, so nothing is released).
+func TestLateReleaseConfirmsPodsLive(t *testing.T) {
+	verified := time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0", UID: "u2"},
+		Spec: corev1.PodSpec{NodeName: "node-1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	for name, tc := range map[string]struct {
+		inAPI []runtime.Object
+		step  string
+	}{
+		"deleted, still cached": {nil, ""},
+		"bound in the API":      {[]runtime.Object{pod}, "LateReleaseRefused"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf, node := remediatedIncident(verified)
+			c := testController(t, nf, tc.inAPI...)
+			if err := c.pods.GetIndexer().Add(pod); err != nil {
+				t.Fatal(err)
+			}
+			obs := detector.Observation{Node: "node-1", Health: detector.Unhealthy, BootID: "boot-1"}
+			pol := &v1alpha1.Policy{Name: "p", Remediation: v1alpha1.StrategyBoth}
+			if _, err := c.releaseLate(context.Background(), nf, node, obs, pol); err != nil {
+				t.Fatalf("releaseLate: %v", err)
+			}
+			last := ""
+			if tl := nf.Status.Timeline; len(tl) > 0 {
+				last = tl[len(tl)-1].Type
+			}
+			if last != tc.step {
+				t.Errorf("last step %q, want %q (timeline %+v)", last, tc.step, nf.Status.Timeline)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,25 @@ func TestRenderedRBACFencesAndNothingMore(t *testing.T) {
 	}
 	if on, err := h.BMCs[victim].PoweredOn(); err != nil || on {
 		t.Errorf("BMC of %s: powered on = %t (%v), want off", victim, on, err)
+	}
+	// A pod bound to the fenced node after its release (a scheduler with a stale cache) is
+	// released too, after the controller reads it live: the ClusterRole must allow that.
+	// It tolerates the out-of-service taint, so that only kubefence can release it.
+	late := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "late"},
+		Spec: corev1.PodSpec{NodeName: victim, Containers: []corev1.Container{{Name: "c", Image: "none"}},
+			Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeOutOfService, Operator: corev1.TolerationOpExists}}}}
+	if _, err := c.Client.CoreV1().Pods(Namespace).Create(ctx, late, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Pods(Namespace).Get(ctx, late.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the pod bound to %s after its release was not released under the rendered RBAC: %v", victim, err)
+	} else if incs, err := Incidents(ctx, c, victim); err != nil || !slices.ContainsFunc(incs[len(incs)-1].Status.Timeline,
+		func(s v1alpha1.Step) bool { return s.Type == "LateRelease" && strings.Contains(s.Message, Namespace+"/late") }) {
+		t.Errorf("the late pod is gone but no LateRelease step names it (%v): something else deleted it", err)
 	}
 	// Events and leader condition writes fail only in the log: any refusal means the
 	// ClusterRole or Role misses a verb the controller uses.
