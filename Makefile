@@ -94,6 +94,6 @@ chaos: deps
 	$(GO) run ./test/sim/cmd/chaos -seed $(SEED) -runs $(RUNS)
 
 # Recovery times on a 100-node simulated cluster, default and fast profiles, side by side
-# with Kubernetes alone; writes docs/benchmarks.md (about 20 minutes).
+# with Kubernetes alone; writes docs/benchmarks.md (about 9 minutes on 2 cores).
 bench-report: deps
 	KUBEFENCE_BENCH_REPORT=docs/benchmarks.md $(GO) test -count=1 -timeout 90m -run TestBenchmarkReport -v ./test/sim
