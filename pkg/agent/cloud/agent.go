@@ -3,11 +3,14 @@ package cloud
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -58,14 +61,8 @@ var _ plugin.Agent = (*Agent)(nil)
 
 // Describe lists the actions and parameters, with defaults and which are secret.
 func (a *Agent) Describe(context.Context) (plugin.Description, error) {
-	ps := make([]plugin.Param, len(paramSpecs))
-	copy(ps, paramSpecs)
-	return plugin.Description{
-		Name:    Name,
-		Version: a.version,
-		Actions: []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn},
-		Params:  ps,
-	}, nil
+	actions := []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}
+	return agentkit.Describe(Name, a.version, actions, paramSpecs), nil
 }
 
 // Validate checks non-secret parameters without calling any cloud API. The error
@@ -222,7 +219,7 @@ func regionOf(zone string) string { return awsRegion.FindString(zone) }
 
 func secretValues(secrets map[string]string) []string {
 	var vs []string
-	for _, k := range sortedKeys(secrets) {
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
 		if v := secrets[k]; v != "" {
 			vs = append(vs, v)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -84,15 +85,6 @@ func openstackAuth(p params, sec map[string]string) (gophercloud.AuthOptions, st
 	}
 	pw := sec[SecretUsername] != "" || sec[SecretPassword] != ""
 	app := sec[SecretApplicationCredentialID] != "" || sec[SecretApplicationCredentialSecret] != ""
-	missing := func(keys ...string) []string {
-		var m []string
-		for _, k := range keys {
-			if sec[k] == "" {
-				m = append(m, k)
-			}
-		}
-		return m
-	}
 	bad := func(format string, args ...any) (gophercloud.AuthOptions, string, error) {
 		return gophercloud.AuthOptions{}, "", plugin.Errorf(plugin.KindPermanent, "secret: "+format, args...)
 	}
@@ -101,7 +93,7 @@ func openstackAuth(p params, sec map[string]string) (gophercloud.AuthOptions, st
 		return bad("give %s/%s or %s/%s, not both", SecretUsername, SecretPassword,
 			SecretApplicationCredentialID, SecretApplicationCredentialSecret)
 	case app:
-		if m := missing(SecretApplicationCredentialID, SecretApplicationCredentialSecret); len(m) > 0 {
+		if m := agentkit.Missing(sec, SecretApplicationCredentialID, SecretApplicationCredentialSecret); len(m) > 0 {
 			return bad("application credential auth: %s missing", strings.Join(m, ", "))
 		}
 		return gophercloud.AuthOptions{
@@ -110,7 +102,7 @@ func openstackAuth(p params, sec map[string]string) (gophercloud.AuthOptions, st
 			ApplicationCredentialSecret: sec[SecretApplicationCredentialSecret],
 		}, "the secret (application credential)", nil
 	case pw:
-		m := missing(SecretUsername, SecretPassword)
+		m := agentkit.Missing(sec, SecretUsername, SecretPassword)
 		if sec[SecretProjectName] == "" && sec[SecretProjectID] == "" {
 			m = append(m, SecretProjectName+" (or "+SecretProjectID+")")
 		}

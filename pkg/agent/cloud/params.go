@@ -1,14 +1,14 @@
 package cloud
 
 import (
-	"errors"
 	"fmt"
+	"maps"
 	"net/url"
-	"sort"
-	"strconv"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -104,74 +104,37 @@ var knownSecrets = func() map[string]bool {
 // parseParams applies defaults and parses the non-secret params, returning every problem
 // as one permanent error that names each bad parameter.
 func parseParams(in map[string]string) (params, error) {
-	known := map[string]plugin.Param{}
-	for _, s := range paramSpecs {
-		known[s.Name] = s
-	}
-	var errs []error
-	for _, name := range sortedKeys(in) {
-		spec, ok := known[name]
-		switch {
-		case !ok:
-			errs = append(errs, fmt.Errorf("%s: unknown parameter", name))
-		case spec.Secret:
-			errs = append(errs, fmt.Errorf("%s: is a secret; pass it in the agent's secret, not in params", name))
-		}
-	}
-	get := func(name string) string {
-		if v, ok := in[name]; ok {
-			return strings.TrimSpace(v)
-		}
-		return known[name].Default
-	}
+	r := agentkit.NewReader(paramSpecs, in)
+	r.CheckNames(nil)
 	p := params{
-		region:         get(ParamRegion),
-		endpoint:       get(ParamEndpoint),
-		authURL:        get(ParamAuthURL),
-		iface:          get(ParamInterface),
-		selfInstanceID: get(ParamSelfInstanceID),
+		region:         r.String(ParamRegion),
+		endpoint:       r.String(ParamEndpoint),
+		authURL:        r.String(ParamAuthURL),
+		iface:          r.String(ParamInterface),
+		selfInstanceID: r.String(ParamSelfInstanceID),
 	}
 	if p.endpoint != "" {
 		if err := checkURL(p.endpoint); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", ParamEndpoint, err))
+			r.Errorf("%s: %w", ParamEndpoint, err)
 		}
 	}
 	if p.authURL != "" {
 		if err := checkURL(p.authURL); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", ParamAuthURL, err))
+			r.Errorf("%s: %w", ParamAuthURL, err)
 		}
 	}
 	switch p.iface {
 	case "public", "internal", "admin":
 	default:
-		errs = append(errs, fmt.Errorf("%s: %q is not public, internal or admin", ParamInterface, p.iface))
+		r.Errorf("%s: %q is not public, internal or admin", ParamInterface, p.iface)
 	}
-	for _, b := range []struct {
-		name string
-		dst  *bool
-	}{{ParamLock, &p.lock}, {ParamRefuseSelf, &p.refuseSelf}} {
-		v, err := strconv.ParseBool(get(b.name))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %q is not true or false", b.name, get(b.name)))
-		}
-		*b.dst = v
-	}
-	for _, d := range []struct {
-		name string
-		dst  *time.Duration
-	}{{ParamVerifyTimeout, &p.verifyTimeout}, {ParamPollInterval, &p.pollInterval}} {
-		v, err := time.ParseDuration(get(d.name))
-		if err != nil || v <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", d.name, get(d.name)))
-			continue
-		}
-		*d.dst = v
-	}
-	if p.pollInterval > p.verifyTimeout && p.verifyTimeout > 0 {
-		errs = append(errs, fmt.Errorf("%s: %s is longer than %s %s", ParamPollInterval, p.pollInterval, ParamVerifyTimeout, p.verifyTimeout))
-	}
-	if len(errs) > 0 {
-		return params{}, plugin.Errorf(plugin.KindPermanent, "invalid parameters: %v", errors.Join(errs...))
+	p.lock = r.Bool(ParamLock)
+	p.refuseSelf = r.Bool(ParamRefuseSelf)
+	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)
+	p.pollInterval = r.PositiveDuration(ParamPollInterval)
+	r.NotLonger(ParamPollInterval, p.pollInterval, ParamVerifyTimeout, p.verifyTimeout)
+	if err := r.Err(); err != nil {
+		return params{}, err
 	}
 	return p, nil
 }
@@ -181,7 +144,7 @@ func parseParams(in map[string]string) (params, error) {
 // appear in the error, never values.
 func checkSecretNames(secrets map[string]string) error {
 	var unknown []string
-	for _, k := range sortedKeys(secrets) {
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
 		if !knownSecrets[k] {
 			unknown = append(unknown, k)
 		}
@@ -201,13 +164,4 @@ func checkURL(raw string) error {
 		return fmt.Errorf("%q is not an http(s) URL with a host", raw)
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -40,14 +41,8 @@ var _ plugin.Agent = (*Agent)(nil)
 // Describe lists the agent's own parameters; any other param is passed to the
 // script as a stdin line.
 func (a *Agent) Describe(context.Context) (plugin.Description, error) {
-	ps := make([]plugin.Param, len(paramSpecs))
-	copy(ps, paramSpecs)
-	return plugin.Description{
-		Name:    Name,
-		Version: a.version,
-		Actions: []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn},
-		Params:  ps,
-	}, nil
+	actions := []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}
+	return agentkit.Describe(Name, a.version, actions, paramSpecs), nil
 }
 
 // Validate checks the params, including that the script exists and is

@@ -3,13 +3,15 @@ package exec
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -54,61 +56,31 @@ type params struct {
 	secrets map[string]string
 }
 
-func specByName(name string) (plugin.Param, bool) {
-	for _, s := range paramSpecs {
-		if s.Name == name {
-			return s, true
-		}
-	}
-	return plugin.Param{}, false
-}
-
 // parseParams applies defaults and checks every param, naming each bad one.
 func parseParams(in map[string]string) (params, error) {
 	p := params{forward: map[string]string{}}
-	var errs []error
-	get := func(name string) string {
-		if v, ok := in[name]; ok {
-			return strings.TrimSpace(v)
-		}
-		s, _ := specByName(name)
-		return s.Default
-	}
-	p.script = get(ParamScript)
+	r := agentkit.NewReader(paramSpecs, in)
+	p.script = r.String(ParamScript)
 	if err := checkScript(p.script); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", ParamScript, err))
+		r.Errorf("%s: %w", ParamScript, err)
 	}
-	p.targetKey = get(ParamTargetKey)
+	p.targetKey = r.String(ParamTargetKey)
 	if p.targetKey != "" && (!stdinKey.MatchString(p.targetKey) || p.targetKey == keyAction) {
-		errs = append(errs, fmt.Errorf("%s: %q is not a usable stdin key", ParamTargetKey, p.targetKey))
+		r.Errorf("%s: %q is not a usable stdin key", ParamTargetKey, p.targetKey)
 	}
-	for _, d := range []struct {
-		name string
-		dst  *time.Duration
-	}{{ParamVerifyTimeout, &p.verifyTimeout}, {ParamPollInterval, &p.pollInterval}} {
-		v := get(d.name)
-		parsed, err := time.ParseDuration(v)
-		if err != nil || parsed <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", d.name, v))
-			continue
+	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)
+	p.pollInterval = r.PositiveDuration(ParamPollInterval)
+	// Every param the agent does not read itself is the script's, passed on as given;
+	// the target key must be known first, since no param may set it.
+	r.CheckNames(func(key, value string) error {
+		if err := checkPair(key, value, p.targetKey); err != nil {
+			return err
 		}
-		*d.dst = parsed
-	}
-	for _, key := range sortedKeys(in) {
-		if s, ok := specByName(key); ok {
-			if s.Secret {
-				errs = append(errs, fmt.Errorf("%s: is a secret; pass it in the agent's secret, not in params", key))
-			}
-			continue
-		}
-		if err := checkPair(key, in[key], p.targetKey); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		p.forward[key] = in[key]
-	}
-	if len(errs) > 0 {
-		return params{}, plugin.Errorf(plugin.KindPermanent, "invalid parameters: %v", errors.Join(errs...))
+		p.forward[key] = value
+		return nil
+	})
+	if err := r.Err(); err != nil {
+		return params{}, err
 	}
 	return p, nil
 }
@@ -120,7 +92,7 @@ func parseRequest(req plugin.Request) (params, error) {
 		return params{}, err
 	}
 	var errs []error
-	for _, key := range sortedKeys(req.Secrets) {
+	for _, key := range slices.Sorted(maps.Keys(req.Secrets)) {
 		if _, clash := p.forward[key]; clash {
 			errs = append(errs, fmt.Errorf("secret %s: also set as a param", key))
 			continue
@@ -174,13 +146,4 @@ func checkScript(path string) error {
 		return fmt.Errorf("%s is not executable", path)
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

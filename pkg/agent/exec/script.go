@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	osexec "os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -82,10 +84,10 @@ func stdin(p params, action, target string) string {
 	if p.targetKey != "" && target != "" {
 		fmt.Fprintf(&b, "%s=%s\n", p.targetKey, target)
 	}
-	for _, k := range sortedKeys(p.forward) {
+	for _, k := range slices.Sorted(maps.Keys(p.forward)) {
 		fmt.Fprintf(&b, "%s=%s\n", k, p.forward[k])
 	}
-	for _, k := range sortedKeys(p.secrets) {
+	for _, k := range slices.Sorted(maps.Keys(p.secrets)) {
 		fmt.Fprintf(&b, "%s=%s\n", k, p.secrets[k])
 	}
 	return b.String()

@@ -3,6 +3,7 @@ package ipmi
 import (
 	"context"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -49,20 +50,15 @@ var _ plugin.Agent = (*Agent)(nil)
 
 // Describe lists the actions and parameters, with defaults and which are secret.
 func (a *Agent) Describe(context.Context) (plugin.Description, error) {
-	ps := make([]plugin.Param, len(paramSpecs))
-	copy(ps, paramSpecs)
-	return plugin.Description{
-		Name:    Name,
-		Version: a.version,
-		Actions: []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn},
-		Params:  ps,
-	}, nil
+	actions := []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}
+	return agentkit.Describe(Name, a.version, actions, paramSpecs), nil
 }
 
 // Validate checks non-secret parameters without contacting any BMC. The error names
 // every bad parameter.
 func (a *Agent) Validate(_ context.Context, params map[string]string) error {
-	return validateParams(params)
+	_, err := parseParams(params)
+	return err
 }
 
 // Fence powers the target off, on, or off-then-on, and succeeds only when it has read

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -79,66 +79,23 @@ var paramSpecs = []plugin.Param{
 		Description: "BMC password; passed to ipmitool in a 0600 file, to Redfish in the session login over TLS; never on a command line, in an environment or a log"},
 }
 
-// validateParams checks non-secret params and returns every problem, each naming its parameter.
-func validateParams(in map[string]string) error {
-	_, err := parseParams(in)
-	return err
-}
-
-// parseParams applies defaults and parses the non-secret params.
+// parseParams applies defaults and parses the non-secret params, returning every
+// problem as one permanent error that names each bad parameter.
 func parseParams(in map[string]string) (params, error) {
 	var p params
-	var errs []error
-	known := map[string]plugin.Param{}
-	for _, s := range paramSpecs {
-		known[s.Name] = s
-	}
-	for _, name := range sortedKeys(in) {
-		spec, ok := known[name]
-		switch {
-		case !ok:
-			errs = append(errs, fmt.Errorf("%s: unknown parameter", name))
-		case spec.Secret:
-			errs = append(errs, fmt.Errorf("%s: is a secret; pass it in the agent's secret, not in params", name))
-		}
-	}
-	get := func(name string) string {
-		if v, ok := in[name]; ok {
-			return strings.TrimSpace(v)
-		}
-		return known[name].Default
-	}
-
-	portStr := get(ParamPort)
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port < 1 || port > 65535 {
-		errs = append(errs, fmt.Errorf("%s: %q is not a port number", ParamPort, portStr))
-	}
-	p.port = port
-
-	p.cipherSuite = get(ParamCipherSuite)
-	if cs, err := strconv.Atoi(p.cipherSuite); err != nil || cs < 0 || cs > 17 {
-		errs = append(errs, fmt.Errorf("%s: %q is not a cipher suite ID (0-17)", ParamCipherSuite, p.cipherSuite))
-	}
-
-	for _, d := range []struct {
-		name string
-		dst  *time.Duration
-	}{{ParamTimeout, &p.timeout}, {ParamVerifyTimeout, &p.verifyTimeout}, {ParamPollInterval, &p.pollInterval}} {
-		v := get(d.name)
-		parsed, err := time.ParseDuration(v)
-		if err != nil || parsed <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", d.name, v))
-			continue
-		}
-		*d.dst = parsed
-	}
-	errs = append(errs, parseRedfishParams(&p, get)...)
-	if p.pollInterval > 0 && p.verifyTimeout > 0 && p.pollInterval > p.verifyTimeout {
-		errs = append(errs, fmt.Errorf("%s: %s is longer than %s %s", ParamPollInterval, p.pollInterval, ParamVerifyTimeout, p.verifyTimeout))
-	}
-	if len(errs) > 0 {
-		return params{}, plugin.Errorf(plugin.KindPermanent, "invalid parameters: %v", errors.Join(errs...))
+	r := agentkit.NewReader(paramSpecs, in)
+	r.CheckNames(nil)
+	p.port = r.Int(ParamPort, 1, 65535, "a port number")
+	// ipmitool takes the ID as text (-C); it is parsed only to check its range.
+	p.cipherSuite = r.String(ParamCipherSuite)
+	r.Int(ParamCipherSuite, 0, 17, "a cipher suite ID (0-17)")
+	p.timeout = r.PositiveDuration(ParamTimeout)
+	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)
+	p.pollInterval = r.PositiveDuration(ParamPollInterval)
+	parseRedfishParams(&p, r)
+	r.NotLonger(ParamPollInterval, p.pollInterval, ParamVerifyTimeout, p.verifyTimeout)
+	if err := r.Err(); err != nil {
+		return params{}, err
 	}
 	return p, nil
 }
@@ -169,14 +126,7 @@ func parseRequest(req plugin.Request) (params, error) {
 	}
 	p.username = req.Secrets[SecretUsername]
 	p.password = req.Secrets[SecretPassword]
-	var missing []string
-	if p.username == "" {
-		missing = append(missing, SecretUsername)
-	}
-	if p.password == "" {
-		missing = append(missing, SecretPassword)
-	}
-	if len(missing) > 0 {
+	if missing := agentkit.Missing(req.Secrets, SecretUsername, SecretPassword); len(missing) > 0 {
 		return params{}, plugin.Errorf(plugin.KindPermanent, "missing secret(s): %s", strings.Join(missing, ", "))
 	}
 	return p, nil
@@ -204,13 +154,4 @@ func splitTarget(target string) (string, int, error) {
 		return "", 0, fmt.Errorf("%q is not host:port", target)
 	}
 	return host, port, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -4,9 +4,9 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"strconv"
 	"strings"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -19,51 +19,39 @@ const (
 // providerClients names the client each provider's evidence mentions.
 var providerClients = map[string]string{ProviderIPMI: "ipmitool", ProviderRedfish: "gofish"}
 
-// parseRedfishParams parses the provider and Redfish parameters into p and returns
-// every problem, each naming its parameter.
-func parseRedfishParams(p *params, get func(string) string) []error {
-	var errs []error
-	list := get(ParamProviders)
+// parseRedfishParams parses the provider and Redfish parameters into p and records
+// every problem in r.
+func parseRedfishParams(p *params, r *agentkit.Reader) {
+	list := r.String(ParamProviders)
 	field := ParamProviders
 	if list == "" {
-		list, field = get(ParamProtocol), ParamProtocol
+		list, field = r.String(ParamProtocol), ParamProtocol
 	}
 	seen := map[string]bool{}
 	for _, name := range strings.Split(list, ",") {
 		name = strings.ToLower(strings.TrimSpace(name))
 		switch {
 		case name != ProviderIPMI && name != ProviderRedfish:
-			errs = append(errs, fmt.Errorf("%s: %q is not a provider; want %s or %s", field, name, ProviderIPMI, ProviderRedfish))
+			r.Errorf("%s: %q is not a provider; want %s or %s", field, name, ProviderIPMI, ProviderRedfish)
 		case seen[name]:
-			errs = append(errs, fmt.Errorf("%s: %q is listed twice", field, name))
+			r.Errorf("%s: %q is listed twice", field, name)
 		default:
 			seen[name] = true
 			p.providers = append(p.providers, name)
 		}
 	}
-
-	portStr := get(ParamRedfishPort)
-	port, err := strconv.Atoi(portStr)
-	if err != nil || port < 1 || port > 65535 {
-		errs = append(errs, fmt.Errorf("%s: %q is not a port number", ParamRedfishPort, portStr))
-	}
-	p.redfishPort = port
-
-	insecure := get(ParamInsecure)
-	if p.insecure, err = strconv.ParseBool(insecure); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %q is not true or false", ParamInsecure, insecure))
-	}
-	p.caBundle = get(ParamCABundle)
+	p.redfishPort = r.Int(ParamRedfishPort, 1, 65535, "a port number")
+	p.insecure = r.Bool(ParamInsecure)
+	p.caBundle = r.String(ParamCABundle)
 	if p.caBundle != "" {
 		if err := checkCABundle(p.caBundle); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", ParamCABundle, err))
+			r.Errorf("%s: %w", ParamCABundle, err)
 		}
 		if p.insecure {
-			errs = append(errs, fmt.Errorf("%s: is true together with %s; a verified connection needs insecure=false", ParamInsecure, ParamCABundle))
+			r.Errorf("%s: is true together with %s; a verified connection needs insecure=false", ParamInsecure, ParamCABundle)
 		}
 	}
-	p.systemName = get(ParamSystemName)
-	return errs
+	p.systemName = r.String(ParamSystemName)
 }
 
 // checkCABundle requires at least one certificate and nothing else that fails to parse.

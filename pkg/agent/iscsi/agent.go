@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -44,20 +45,15 @@ var _ plugin.Agent = (*Agent)(nil)
 
 // Describe lists the actions and parameters. Reboot means nothing for storage.
 func (a *Agent) Describe(context.Context) (plugin.Description, error) {
-	ps := make([]plugin.Param, len(paramSpecs))
-	copy(ps, paramSpecs)
-	return plugin.Description{
-		Name:    Name,
-		Version: a.version,
-		Actions: []plugin.Action{plugin.ActionOff, plugin.ActionOn},
-		Params:  ps,
-	}, nil
+	actions := []plugin.Action{plugin.ActionOff, plugin.ActionOn}
+	return agentkit.Describe(Name, a.version, actions, paramSpecs), nil
 }
 
 // Validate checks parameters without contacting the storage server; the error names
 // every bad parameter.
 func (a *Agent) Validate(_ context.Context, params map[string]string) error {
-	return validateParams(params)
+	_, err := parseParams(params)
+	return err
 }
 
 // Fence cuts the initiator off (off) or restores its access (on, the same as Unfence)

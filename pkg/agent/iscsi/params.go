@@ -1,14 +1,13 @@
 package iscsi
 
 import (
-	"errors"
 	"fmt"
+	"math"
 	"net"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -73,83 +72,51 @@ var paramSpecs = []plugin.Param{
 		Description: "Unfence: the evidence of the Fence call(s) to undo; its \"removed:\" lines say exactly which rules to restore. Absent: bind the initiator IQN to every protected target that does not admit it"},
 }
 
-// validateParams checks non-secret params and returns every problem, each naming its parameter.
-func validateParams(in map[string]string) error {
-	_, err := parseParams(in)
-	return err
-}
-
+// parseParams applies defaults and parses the params, returning every problem as one
+// permanent error that names each bad parameter.
 func parseParams(in map[string]string) (params, error) {
 	var p params
-	var errs []error
-	known := map[string]plugin.Param{}
-	for _, s := range paramSpecs {
-		known[s.Name] = s
-	}
-	for _, name := range sortedKeys(in) {
-		if _, ok := known[name]; !ok {
-			errs = append(errs, fmt.Errorf("%s: unknown parameter", name))
-		}
-	}
-	get := func(name string) string {
-		if v, ok := in[name]; ok {
-			return strings.TrimSpace(v)
-		}
-		return known[name].Default
-	}
-
-	switch p.backend = get(ParamBackend); p.backend {
+	r := agentkit.NewReader(paramSpecs, in)
+	r.CheckNames(nil)
+	switch p.backend = r.String(ParamBackend); p.backend {
 	case BackendTgt, BackendLIO:
 	default:
-		errs = append(errs, fmt.Errorf("%s: %q is not a backend; want %s or %s", ParamBackend, p.backend, BackendTgt, BackendLIO))
+		r.Errorf("%s: %q is not a backend; want %s or %s", ParamBackend, p.backend, BackendTgt, BackendLIO)
 	}
-	if v := get(ParamInitiatorAddress); v != "" {
+	if v := r.String(ParamInitiatorAddress); v != "" {
 		if p.initiator.Address = net.ParseIP(v); p.initiator.Address == nil {
-			errs = append(errs, fmt.Errorf("%s: %q is not an IP address", ParamInitiatorAddress, v))
+			r.Errorf("%s: %q is not an IP address", ParamInitiatorAddress, v)
 		} else if p.backend == BackendLIO {
-			errs = append(errs, fmt.Errorf("%s: lio ACLs name initiators by IQN only; fence by the target IQN", ParamInitiatorAddress))
+			r.Errorf("%s: lio ACLs name initiators by IQN only; fence by the target IQN", ParamInitiatorAddress)
 		}
 	}
-	for _, name := range strings.Split(get(ParamTargets), ",") {
+	for _, name := range strings.Split(r.String(ParamTargets), ",") {
 		if name = strings.TrimSpace(name); name == "" {
 			continue
 		}
 		if err := checkName(name); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", ParamTargets, err))
+			r.Errorf("%s: %w", ParamTargets, err)
 		}
 		p.targets = append(p.targets, name)
 	}
-	port := get(ParamControlPort)
-	var err error
-	if p.controlPort, err = strconv.Atoi(port); err != nil || p.controlPort < 0 {
-		errs = append(errs, fmt.Errorf("%s: %q is not a control port number", ParamControlPort, port))
+	p.controlPort = r.Int(ParamControlPort, 0, math.MaxInt, "a control port number")
+	if p.lld = r.String(ParamLLD); p.lld == "" || strings.HasPrefix(p.lld, "-") || strings.ContainsAny(p.lld, " \t") {
+		r.Errorf("%s: %q is not a driver name", ParamLLD, p.lld)
 	}
-	if p.lld = get(ParamLLD); p.lld == "" || strings.HasPrefix(p.lld, "-") || strings.ContainsAny(p.lld, " \t") {
-		errs = append(errs, fmt.Errorf("%s: %q is not a driver name", ParamLLD, p.lld))
+	if p.configfsRoot = r.String(ParamConfigfsRoot); p.backend == BackendLIO && !strings.HasPrefix(p.configfsRoot, "/") {
+		r.Errorf("%s: %q is not an absolute path", ParamConfigfsRoot, p.configfsRoot)
 	}
-	if p.configfsRoot = get(ParamConfigfsRoot); p.backend == BackendLIO && !strings.HasPrefix(p.configfsRoot, "/") {
-		errs = append(errs, fmt.Errorf("%s: %q is not an absolute path", ParamConfigfsRoot, p.configfsRoot))
-	}
-	for _, d := range []struct {
-		name string
-		dst  *time.Duration
-	}{{ParamTimeout, &p.timeout}, {ParamVerifyTimeout, &p.verifyTimeout}, {ParamPollInterval, &p.pollInterval}} {
-		v := get(d.name)
-		parsed, err := time.ParseDuration(v)
-		if err != nil || parsed <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration", d.name, v))
-			continue
-		}
-		*d.dst = parsed
-	}
+	p.timeout = r.PositiveDuration(ParamTimeout)
+	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)
+	p.pollInterval = r.PositiveDuration(ParamPollInterval)
 	p.restore, p.hasRestore = in[ParamRestore]
 	if p.hasRestore {
 		if _, err := parseRemoved(p.restore); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", ParamRestore, err))
+			r.Errorf("%s: %w", ParamRestore, err)
 		}
 	}
-	if len(errs) > 0 {
-		return params{}, plugin.Errorf(plugin.KindPermanent, "invalid parameters: %v", errors.Join(errs...))
+	if err := r.Err(); err != nil {
+		return params{}, err
 	}
 	return p, nil
 }
@@ -185,13 +152,4 @@ func checkName(name string) error {
 		return fmt.Errorf("%q contains a space, ';', '=', '/' or ','", name)
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -1,0 +1,112 @@
+package agentkit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+var testSpecs = []plugin.Param{
+	{Name: "port", Type: plugin.ParamInt, Default: "623"},
+	{Name: "timeout", Type: plugin.ParamDuration, Default: "5s"},
+	{Name: "poll", Type: plugin.ParamDuration, Default: "1s"},
+	{Name: "lock", Type: plugin.ParamBool, Default: "false"},
+	{Name: "name", Type: plugin.ParamString},
+	{Name: "password", Type: plugin.ParamString, Secret: true},
+}
+
+func TestParamReaderDefaultsAndTrim(t *testing.T) {
+	r := NewReader(testSpecs, map[string]string{"port": " 6230 ", "lock": "\ttrue", "name": ""})
+	r.CheckNames(nil)
+	if got := r.Int("port", 1, 65535, "a port number"); got != 6230 {
+		t.Errorf("port = %d, want the trimmed 6230", got)
+	}
+	if got := r.PositiveDuration("timeout"); got != 5*time.Second {
+		t.Errorf("timeout = %s, want the default 5s", got)
+	}
+	if !r.Bool("lock") {
+		t.Error("lock = false, want the trimmed true")
+	}
+	if got := r.String("name"); got != "" {
+		t.Errorf("name = %q, want the empty string it was set to", got)
+	}
+	if err := r.Err(); err != nil {
+		t.Errorf("err = %v, want nil", err)
+	}
+}
+
+// TestParamReaderErrors checks each message and that they come in the order the
+// caller read the params, after the name checks.
+func TestParamReaderErrors(t *testing.T) {
+	r := NewReader(testSpecs, map[string]string{
+		"port": "70000", "timeout": "5", "poll": "-1s", "lock": "maybe", "password": "x", "zz": "1", "aa": "2",
+	})
+	r.CheckNames(nil)
+	r.Int("port", 1, 65535, "a port number")
+	r.PositiveDuration("timeout")
+	r.PositiveDuration("poll")
+	r.Bool("lock")
+	r.Errorf("%s: %w", "name", fmt.Errorf("wrapped"))
+	r.NotLonger("poll", 2*time.Second, "timeout", time.Second)
+	r.NotLonger("poll", 2*time.Second, "timeout", 0)
+	err := r.Err()
+	if plugin.KindOf(err) != plugin.KindPermanent {
+		t.Fatalf("err = %v, want a permanent error", err)
+	}
+	want := []string{
+		`aa: unknown parameter`,
+		`password: is a secret; pass it in the agent's secret, not in params`,
+		`zz: unknown parameter`,
+		`port: "70000" is not a port number`,
+		`timeout: "5" is not a positive duration`,
+		`poll: "-1s" is not a positive duration`,
+		`lock: "maybe" is not true or false`,
+		`name: wrapped`,
+		`poll: 2s is longer than timeout 1s`,
+	}
+	got := strings.TrimPrefix(err.Error(), "Permanent: ")
+	if w := "invalid parameters: " + strings.Join(want, "\n"); got != w {
+		t.Errorf("error\n%s\nwant\n%s", got, w)
+	}
+}
+
+func TestParamReaderExtraNames(t *testing.T) {
+	var passed []string
+	r := NewReader(testSpecs, map[string]string{"port": "1", "password": "x", "b": " v ", "a": "bad"})
+	r.CheckNames(func(name, value string) error {
+		if value == "bad" {
+			return fmt.Errorf("%s: bad", name)
+		}
+		passed = append(passed, name+"="+value)
+		return nil
+	})
+	if !slices.Equal(passed, []string{"b= v "}) {
+		t.Errorf("extra got %q, want the untrimmed b only", passed)
+	}
+	err := r.Err()
+	if err == nil || !strings.HasSuffix(err.Error(), "a: bad\npassword: is a secret; pass it in the agent's secret, not in params") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestDescribeCopiesSpecs(t *testing.T) {
+	d := Describe("x", "1.0", []plugin.Action{plugin.ActionOff}, testSpecs)
+	if d.Name != "x" || d.Version != "1.0" || len(d.Actions) != 1 || len(d.Params) != len(testSpecs) {
+		t.Fatalf("description %+v", d)
+	}
+	d.Params[0].Default = "changed"
+	if testSpecs[0].Default != "623" {
+		t.Error("changing the description changed the specs")
+	}
+}
+
+func TestParamMissingSecrets(t *testing.T) {
+	got := Missing(map[string]string{"username": "u", "token": ""}, "password", "username", "token")
+	if !slices.Equal(got, []string{"password", "token"}) {
+		t.Errorf("missing = %q, want password, token in the order asked", got)
+	}
+}
