@@ -43,14 +43,7 @@ func BenchmarkIncidentFloor(b *testing.B) {
 func incidentFloor(b *testing.B, nodes int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	c, err := Start(ctx, Options{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Stop()
-	if err := InstallCRD(ctx, c); err != nil {
-		b.Fatal(err)
-	}
+	c := benchCluster(b, ctx)
 	rc := *c.Config
 	rc.QPS, rc.Burst = 500, 1000
 	client := mustClient(b, controller.Protobuf(&rc))

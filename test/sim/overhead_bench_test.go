@@ -128,17 +128,24 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func incidentOverhead(b *testing.B, nodes int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+// benchCluster starts a cluster with kubefence's CRD for one benchmark; it stops with
+// the benchmark.
+func benchCluster(b *testing.B, ctx context.Context) *Cluster {
 	c, err := Start(ctx, Options{Dir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Stop()
+	b.Cleanup(func() { _ = c.Stop() })
 	if err := InstallCRD(ctx, c); err != nil {
 		b.Fatal(err)
 	}
+	return c
+}
+
+func incidentOverhead(b *testing.B, nodes int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c := benchCluster(b, ctx)
 	var all, lags, incidents []time.Duration
 	var requests int
 	var cpu, span time.Duration
