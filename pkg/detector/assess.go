@@ -20,22 +20,28 @@ type signal struct {
 }
 
 // assess turns the evidence into a health, ignoring flaps.
-func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter time.Duration) Observation {
+func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter, floor time.Duration) Observation {
 	obs := Observation{Node: name, Health: Healthy, Undamped: Healthy, Reason: ReasonHealthy, BootID: st.bootID,
-		RenewalSeen: st.renewalSeen}
+		RenewalSeen: st.renewalSeen, RenewTime: st.renewTime, StatusSeen: st.statusSeen, Floor: floor}
 	var signals []signal
 	if !st.observedAt.IsZero() {
 		// The Lease's clock always runs: a renewal only restarts it.
 		stale := now.Sub(st.observedAt)
 		signals = append(signals, signal{
 			bad: true, suspect: stale > leaseAfter/2, since: st.observedAt, after: leaseAfter, reason: ReasonLeaseStale,
-			what: fmt.Sprintf("lease last renewed at %s (seen %s ago, threshold %s)",
-				st.renewTime.UTC().Format(time.RFC3339Nano), stale.Round(time.Millisecond), leaseAfter),
+			what: fmt.Sprintf("lease last renewed at %s (seen %s ago, threshold %s, evidence floor %s)",
+				st.renewTime.UTC().Format(time.RFC3339Nano), stale.Round(time.Millisecond), leaseAfter, floor),
 		})
 	}
 	if ready != nil && ready.Status != corev1.ConditionTrue {
+		after := readyAfter
+		if !st.observedAt.IsZero() {
+			// A Lease still renewing vetoes NotReady until it too has been silent for the
+			// floor.
+			after = max(after, st.observedAt.Add(floor).Sub(ready.LastTransitionTime.Time))
+		}
 		signals = append(signals, signal{
-			bad: true, suspect: true, since: ready.LastTransitionTime.Time, after: readyAfter, reason: ReasonNotReady,
+			bad: true, suspect: true, since: ready.LastTransitionTime.Time, after: after, reason: ReasonNotReady,
 			what: fmt.Sprintf("Ready=%s since %s (%s, threshold %s)", ready.Status,
 				ready.LastTransitionTime.UTC().Format(time.RFC3339), ready.Reason, readyAfter),
 		})

@@ -2,6 +2,7 @@ package detector
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ const (
 type Thresholds struct {
 	LeaseStaleAfter time.Duration
 	NotReadyAfter   time.Duration
+	// ExpectedRenewInterval is how often kubelets are expected to renew their Lease; zero
+	// when unknown. Three of them bound the evidence floor from below for a node whose
+	// cadence this process has not measured yet (see Floor).
+	ExpectedRenewInterval time.Duration
 	// FlapWindow and FlapThreshold: FlapThreshold recoveries within FlapWindow make a node
 	// Flapping. A zero FlapThreshold turns damping off.
 	FlapWindow    time.Duration
@@ -75,6 +80,15 @@ type Observation struct {
 	// kubelet that renewed while we watched. Zero until a change is seen; the first
 	// sighting of a Lease and RestartClocks do not set it.
 	RenewalSeen time.Time
+	// RenewTime is the Lease's renewTime as last seen (the kubelet's clock); zero without
+	// a Lease. Only compared with other renewTimes of the same Lease.
+	RenewTime time.Time
+	// StatusSeen is when this process last saw the node's Ready heartbeat change: a
+	// status the kubelet posted while we watched, which carries BootID with it. Zero
+	// until a change is seen; the first sighting does not set it.
+	StatusSeen time.Time
+	// Floor is the evidence floor the Lease threshold was held to (see Detector.Floor).
+	Floor time.Duration
 }
 
 // nodeState is what the detector remembers of one node between events.
@@ -86,14 +100,23 @@ type nodeState struct {
 	// renewalSeen is when a change of renewTime was last seen (observedAt, before any
 	// RestartClocks moved it on).
 	renewalSeen time.Time
-	// interval is the last gap between two renewals that was not a lapse: the node's
-	// own renewal period as this process sees it.
-	interval time.Duration
+	// gaps are the latest differences between consecutive renewTimes that were not a
+	// lapse, newest last, at most cadenceSamples of them: the node's own renewal cadence,
+	// measured on its own clock so that neither clock skew nor when this process first
+	// saw the Lease shortens it.
+	gaps []time.Duration
+	// leaseDuration is the Lease's leaseDurationSeconds: how long its holder promises a
+	// renewal lasts. Zero when the Lease does not say.
+	leaseDuration time.Duration
 	// flaps are the latest recoveries, oldest first, at most FlapThreshold of them.
 	flaps         []time.Time
 	lastLeaseFlap time.Time
 	readyKnown    bool
 	readyBad      bool
+	// heartbeat is the Ready condition's lastHeartbeatTime as last seen; statusSeen is
+	// when this process saw it change.
+	heartbeat     time.Time
+	statusSeen    time.Time
 	bootID        string
 	prevBootID    string
 	bootChangedAt time.Time
@@ -123,9 +146,9 @@ func (d *Detector) state(node string) *nodeState {
 }
 
 // ObserveLease records a Lease as seen at now. Only a changed renewTime counts as a
-// renewal; the first sighting counts as one, which gives a node the full threshold after
-// the controller starts. A renewal after a gap of more than half the Lease threshold is a
-// recovery from a lapse, and counts as a flap.
+// renewal; the first sighting starts the staleness clock but measures no cadence. A
+// renewal after a gap of more than half the Lease threshold (or the evidence floor, if
+// longer) is a recovery from a lapse, and counts as a flap.
 func (d *Detector) ObserveLease(lease *coordinationv1.Lease, now time.Time) {
 	if lease == nil || lease.Spec.RenewTime == nil {
 		return
@@ -134,19 +157,60 @@ func (d *Detector) ObserveLease(lease *coordinationv1.Lease, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := d.state(lease.Name)
+	if s := lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+		st.leaseDuration = time.Duration(*s) * time.Second
+	}
 	if !st.observedAt.IsZero() {
 		if st.renewTime.Equal(renew) {
 			return
 		}
-		if gap := now.Sub(st.observedAt); gap > d.th.LeaseStaleAfter/2 {
+		if gap := now.Sub(st.observedAt); gap > max(d.th.LeaseStaleAfter, d.floor(st))/2 {
 			d.recordFlap(st, now)
 			st.lastLeaseFlap = now
-		} else {
-			st.interval = gap
+		} else if step := renew.Sub(st.renewTime); step > 0 {
+			st.gaps = append(st.gaps, step)
+			if extra := len(st.gaps) - cadenceSamples; extra > 0 {
+				st.gaps = append(st.gaps[:0], st.gaps[extra:]...)
+			}
 		}
 		st.renewalSeen = now
 	}
 	st.renewTime, st.observedAt = renew, now
+}
+
+// cadenceSamples is how many renewal gaps make up a node's measured cadence.
+const cadenceSamples = 3
+
+// floorMultiple is how many renewal periods a Lease may go unrenewed before a node can
+// be judged dead on it: a live kubelet can be late with one renewal (an API request that
+// timed out and was retried), but not with three.
+const floorMultiple = 3
+
+// Floor is the shortest Lease silence on which node may be judged dead, whatever the
+// configured or workload-shortened threshold (safety invariant 10):
+//   - with a measured cadence, three of the node's longest recent renewal gaps;
+//   - otherwise the Lease's leaseDurationSeconds (the kubelet's own promise), or three
+//     ExpectedRenewIntervals if that is longer;
+//   - with neither, the configured LeaseStaleAfter.
+//
+// Staleness itself counts from when this process saw the renewTime last change, or first
+// saw the Lease, or took over leadership: so a fresh leader judges nothing about a node
+// before it has watched its Lease for at least one floor.
+func (d *Detector) Floor(node string) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.floor(d.state(node))
+}
+
+func (d *Detector) floor(st *nodeState) time.Duration {
+	if len(st.gaps) > 0 {
+		return floorMultiple * slices.Max(st.gaps)
+	}
+	f := max(st.leaseDuration, floorMultiple*d.th.ExpectedRenewInterval)
+	if f == 0 {
+		return d.th.LeaseStaleAfter
+	}
+	return f
 }
 
 // recordFlap notes a recovery at now, keeping only the latest FlapThreshold.
@@ -210,20 +274,19 @@ func (d *Detector) Assess(node *corev1.Node, now time.Time) Observation {
 	return d.AssessWith(node, now, d.th.LeaseStaleAfter, d.th.NotReadyAfter)
 }
 
-// AssessWith is Assess with the node's own thresholds, as policy.Threshold shortens them
-// for its workloads. A Lease threshold shorter than configured is never taken below two
-// of the node's observed renewal periods: a short wait must not make a healthy node that
-// is merely between renewals look dead.
+// AssessWith is Assess with the node's own thresholds, as policy.Threshold changes them
+// for its workloads. Neither threshold is ever taken below the evidence floor (see
+// Floor): the Lease threshold is at least the floor, and Ready=False or Unknown makes a
+// node unhealthy only once its Lease, if it has one, has also been silent for the floor.
+// A kubelet that renews on its own cadence is alive, whatever the Ready condition says.
 func (d *Detector) AssessWith(node *corev1.Node, now time.Time, leaseStaleAfter, notReadyAfter time.Duration) Observation {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := d.state(node.Name)
 	ready := readyCondition(node)
 	d.observeNode(st, node, ready, now)
-	if leaseStaleAfter < d.th.LeaseStaleAfter {
-		leaseStaleAfter = min(d.th.LeaseStaleAfter, max(leaseStaleAfter, 2*st.interval))
-	}
-	obs := assess(st, node.Name, ready, now, leaseStaleAfter, notReadyAfter)
+	floor := d.floor(st)
+	obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor)
 	d.damp(st, &obs, now)
 	d.boot(st, &obs, now)
 	return obs
@@ -237,6 +300,14 @@ func (d *Detector) observeNode(st *nodeState, node *corev1.Node, ready *corev1.N
 		d.recordFlap(st, now)
 	}
 	st.readyKnown, st.readyBad = ready != nil, bad
+	if ready != nil {
+		if hb := ready.LastHeartbeatTime.Time; !hb.Equal(st.heartbeat) {
+			if !st.heartbeat.IsZero() {
+				st.statusSeen = now
+			}
+			st.heartbeat = hb
+		}
+	}
 	if b := node.Status.NodeInfo.BootID; b != "" {
 		if st.bootID != "" && b != st.bootID {
 			st.prevBootID, st.bootChangedAt = st.bootID, now

@@ -31,8 +31,12 @@ type script struct {
 	node *corev1.Node
 }
 
-func run(events ...ev) *script {
-	s := &script{d: New(testThresholds), node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}
+func run(events ...ev) *script { return runWith(testThresholds, 0, events...) }
+
+// runWith is run with other thresholds and a Lease that states leaseDurationSeconds
+// (none when zero).
+func runWith(th Thresholds, duration int32, events ...ev) *script {
+	s := &script{d: New(th), node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}
 	s.node.Status.NodeInfo.BootID = "boot-1"
 	s.node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
 		LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
@@ -41,8 +45,12 @@ func run(events ...ev) *script {
 		now := t0.Add(e.at)
 		if e.renew {
 			skewed := metav1.NewMicroTime(now.Add(-7 * time.Hour))
-			s.d.ObserveLease(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
-				Spec: coordinationv1.LeaseSpec{RenewTime: &skewed}}, now)
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+				Spec: coordinationv1.LeaseSpec{RenewTime: &skewed}}
+			if duration > 0 {
+				lease.Spec.LeaseDurationSeconds = &duration
+			}
+			s.d.ObserveLease(lease, now)
 		}
 		if e.ready != "" && e.ready != s.node.Status.Conditions[0].Status {
 			s.node.Status.Conditions[0].Status = e.ready
@@ -113,9 +121,15 @@ func TestAssess(t *testing.T) {
 			events: cat(every(0, 10*time.Second), every(35*time.Second, 35*time.Second)), at: 45 * time.Second,
 			health: Healthy, reason: ReasonHealthy, unhealthyAt: 65 * time.Second, flaps: 1,
 		},
-		"Ready Unknown past the threshold while the lease renews: unhealthy": {
-			events: cat(every(0, 60*time.Second), []ev{{at: 10 * time.Second, ready: corev1.ConditionUnknown}}), at: 40 * time.Second,
-			health: Unhealthy, reason: ReasonNotReady, unhealthyAt: 40 * time.Second, evidence: []string{"Ready=Unknown"},
+		// A kubelet renewing on its cadence is alive (invariant 10): Ready alone only
+		// makes it suspect, until the Lease too is silent for the floor.
+		"Ready Unknown past the threshold while the lease renews: suspect": {
+			events: cat(every(0, 60*time.Second), []ev{{at: 10 * time.Second, ready: corev1.ConditionUnknown}}), at: 65 * time.Second,
+			health: Suspect, reason: ReasonNotReady, unhealthyAt: 90 * time.Second, evidence: []string{"Ready=Unknown"},
+		},
+		"Ready Unknown and the lease silent for the floor: unhealthy": {
+			events: cat(every(0, 60*time.Second), []ev{{at: 10 * time.Second, ready: corev1.ConditionUnknown}}), at: 90 * time.Second,
+			health: Unhealthy, reason: ReasonLeaseStale, unhealthyAt: 90 * time.Second, evidence: []string{"seen 30s ago"},
 		},
 		"Ready False just now: suspect": {
 			events: cat(every(0, 60*time.Second), []ev{{at: 60 * time.Second, ready: corev1.ConditionFalse}}), at: 61 * time.Second,

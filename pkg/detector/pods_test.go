@@ -9,22 +9,38 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// TestAssessWithShortThreshold: no threshold, configured or shortened for workloads, goes
+// below the evidence floor (safety invariant 10).
 func TestAssessWithShortThreshold(t *testing.T) {
 	tests := map[string]struct {
-		events []ev
-		lease  time.Duration
-		at     time.Duration
-		health Health
+		events   []ev
+		duration int32 // the Lease's leaseDurationSeconds; 0 for none
+		expected time.Duration
+		lease    time.Duration
+		at       time.Duration
+		health   Health
 	}{
-		// Renewals every 10s: a 5s wait is raised to 20s, two renewal periods.
-		"5s wait, 12s since renewal: not unhealthy": {events: every(0, 60*time.Second), lease: 5 * time.Second, at: 72 * time.Second, health: Suspect},
-		"5s wait, 21s since renewal: unhealthy":     {events: every(0, 60*time.Second), lease: 5 * time.Second, at: 81 * time.Second, health: Unhealthy},
-		"no period known yet: the wait as given":    {events: every(0, 0), lease: 5 * time.Second, at: 6 * time.Second, health: Unhealthy},
-		"never above the configured threshold":      {events: every(0, 0), lease: time.Minute, at: 31 * time.Second, health: Unhealthy},
+		// Renewals every 10s: a 5s wait is raised to 30s, three renewal periods.
+		"5s wait, 21s since renewal: suspect":       {events: every(0, 60*time.Second), lease: 5 * time.Second, at: 81 * time.Second, health: Suspect},
+		"5s wait, 29s since renewal: still suspect": {events: every(0, 60*time.Second), lease: 5 * time.Second, at: 89 * time.Second, health: Suspect},
+		"5s wait, 30s since renewal: unhealthy":     {events: every(0, 60*time.Second), lease: 5 * time.Second, at: 90 * time.Second, health: Unhealthy},
+		// First sighting only: no cadence measured. Without leaseDurationSeconds the floor
+		// is the configured threshold.
+		"no cadence, no lease duration: configured threshold": {events: every(0, 0), lease: 5 * time.Second, at: 29 * time.Second, health: Suspect},
+		"no cadence, no lease duration: dead after it":        {events: every(0, 0), lease: 5 * time.Second, at: 30 * time.Second, health: Unhealthy},
+		"no cadence: the Lease's 40s duration":                {events: every(0, 0), duration: 40, lease: 5 * time.Second, at: 39 * time.Second, health: Suspect},
+		"no cadence: dead after the Lease's duration":         {events: every(0, 0), duration: 40, lease: 5 * time.Second, at: 40 * time.Second, health: Unhealthy},
+		"no cadence: three expected intervals when longer": {events: every(0, 0), duration: 40, expected: 15 * time.Second, lease: 5 * time.Second,
+			at: 44 * time.Second, health: Suspect},
+		"a measured cadence replaces the Lease's duration": {events: every(0, 10*time.Second), duration: 40, lease: 5 * time.Second,
+			at: 40 * time.Second, health: Unhealthy},
+		"never above the configured threshold": {events: every(0, 0), lease: time.Minute, at: 31 * time.Second, health: Unhealthy},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			s := run(tc.events...)
+			th := testThresholds
+			th.ExpectedRenewInterval = tc.expected
+			s := runWith(th, tc.duration, tc.events...)
 			lease := tc.lease
 			obs := s.d.AssessWith(s.node, t0.Add(tc.at), min(lease, testThresholds.LeaseStaleAfter), testThresholds.NotReadyAfter)
 			if obs.Health != tc.health {
