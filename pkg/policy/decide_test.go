@@ -80,6 +80,45 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(maxUnhealthy(intstr.FromInt32(2))), nodes: dead(nodes("n", 100, nil), 5, 6, 7), node: 5,
 			verdict: Hold, reason: ReasonStorm,
 		},
+		// Issue 17: three healthy nodes of three were powered off one after the other,
+		// because a fenced node dropped out of the count once a new leader's clocks
+		// restarted. A node with an open incident counts until it is back.
+		"one node fenced and not back, a second unhealthy, 3 nodes at 40%: hold": {
+			policy: testPolicy(),
+			nodes: func() []Node {
+				ns := dead(nodes("n", 3, nil), 1)
+				ns[0].Incident = true
+				return ns
+			}(),
+			node: 1, verdict: Hold, reason: ReasonStorm, message: "2 of 3 nodes",
+		},
+		"a fenced node that looks healthy to a fresh leader still counts": {
+			policy: testPolicy(maxUnhealthy(intstr.FromString("30%"))),
+			nodes: func() []Node {
+				ns := dead(nodes("n", 10, nil), 0, 1, 2)
+				ns[3].Incident = true
+				return ns
+			}(),
+			verdict: Hold, reason: ReasonStorm, message: "4 of 10 nodes",
+		},
+		"a live controller replica on the node: hold, before anything else": {
+			policy: testPolicy(func(p *v1alpha1.Policy) { p.Paused = true }),
+			nodes: func() []Node {
+				ns := dead(nodes("n", 10, nil), 0)
+				ns[0].ControllerHere = "this replica runs on it"
+				return ns
+			}(),
+			verdict: Hold, reason: ReasonControllerHere, message: "this replica runs on it",
+		},
+		"a fenced node in a zone keeps the zone from counting as lit": {
+			policy: testPolicy(maxUnhealthy(intstr.FromString("50%"))),
+			nodes: func() []Node {
+				ns := dead(append(nodes("a", 3, zone("a")), nodes("b", 3, zone("b"))...), 0, 1)
+				ns[2].Incident = true
+				return ns
+			}(),
+			verdict: Hold, reason: ReasonZoneDark,
+		},
 		"a whole zone dark: hold": {
 			policy:  testPolicy(maxUnhealthy(intstr.FromString("50%"))),
 			nodes:   dead(append(nodes("a", 3, zone("a")), nodes("b", 3, zone("b"))...), 0, 1, 2),

@@ -50,6 +50,7 @@ const (
 	ReasonControlPlane     = "ControlPlaneOneAtATime"
 	ReasonMaxConcurrent    = "MaxConcurrentReached"
 	ReasonRateLimited      = "RateLimited"
+	ReasonControllerHere   = "ControllerReplicaAlive"
 )
 
 // Decision is what to do about one node, and why.
@@ -86,6 +87,15 @@ type Node struct {
 
 	// Fencing is true while an incident for this node is fencing.
 	Fencing bool
+	// Incident is true while an incident for this node is open (pending, held, fencing,
+	// fenced or remediated, until the node is back). The budget counts such a node as
+	// unhealthy whatever the detector says of it now: a fenced node is down until it
+	// recovers, and a new leader's fresh clocks must not make it look healthy.
+	Incident bool
+	// ControllerHere, when not empty, is the evidence that a live replica of the
+	// controller runs on this node (this replica, or one whose identity Lease this replica
+	// saw renewed lately). Such a node is alive and is never fenced.
+	ControllerHere string
 	// LastFencedAt is when the node's most recent fence started; zero if never.
 	LastFencedAt time.Time
 
@@ -166,8 +176,9 @@ func MaxUnhealthy(b v1alpha1.Budget, total int) int {
 
 // Decide says whether node may be fenced at now under policy p, given every node p
 // governs. The rules are checked in a fixed order and the first that objects decides:
-// pause, exclusion, nothing to release, storm, dark zone, cooldown, control plane one
-// at a time, maxConcurrent, rate limit; then Fence, or WouldFence when running dry.
+// a live controller replica on the node, pause, exclusion, nothing to release, storm,
+// dark zone, cooldown, control plane one at a time, maxConcurrent, rate limit; then
+// Fence, or WouldFence when running dry.
 func Decide(p *v1alpha1.Policy, node Node, cluster Cluster, now time.Time) Decision {
 	if !node.Unhealthy {
 		if !node.UnhealthyAt.IsZero() {
@@ -203,7 +214,7 @@ func survey(node Node, cluster Cluster) view {
 	v := view{total: len(cluster.Nodes)}
 	for i := range cluster.Nodes {
 		n := &cluster.Nodes[i]
-		if n.Unhealthy {
+		if n.Unhealthy || n.Incident {
 			v.unhealthy++
 		}
 		if n.Fencing && n.Name != node.Name {
@@ -214,7 +225,7 @@ func survey(node Node, cluster Cluster) view {
 		}
 		if node.Zone != "" && n.Zone == node.Zone {
 			v.zoneNodes++
-			if !n.Unhealthy && !n.Suspect && !n.Fencing {
+			if !n.Unhealthy && !n.Suspect && !n.Fencing && !n.Incident {
 				v.zoneLit++
 			}
 		}

@@ -13,7 +13,7 @@ type rule func(p *v1alpha1.Policy, node Node, cluster Cluster, v view, now time.
 
 // rules in the order Decide checks them. Switches a person set come first, then what
 // holds everything (storm, dark zone), then what only delays this node.
-var rules = []rule{paused, excluded, nothingToRelease, storm, zoneDark, cooldown, controlPlane, maxConcurrent, rateLimited}
+var rules = []rule{controllerHere, paused, excluded, nothingToRelease, storm, zoneDark, cooldown, controlPlane, maxConcurrent, rateLimited}
 
 func hold(reason, format string, args ...any) (Decision, bool) {
 	return Decision{Verdict: Hold, Reason: reason, Message: fmt.Sprintf(format, args...)}, true
@@ -21,6 +21,17 @@ func hold(reason, format string, args ...any) (Decision, bool) {
 
 func wait(until time.Time, reason, format string, args ...any) (Decision, bool) {
 	return Decision{Verdict: Wait, Until: until, Reason: reason, Message: fmt.Sprintf(format, args...)}, true
+}
+
+// controllerHere holds a node that a live controller replica runs on: that replica is
+// proof of life, and a replica must never fence the machine it runs on. No force
+// annotation overrides it.
+func controllerHere(_ *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Time) (Decision, bool) {
+	if node.ControllerHere != "" {
+		return hold(ReasonControllerHere, "node %s runs a live kubefence controller replica (%s): it is alive, not fenced",
+			node.Name, node.ControllerHere)
+	}
+	return Decision{}, false
 }
 
 func paused(p *v1alpha1.Policy, _ Node, cluster Cluster, _ view, _ time.Time) (Decision, bool) {

@@ -15,7 +15,9 @@ import (
 // starting from base (the configured detection threshold). Workloads can only shorten
 // it, never below p.MinWait: a PodDisruptionBudget with no disruptions left shortens it
 // to MinWait, and the smallest unreachable tolerationSeconds of the node's pods to that
-// many seconds. A base already below MinWait is kept.
+// many seconds. A base already below MinWait is kept. The detector then raises whatever
+// this returns to the node's evidence floor (detector.Floor): workloads may only choose
+// among waits the evidence supports, never make a live node look dead sooner.
 func Threshold(p *v1alpha1.Policy, node Node, base time.Duration) time.Duration {
 	floor := min(p.MinWait.Duration, base)
 	th := base

@@ -163,6 +163,10 @@ func (c *Config) Validate() field.ErrorList {
 	errs = append(errs, positive(d.Child("leaseStaleAfter"), c.Detection.LeaseStaleAfter)...)
 	errs = append(errs, positive(d.Child("notReadyAfter"), c.Detection.NotReadyAfter)...)
 	errs = append(errs, positive(d.Child("flapWindow"), c.Detection.FlapWindow)...)
+	if c.Detection.ExpectedRenewInterval.Duration < 0 {
+		errs = append(errs, field.Invalid(d.Child("expectedRenewInterval"), c.Detection.ExpectedRenewInterval.Duration.String(),
+			"must not be negative (leave it out when unknown)"))
+	}
 	if c.Detection.FlapThreshold < 2 {
 		errs = append(errs, field.Invalid(d.Child("flapThreshold"), c.Detection.FlapThreshold,
 			"must be at least 2: one recovery is not a flap"))

@@ -33,8 +33,17 @@ type Detection struct {
 	// unhealthy. Kubelets renew every 10s, so the default of 30s is three missed renewals.
 	LeaseStaleAfter metav1.Duration `json:"leaseStaleAfter,omitempty"`
 	// NotReadyAfter: a node whose Ready condition has been False or Unknown for this long is
-	// unhealthy.
+	// unhealthy, once its Lease (if it has one) has also been silent for the evidence
+	// floor: a kubelet that renews on its own cadence is alive, whatever Ready says.
 	NotReadyAfter metav1.Duration `json:"notReadyAfter,omitempty"`
+	// ExpectedRenewInterval is how often your kubelets renew their node Lease (10s unless
+	// their nodeLeaseDurationSeconds was changed); leave it out when unknown. No node is
+	// ever judged dead on a Lease silence shorter than its evidence floor: three of its
+	// own renewal periods as this replica measured them, or, before it has measured any
+	// (right after it starts or takes over), the Lease's leaseDurationSeconds, or three
+	// ExpectedRenewIntervals if that is longer. Neither LeaseStaleAfter, nor minWait, nor
+	// a workload rule goes below that floor.
+	ExpectedRenewInterval metav1.Duration `json:"expectedRenewInterval,omitempty"`
 	// FlapWindow and FlapThreshold damp flapping: a node whose health went bad and came
 	// back FlapThreshold times within FlapWindow is reported Flapping, not Unhealthy, until
 	// the oldest of those recoveries leaves the window. A node that breaks and mends itself
@@ -158,15 +167,20 @@ type Policy struct {
 	// HonorTolerations shrinks the wait before a node is unhealthy to the smallest
 	// tolerationSeconds its pods set for node.kubernetes.io/unreachable: their authors'
 	// statement of how long they forgive an unreachable node. Only explicit
-	// tolerationSeconds count. Default true.
+	// tolerationSeconds count, and never below the evidence floor (see
+	// detection.expectedRenewInterval). Default true.
 	HonorTolerations *bool `json:"honorTolerations,omitempty"`
 	// HonorDisruptionBudgets shrinks the wait to MinWait for a node running a pod whose
 	// PodDisruptionBudget allows no more disruptions: the application is at its limit and
-	// its stuck pods are better released soon. Default true.
+	// its stuck pods are better released soon. The wait never goes below the node's
+	// evidence floor (see detection.expectedRenewInterval): with kubelets renewing every
+	// 10s and the default 30s threshold, a budget changes nothing; it shortens the wait only
+	// where the threshold is longer than three renewal periods. Default true.
 	HonorDisruptionBudgets *bool `json:"honorDisruptionBudgets,omitempty"`
 	// MinWait is the floor below which tolerations and disruption budgets never shrink
-	// the wait. Default 5s. The detector also never waits less than two of a node's own
-	// Lease renewal intervals, so a short MinWait cannot make a healthy node look dead.
+	// the wait. Default 5s. The detector never waits less than the node's evidence floor
+	// either (three of its own Lease renewal periods, or its Lease's duration until those
+	// are measured), so a short MinWait cannot make a healthy node look dead.
 	MinWait metav1.Duration `json:"minWait,omitempty"`
 }
 

@@ -127,6 +127,12 @@ type NodeFenceStatus struct {
 	// one has been power cycled.
 	// +optional
 	BootID string `json:"bootID,omitempty"`
+	// LeaseRenewTime is the renewTime of the node's Lease (the kubelet's clock) when the
+	// incident opened. A later renewTime is a sign of life from the node: an incident not
+	// yet fencing is cancelled on it, by whichever replica leads; anything else, such as a
+	// new leader's restarted clocks, leaves the recorded evidence standing.
+	// +optional
+	LeaseRenewTime *metav1.MicroTime `json:"leaseRenewTime,omitempty"`
 	// Attempts lists every agent call, oldest first.
 	// +optional
 	Attempts []Attempt `json:"attempts,omitempty"`
