@@ -295,6 +295,7 @@ func (h *Host) launch(name string) (*process, error) {
 	cmd := exec.Command(path)
 	cmd.Env = append([]string(nil), agentEnv...)
 	cmd.Dir = h.dir
+	dieWithParent(cmd)
 	logger := h.logger.Named(name)
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
