@@ -23,6 +23,7 @@ func main() {
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
 	flag.StringVar(&o.ListenAddress, "listen-address", ":8080", "address of /healthz, /readyz and /metrics")
 	flag.IntVar(&o.Workers, "workers", controller.DefaultWorkers, "how many nodes are synced at once (each open incident holds one while it is driven)")
+	flag.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "the node this replica runs on (default $NODE_NAME, from the downward API's spec.nodeName); it is never fenced, nor is any node whose replica renews its identity Lease")
 	flag.BoolVar(&o.ReadyOnlyWhenLeader, "ready-only-when-leader", false, "report ready only while leader")
 	flag.DurationVar(&o.IdentityLeaseDuration, "identity-lease-duration", time.Hour, "how long an unrenewed replica identity Lease lives before the leader collects it")
 	flag.DurationVar(&o.IdentityRenewInterval, "identity-renew-interval", 10*time.Second, "how often each replica renews its identity Lease")

@@ -40,6 +40,8 @@ type AppOptions struct {
 	LeaderPod *PodRef
 	// Workers is how many nodes are synced at once; zero means DefaultWorkers.
 	Workers int
+	// NodeName is the node this replica runs on; see Options.NodeName.
+	NodeName string
 }
 
 // LoadConfig reads and validates the configuration file.
@@ -88,17 +90,18 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-
 	var guard *LeaseGuard
+	var sink record.EventSink = &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}
 	if *cfg.LeaderElection.Enabled {
 		guard = &LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
+		sink = confirmedSink{EventSink: sink, confirmed: guard.Confirmed}
 	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(sink)
+	defer broadcaster.Shutdown()
 	c, err := New(Options{
 		Config: cfg, Client: client, Dynamic: dyn, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
-		Workers:  o.Workers,
+		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
 		Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}),
 	})
 	if err != nil {
@@ -114,7 +117,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	klog.InfoS("Caches synced", "identity", identity)
 
 	ids := &IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity,
-		Component: "controller", Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
+		Component: "controller", Node: o.NodeName, Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
 		Metrics: c.Metrics(), Now: time.Now}
 	go ids.Run(ctx)
 	if o.LeaderPod != nil {
@@ -135,7 +138,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 			}
 		}, o.IdentityRenewInterval)
 		agentLeases := *ids
-		agentLeases.Component, agentLeases.Duration = "agent", 3*o.IdentityRenewInterval
+		agentLeases.Component, agentLeases.Duration, agentLeases.Node = "agent", 3*o.IdentityRenewInterval, ""
 		go c.watchRemoteAgents(ctx, host, &agentLeases, o.IdentityRenewInterval)
 		c.Run(ctx, epoch)
 	}

@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -52,6 +53,12 @@ type Options struct {
 	// Guard checks the leader Lease before every write and irreversible action; nil
 	// without leader election.
 	Guard *LeaseGuard
+	// NodeName is the node this replica runs on (the downward API's spec.nodeName);
+	// empty outside a pod. It is never fenced by this replica.
+	NodeName string
+	// IdentityRenewInterval is how often replicas renew their identity Leases; a node
+	// whose replica renewed within three of them is alive and never fenced. Default 10s.
+	IdentityRenewInterval time.Duration
 }
 
 // Controller detects unhealthy nodes and drives their fencing incidents.
@@ -75,7 +82,9 @@ type Controller struct {
 
 	kubeInformers informers.SharedInformerFactory
 	leaseInformer informers.SharedInformerFactory
+	idInformer    informers.SharedInformerFactory
 	nfInformer    dynamicinformer.DynamicSharedInformerFactory
+	replicas      *replicas
 
 	// guard checks the Lease before irreversible actions; nil without leader election.
 	guard *LeaseGuard
@@ -86,6 +95,8 @@ type Controller struct {
 	dryRunSeen map[string]bool
 	// agentDown holds, per remote agent that failed its last health check, why.
 	agentDown map[string]string
+	// pendingEvents are the events of each incident waiting for its next save.
+	pendingEvents map[string][]func()
 }
 
 // DefaultWorkers is how many nodes are synced at once by default. A worker stays with an
@@ -106,18 +117,24 @@ func New(opts Options) (*Controller, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.IdentityRenewInterval <= 0 {
+		opts.IdentityRenewInterval = 10 * time.Second
+	}
 	cfg := opts.Config
 	c := &Controller{
 		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, recorder: opts.Recorder, guard: opts.Guard,
 		metrics: newMetrics(),
 		detector: detector.New(detector.Thresholds{
-			LeaseStaleAfter: cfg.Detection.LeaseStaleAfter.Duration,
-			NotReadyAfter:   cfg.Detection.NotReadyAfter.Duration,
-			FlapWindow:      cfg.Detection.FlapWindow.Duration,
-			FlapThreshold:   int(cfg.Detection.FlapThreshold),
+			LeaseStaleAfter:       cfg.Detection.LeaseStaleAfter.Duration,
+			NotReadyAfter:         cfg.Detection.NotReadyAfter.Duration,
+			ExpectedRenewInterval: cfg.Detection.ExpectedRenewInterval.Duration,
+			FlapWindow:            cfg.Detection.FlapWindow.Duration,
+			FlapThreshold:         int(cfg.Detection.FlapThreshold),
 		}),
-		dryRunSeen: map[string]bool{},
-		agentDown:  map[string]string{},
+		replicas:      newReplicas(opts.NodeName, opts.IdentityRenewInterval),
+		dryRunSeen:    map[string]bool{},
+		agentDown:     map[string]string{},
+		pendingEvents: map[string][]func(){},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
 		// bucket would queue a hundred simultaneous incidents behind each other.
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -136,6 +153,10 @@ func New(opts Options) (*Controller, error) {
 	c.leaseInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
 		informers.WithNamespace(NodeLeaseNamespace))
 	c.nfInformer = dynamicinformer.NewDynamicSharedInformerFactory(opts.Dynamic, 10*time.Minute)
+	c.idInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
+		informers.WithNamespace(cfg.LeaderElection.Namespace), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = IdentityLabel + "=true," + ComponentLabel + "=controller"
+		}))
 
 	nodeInf := c.kubeInformers.Core().V1().Nodes()
 	leaseInf := c.leaseInformer.Coordination().V1().Leases()
@@ -158,8 +179,20 @@ func New(opts Options) (*Controller, error) {
 	}
 	c.nodes = nodeInf.Lister()
 	c.store = &store{client: opts.Dynamic.Resource(v1alpha1.Resource), indexer: nfInf.Informer().GetIndexer()}
+	idInf := c.idInformer.Coordination().V1().Leases().Informer()
 	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced,
-		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced}
+		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced, idInf.HasSynced}
+	if _, err := idInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onIdentityLease(obj) },
+		UpdateFunc: func(_, obj any) { c.onIdentityLease(obj) },
+		DeleteFunc: func(obj any) {
+			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
+				c.replicas.forget(l.Name)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
 
 	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueObject(obj) },
@@ -181,6 +214,7 @@ func New(opts Options) (*Controller, error) {
 			// A deleted incident's last write has nothing left to stand in for.
 			if u, ok := unwrapDeleted(obj).(*unstructured.Unstructured); ok {
 				c.store.forget(u.GetName())
+				c.dropEvents(u.GetName())
 			}
 		},
 	}); err != nil {
@@ -214,6 +248,12 @@ func (c *Controller) onLease(obj any) {
 	c.queue.Add(lease.Name)
 }
 
+func (c *Controller) onIdentityLease(obj any) {
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		c.replicas.observe(l, c.now())
+	}
+}
+
 func (c *Controller) onNodeFence(obj any) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		if node, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); node != "" {
@@ -226,6 +266,7 @@ func (c *Controller) onNodeFence(obj any) {
 func (c *Controller) StartInformers(ctx context.Context) error {
 	c.kubeInformers.Start(ctx.Done())
 	c.leaseInformer.Start(ctx.Done())
+	c.idInformer.Start(ctx.Done())
 	c.nfInformer.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("informer caches did not sync")
@@ -265,6 +306,7 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 		for _, n := range nodes {
 			c.queue.Add(n.Name)
 		}
+		c.refreshUnhealthy(c.now())
 	}, 5*time.Second)
 	<-ctx.Done()
 }

@@ -30,6 +30,9 @@ type IdentityLeases struct {
 	Identity  string
 	// Component is "controller", or "agent" for the Leases the leader keeps for remote agents.
 	Component string
+	// Node is the node the replica runs on, set as the Lease's NodeLabel: the leader never
+	// fences a node whose replica renews. Empty outside a pod.
+	Node string
 	// Duration is how long a Lease lives without renewal before it is collected.
 	Duration time.Duration
 	// RenewInterval is how often the Lease is renewed.
@@ -75,8 +78,7 @@ func (l *IdentityLeases) Renew(ctx context.Context, identity string) error {
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace,
-				Labels: map[string]string{IdentityLabel: "true", ComponentLabel: l.Component}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace, Labels: l.labels(nil)},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &identity, LeaseDurationSeconds: &secs,
 				AcquireTime: &now, RenewTime: &now},
 		}
@@ -90,11 +92,25 @@ func (l *IdentityLeases) Renew(ctx context.Context, identity string) error {
 		return fmt.Errorf("read identity lease %s/%s: %w", l.Namespace, name, err)
 	}
 	lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, &secs
+	lease.Labels = l.labels(lease.Labels)
 	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("renew identity lease %s/%s: %w", l.Namespace, name, err)
 	}
 	l.observe(lease)
 	return nil
+}
+
+// labels are the Lease's labels: what it had, with this identity's.
+func (l *IdentityLeases) labels(had map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range had {
+		out[k] = v
+	}
+	out[IdentityLabel], out[ComponentLabel] = "true", l.Component
+	if l.Node != "" {
+		out[NodeLabel] = l.Node
+	}
+	return out
 }
 
 func (l *IdentityLeases) observe(lease *coordinationv1.Lease) {

@@ -74,14 +74,13 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	if nf.Status.BootID == "" {
 		nf.Status.BootID = obs.BootID
 	}
-	// The controller's own incident ends when its evidence does; a person's request
-	// stands until it is fenced or deleted.
-	if obs.Health != detector.Unhealthy && len(nf.Status.Attempts) == 0 && nf.Spec.RequestedBy == RequestedByController {
-		nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseCancelled, "node healthy again before fencing started"
-		addStep(&nf.Status, now, "Cancelled", nf.Status.Message)
-		c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseCancelled)).Inc()
-		c.event(node, nf, corev1.EventTypeNormal, "Cancelled", "Node %s recovered before fencing; incident %s cancelled", node.Name, nf.Name)
-		return 0, c.save(ctx, nf)
+	// The controller's own incident ends on a sign of life from the node; a person's
+	// request stands until it is fenced or deleted. Evidence recorded by an earlier
+	// leader stands too: this replica's restarted clocks are not a sign of life.
+	if len(nf.Status.Attempts) == 0 && nf.Spec.RequestedBy == RequestedByController {
+		if life := signOfLife(nf, obs); life != "" {
+			return 0, c.cancel(ctx, nf, node, now, life)
+		}
 	}
 	cl, err := c.cluster(pol, now)
 	if err != nil {
@@ -125,6 +124,17 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 			return d.Until.Sub(now), nil
 		}
 		return holdRecheck, nil
+	}
+	if adopted(nf, c.opts.Identity) && nf.Spec.RequestedBy == RequestedByController {
+		// Evidence this replica did not gather is checked against the API server once
+		// before it fences on it.
+		life, err := c.liveSignOfLife(ctx, nf, node)
+		if err != nil {
+			return 0, err
+		}
+		if life != "" {
+			return 0, c.cancel(ctx, nf, node, now, life)
+		}
 	}
 	nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseFencing, ""
 	nf.Status.Level = 1
@@ -347,13 +357,18 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	if obs.BootID == nf.Status.BootID {
 		// Healthy and Ready alone prove nothing here: a new leader restarts the Lease
 		// clocks, and kube-controller-manager takes a while to mark a dead node's Ready
-		// Unknown. Only a renewal this process saw after the fence held shows a kubelet
-		// still running.
-		if verified := fenceVerifiedAt(nf); verified.IsZero() || !obs.RenewalSeen.After(verified) {
+		// Unknown. A Lease renewal after the fence is not enough either: a kubelet that
+		// just rebooted renews its Lease before it posts the status with its new boot ID.
+		// Only one coherent observation proves the same boot ran on: a renewal and a
+		// status, both seen by this process after the fence held, the status still
+		// carrying the fenced boot ID.
+		verified := fenceVerifiedAt(nf)
+		if verified.IsZero() || !obs.RenewalSeen.After(verified) || !obs.StatusSeen.After(verified) {
 			return 0, nil
 		}
 		return 0, c.contradiction(ctx, nf, node)
 	}
+	c.clearContradiction(nf, obs)
 	if err := c.checkLease(ctx); err != nil {
 		return 0, err
 	}
@@ -471,6 +486,19 @@ func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, 
 	return c.save(ctx, nf)
 }
 
+// clearContradiction lowers a FenceContradicted condition once the node turns out to have
+// rebooted after all: the alarm stays in the timeline, not on a Recovered incident.
+func (c *Controller) clearContradiction(nf *v1alpha1.NodeFence, obs detector.Observation) {
+	if !meta.IsStatusConditionTrue(nf.Status.Conditions, ConditionContradiction) {
+		return
+	}
+	msg := fmt.Sprintf("node came back with a new boot ID %s (fenced boot %s): it was power cycled after all",
+		obs.BootID, nf.Status.BootID)
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionFalse,
+		Reason: "RebootedAfterAll", Message: msg, ObservedGeneration: nf.Generation})
+	addStep(&nf.Status, c.now(), "ContradictionCleared", msg)
+}
+
 // verifiedAttempts returns the attempts that verified the incident's fence.
 func verifiedAttempts(nf *v1alpha1.NodeFence) []v1alpha1.Attempt {
 	var out []v1alpha1.Attempt
@@ -530,5 +558,6 @@ func (c *Controller) save(ctx context.Context, nf *v1alpha1.NodeFence) error {
 		return err
 	}
 	*nf = *saved
+	c.flushEvents(nf.Name)
 	return nil
 }

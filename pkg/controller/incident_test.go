@@ -53,35 +53,47 @@ func testController(t *testing.T, nf *v1alpha1.NodeFence, objs ...runtime.Object
 	return c
 }
 
+// stored reads an incident back from the (fake) API server.
+func stored(t *testing.T, c *Controller, name string) *v1alpha1.NodeFence {
+	t.Helper()
+	u, err := c.store.client.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nf, err := fromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nf
+}
+
 // TestSameBootNeedsASeenRenewal: a Ready node on its fenced boot contradicts the fence
-// only once this replica saw its Lease renewed after the fence held. A new leader sees a
+// only once this replica saw its Lease renewed and its status posted after the fence
+// held. A new leader sees a
 // dead node Healthy for a while (its Lease clocks restart) and Ready until
 // kube-controller-manager notices; that alone must not raise FenceContradicted.
 func TestSameBootNeedsASeenRenewal(t *testing.T) {
 	verified := time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)
 	for name, tc := range map[string]struct {
-		renewal    time.Time
-		contradict bool
+		renewal, status time.Time
+		contradict      bool
 	}{
-		"no renewal seen (takeover)":        {time.Time{}, false},
-		"last renewal before the fence":     {verified.Add(-time.Second), false},
-		"renewal seen after the fence held": {verified.Add(3 * time.Second), true},
+		"no renewal seen (takeover)":    {time.Time{}, time.Time{}, false},
+		"last renewal before the fence": {verified.Add(-time.Second), verified.Add(-time.Second), false},
+		// Issue 19: a rebooted kubelet renews its Lease before it posts the status with
+		// its new boot ID; the Node still shows the old one for a moment.
+		"renewal after the fence, status only before it": {verified.Add(3 * time.Second), verified.Add(-time.Second), false},
+		"renewal and status seen after the fence held":   {verified.Add(3 * time.Second), verified.Add(4 * time.Second), true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			nf, node := remediatedIncident(verified)
 			c := testController(t, nf)
-			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-1", RenewalSeen: tc.renewal}
+			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-1", RenewalSeen: tc.renewal,
+				StatusSeen: tc.status}
 			if _, err := c.recover(context.Background(), nf, node, obs); err != nil {
 				t.Fatalf("recover: %v", err)
 			}
-			stored, err := c.store.client.Get(context.Background(), nf.Name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := fromUnstructured(stored)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := stored(t, c, nf.Name)
 			if is := meta.IsStatusConditionTrue(got.Status.Conditions, ConditionContradiction); is != tc.contradict {
 				t.Errorf("FenceContradicted stored = %v, want %v (conditions %+v)", is, tc.contradict, got.Status.Conditions)
 			}
@@ -126,5 +138,25 @@ func TestLateReleaseConfirmsPodsLive(t *testing.T) {
 				t.Errorf("last step %q, want %q (timeline %+v)", last, tc.step, nf.Status.Timeline)
 			}
 		})
+	}
+}
+
+// TestContradictionClearedByReboot: a FenceContradicted raised earlier is lowered, with a
+// reason, once the node reports a new boot ID: a Recovered incident must not carry it.
+func TestContradictionClearedByReboot(t *testing.T) {
+	verified := time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)
+	nf, node := remediatedIncident(verified)
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionTrue,
+		Reason: "SameBootAfterFence", Message: "earlier"})
+	node.Status.NodeInfo.BootID = "boot-2"
+	c := testController(t, nf)
+	obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-2"}
+	// No agent is configured, so the unfence fails after the condition changed; the
+	// failure is recorded with it.
+	_, _ = c.recover(context.Background(), nf, node, obs)
+	got := stored(t, c, nf.Name)
+	cond := meta.FindStatusCondition(got.Status.Conditions, ConditionContradiction)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "RebootedAfterAll" {
+		t.Errorf("FenceContradicted = %+v, want False/RebootedAfterAll", cond)
 	}
 }

@@ -105,17 +105,23 @@ type LeaseGuard struct {
 	mu       sync.Mutex
 	inFlight bool
 	next     *leaseRead // the read the checks arriving now will share
+	// confirmedUntil is a renew deadline past the sending of the last read that
+	// confirmed this replica's Lease, on this process's monotonic clock: until then, a
+	// side effect that follows a passed check (an Event sent by the broadcaster) may
+	// still go out.
+	confirmedUntil time.Time
 }
 
 type leaseRead struct {
+	sent    time.Time
 	done    chan struct{}
 	lease   *coordinationv1.Lease
 	err     error
 	waiters int
 }
 
-// read returns the Lease from a GET sent after the call.
-func (g *LeaseGuard) read(ctx context.Context) (*coordinationv1.Lease, error) {
+// read returns a GET of the Lease sent after the call.
+func (g *LeaseGuard) read(ctx context.Context) (*leaseRead, error) {
 	g.mu.Lock()
 	if g.next == nil {
 		g.next = &leaseRead{done: make(chan struct{})}
@@ -128,7 +134,7 @@ func (g *LeaseGuard) read(ctx context.Context) (*coordinationv1.Lease, error) {
 	g.mu.Unlock()
 	select {
 	case <-r.done:
-		return r.lease, r.err
+		return r, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -139,6 +145,7 @@ func (g *LeaseGuard) read(ctx context.Context) (*coordinationv1.Lease, error) {
 func (g *LeaseGuard) sendLocked() {
 	r := g.next
 	g.next, g.inFlight = nil, true
+	r.sent = time.Now()
 	go func() {
 		// Shared by many checks, so bound by its own deadline rather than one caller's.
 		ctx, cancel := context.WithTimeout(context.Background(), leaseReadTimeout)
@@ -159,10 +166,31 @@ const leaseReadTimeout = 10 * time.Second
 
 // Check returns ErrStaleEpoch when the Lease moved on.
 func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) error {
-	lease, err := g.read(ctx)
+	r, err := g.read(ctx)
 	if err != nil {
 		return fmt.Errorf("check lease %s/%s: %w", g.Config.Namespace, g.Config.Name, err)
 	}
+	if err := g.judge(r.lease, epoch, now); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	if until := r.sent.Add(g.Config.RenewDeadline.Duration); until.After(g.confirmedUntil) {
+		g.confirmedUntil = until
+	}
+	g.mu.Unlock()
+	return nil
+}
+
+// Confirmed reports whether a check passed within the renew deadline: a replica paused
+// longer than that (SIGSTOP, a frozen VM) may have been replaced while it slept.
+func (g *LeaseGuard) Confirmed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return time.Now().Before(g.confirmedUntil)
+}
+
+// judge returns ErrStaleEpoch when lease is no longer this replica's at epoch.
+func (g *LeaseGuard) judge(lease *coordinationv1.Lease, epoch int64, now time.Time) error {
 	holder := ""
 	if lease.Spec.HolderIdentity != nil {
 		holder = *lease.Spec.HolderIdentity

@@ -50,15 +50,28 @@ func TestLeaseGuardCheck(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			g := guardFor(fake.NewClientset(tc.lease))
+			g.Config.RenewDeadline = metav1.Duration{Duration: time.Hour}
 			err := g.Check(context.Background(), tc.epoch, now)
 			if got := errors.Is(err, ErrStaleEpoch); got != tc.stale {
 				t.Fatalf("Check = %v, want stale %v", err, tc.stale)
+			}
+			if g.Confirmed() == tc.stale {
+				t.Errorf("Confirmed() = %v after a check that found the Lease stale: %v", g.Confirmed(), tc.stale)
 			}
 		})
 	}
 	g := guardFor(fake.NewClientset())
 	if err := g.Check(context.Background(), 1, now); err == nil || errors.Is(err, ErrStaleEpoch) {
 		t.Fatalf("Check without a Lease = %v, want a read error", err)
+	}
+	// A passed check confirms the Lease for a renew deadline, no longer.
+	g = guardFor(fake.NewClientset(leaderLease("me", 0, now)))
+	g.Config.RenewDeadline = metav1.Duration{Duration: time.Nanosecond}
+	if err := g.Check(context.Background(), 1, now); err != nil {
+		t.Fatal(err)
+	}
+	if g.Confirmed() {
+		t.Errorf("Confirmed() past the renew deadline of the last check")
 	}
 }
 

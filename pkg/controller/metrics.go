@@ -49,7 +49,7 @@ func newMetrics() *metrics {
 		}, []string{"agent", "method", "kind"}),
 		unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_nodes_unhealthy",
-			Help: "Nodes the detector currently finds unhealthy.",
+			Help: "Nodes the detector currently finds unhealthy, and nodes with an open incident (down until they are back); refreshed every 5s.",
 		}),
 		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubefence_holds_total",

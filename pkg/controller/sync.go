@@ -103,7 +103,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 			return 0, err
 		}
 		if d := policy.Decide(pol, pn, cl, now); d.Verdict == policy.WouldFence {
-			c.wouldFence(node, obs, d)
+			c.wouldFence(ctx, node, obs, d)
 		}
 		return holdRecheck, nil
 	}
@@ -127,8 +127,12 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
 		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},
 	}
+	if !obs.RenewTime.IsZero() {
+		rt := metav1.NewMicroTime(obs.RenewTime)
+		nf.Status.LeaseRenewTime = &rt
+	}
 	addStep(&nf.Status, obs.Since, "EvidenceStarted", obs.Evidence)
-	addStep(&nf.Status, now, "Detected", fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
+	addStep(&nf.Status, now, stepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
 	created, err := c.store.create(ctx, nf)
 	if err != nil {
 		return 0, err
@@ -178,7 +182,6 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 	}
 	cl := policy.Cluster{Paused: c.cfg.Paused, DryRun: c.cfg.DryRun,
 		FenceStarts: c.fenceStarts(policy.RateWindow(pol.Budget), now)}
-	unhealthy := 0
 	for _, n := range nodes {
 		ok, err := policy.Matches(pol, n.Labels)
 		if err != nil {
@@ -188,13 +191,31 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 			continue
 		}
 		pn, _ := c.view(pol, n, now)
-		if pn.Unhealthy {
-			unhealthy++
-		}
 		cl.Nodes = append(cl.Nodes, pn)
 	}
-	c.metrics.unhealthy.Set(float64(unhealthy))
 	return cl, nil
+}
+
+// refreshUnhealthy sets kubefence_nodes_unhealthy from every node as it stands now: those
+// the detector finds unhealthy and those with an open incident, as the budget counts
+// them. It runs on its own period, so the gauge follows cancelled, recovered and adopted
+// incidents, not only decisions.
+func (c *Controller) refreshUnhealthy(now time.Time) {
+	nodes, err := c.nodes.List(everything())
+	if err != nil {
+		return
+	}
+	unhealthy := 0
+	for _, n := range nodes {
+		pol, err := policy.Select(c.cfg.Policies, n.Labels)
+		if err != nil || pol == nil {
+			continue
+		}
+		if pn, _ := c.view(pol, n, now); pn.Unhealthy || pn.Incident {
+			unhealthy++
+		}
+	}
+	c.metrics.unhealthy.Set(float64(unhealthy))
 }
 
 // stepFenceStarted marks, in the timeline, when fencing started; the rate limit and the
@@ -205,15 +226,45 @@ func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
 	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})
 }
 
-// event records an event on the node and on the incident.
+// event records an event on the node and on the incident. An incident's events wait for
+// its next save, which checks the leader Lease first (invariant 2: Events are mutations
+// too): a replica deposed before it saves sends none of them. An event with no incident
+// follows a Lease check of its own.
 func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
 	if c.recorder == nil {
 		return
 	}
-	if node != nil {
-		c.recorder.Eventf(node, typ, reason, format, args...)
+	emit := func() {
+		if node != nil {
+			c.recorder.Eventf(node, typ, reason, format, args...)
+		}
+		if nf != nil {
+			c.recorder.Eventf(nf, typ, reason, format, args...)
+		}
 	}
-	if nf != nil {
-		c.recorder.Eventf(nf, typ, reason, format, args...)
+	if nf == nil {
+		emit()
+		return
 	}
+	c.mu.Lock()
+	c.pendingEvents[nf.Name] = append(c.pendingEvents[nf.Name], emit)
+	c.mu.Unlock()
+}
+
+// flushEvents sends the events an incident's save has just made legitimate.
+func (c *Controller) flushEvents(name string) {
+	c.mu.Lock()
+	pending := c.pendingEvents[name]
+	delete(c.pendingEvents, name)
+	c.mu.Unlock()
+	for _, emit := range pending {
+		emit()
+	}
+}
+
+// dropEvents forgets the events of an incident that is gone.
+func (c *Controller) dropEvents(name string) {
+	c.mu.Lock()
+	delete(c.pendingEvents, name)
+	c.mu.Unlock()
 }

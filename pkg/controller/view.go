@@ -56,9 +56,13 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 	pn.Unhealthy = obs.Health == detector.Unhealthy
 	pn.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping
 	pn.UnhealthyAt = obs.UnhealthyAt
+	pn.ControllerHere = c.replicas.on(n.Name, now)
 	for _, f := range c.store.factsForNode(n.Name) {
 		if f.phase == v1alpha1.PhaseFencing {
 			pn.Fencing = true
+		}
+		if f.phase.Open() {
+			pn.Incident = true
 		}
 		if f.fenceStart.After(pn.LastFencedAt) {
 			pn.LastFencedAt = f.fenceStart
@@ -125,7 +129,7 @@ func (c *Controller) markPods(ctx context.Context, obs detector.Observation, now
 }
 
 // wouldFence reports a dry-run decision once per unhealthy episode of a node.
-func (c *Controller) wouldFence(node *corev1.Node, obs detector.Observation, d policy.Decision) {
+func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs detector.Observation, d policy.Decision) {
 	key := node.Name + "/" + obs.Since.String()
 	c.mu.Lock()
 	seen := c.dryRunSeen[key]
@@ -135,7 +139,7 @@ func (c *Controller) wouldFence(node *corev1.Node, obs detector.Observation, d p
 		return
 	}
 	c.metrics.wouldFence.Inc()
-	if c.recorder != nil {
+	if c.recorder != nil && c.checkLease(ctx) == nil {
 		c.recorder.Eventf(node, corev1.EventTypeWarning, "WouldFence", "Dry run: would fence node %s: %s (%s)",
 			node.Name, obs.Evidence, d.Message)
 	}

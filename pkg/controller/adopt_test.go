@@ -1,0 +1,182 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/policy"
+)
+
+// pendingIncident is an incident opened at detected on a Lease last renewed at renewed
+// (nil: none recorded), by the replica "old-leader".
+func pendingIncident(detected time.Time, renewed *time.Time) *v1alpha1.NodeFence {
+	nf := &v1alpha1.NodeFence{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "NodeFence"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1-x", ResourceVersion: "1"},
+		Spec:       v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: RequestedByController},
+		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Leader: "old-leader", BootID: "boot-1",
+			Timeline: []v1alpha1.Step{{Time: metav1.NewMicroTime(detected), Type: stepDetected}}},
+	}
+	if renewed != nil {
+		rt := metav1.NewMicroTime(*renewed)
+		nf.Status.LeaseRenewTime = &rt
+	}
+	return nf
+}
+
+// TestSignOfLife: an open incident's evidence stands until the kubelet itself says
+// otherwise (issue 19: a new leader cancelled a dead node's incident because its own
+// restarted clocks made the node look healthy, then opened a second one).
+func TestSignOfLife(t *testing.T) {
+	detected := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	renewed := detected.Add(-31 * time.Second).Add(-7 * time.Hour) // the kubelet's clock is skewed
+	for name, tc := range map[string]struct {
+		recorded *time.Time
+		obs      detector.Observation
+		life     bool
+	}{
+		"new leader, restarted clocks, same renewTime: stands": {&renewed,
+			detector.Observation{Health: detector.Healthy, RenewTime: renewed}, false},
+		"new leader, renewal seen before the detection: stands": {&renewed,
+			detector.Observation{Health: detector.Suspect, RenewTime: renewed, RenewalSeen: detected.Add(-40 * time.Second)}, false},
+		"renewTime later than recorded: alive": {&renewed,
+			detector.Observation{Health: detector.Suspect, RenewTime: renewed.Add(10 * time.Second)}, true},
+		"renewed, even if unhealthy again: alive": {&renewed,
+			detector.Observation{Health: detector.Unhealthy, RenewTime: renewed.Add(time.Second)}, true},
+		"nothing recorded, renewal seen after the detection: alive": {nil,
+			detector.Observation{Health: detector.Healthy, RenewTime: renewed, RenewalSeen: detected.Add(time.Second)}, true},
+		"nothing recorded, healthy on restarted clocks only: stands": {nil,
+			detector.Observation{Health: detector.Healthy, RenewTime: renewed}, false},
+		"no Lease at all, Ready again: alive": {nil, detector.Observation{Health: detector.Healthy}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := signOfLife(pendingIncident(detected, tc.recorded), tc.obs)
+			if (got != "") != tc.life {
+				t.Errorf("signOfLife = %q, want a sign of life: %v", got, tc.life)
+			}
+		})
+	}
+}
+
+// TestAdoptedIncidentIsNotCancelledOnFreshClocks drives decide as a new leader does right
+// after a takeover: the dead node's Lease has not changed, so the incident goes on to
+// fence (here it fails at once: no agent is configured) instead of being cancelled; with
+// a later renewTime on the API server it is cancelled, naming the renewal.
+func TestAdoptedIncidentIsNotCancelledOnFreshClocks(t *testing.T) {
+	detected := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	renewed := detected.Add(-31 * time.Second)
+	for name, tc := range map[string]struct {
+		live  time.Time
+		phase v1alpha1.Phase
+	}{
+		"Lease unchanged since the detection: fenced": {renewed, v1alpha1.PhaseFencing},
+		"Lease renewed on the API server: cancelled":  {renewed.Add(10 * time.Second), v1alpha1.PhaseCancelled},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := pendingIncident(detected, &renewed)
+			nf.Status.Policy = "default"
+			rt := metav1.NewMicroTime(tc.live)
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Namespace: NodeLeaseNamespace},
+				Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}
+			c := testController(t, nf, lease)
+			c.cfg.Policies = []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"none"}}}}}
+			c.cfg.Policies[0].Default()
+			c.now = func() time.Time { return detected.Add(5 * time.Second) }
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, RenewTime: renewed}
+			_, _ = c.drive(context.Background(), nf, node, policy.Node{}, obs)
+			got := stored(t, c, nf.Name)
+			if got.Status.Phase == v1alpha1.PhaseCancelled && tc.phase != v1alpha1.PhaseCancelled {
+				t.Fatalf("cancelled on restarted clocks: %s", got.Status.Message)
+			}
+			if tc.phase == v1alpha1.PhaseCancelled && got.Status.Phase != v1alpha1.PhaseCancelled {
+				t.Fatalf("phase %s, want Cancelled on a renewal", got.Status.Phase)
+			}
+			if tc.phase == v1alpha1.PhaseFencing && stepTime(got, stepFenceStarted).IsZero() {
+				t.Errorf("fence never started: phase %s, timeline %+v", got.Status.Phase, got.Status.Timeline)
+			}
+		})
+	}
+}
+
+func TestReplicasOn(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	r := newReplicas("node-self", 10*time.Second)
+	lease := func(node string, renew time.Time) *coordinationv1.Lease {
+		rt, holder := metav1.NewMicroTime(renew), "host_1_abc"
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-controller-1", Labels: map[string]string{NodeLabel: node}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &rt}}
+	}
+	r.observe(lease("node-2", t0.Add(-time.Hour)), t0) // first sighting counts
+	r.observe(lease("node-2", t0.Add(-time.Hour)), t0.Add(20*time.Second))
+	for name, tc := range map[string]struct {
+		node  string
+		at    time.Duration
+		alive bool
+	}{
+		"own node, always":                  {"node-self", time.Hour, true},
+		"replica seen 29s ago":              {"node-2", 29 * time.Second, true},
+		"replica silent for three renewals": {"node-2", 30 * time.Second, false},
+		"a node with no replica":            {"node-3", 0, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := r.on(tc.node, t0.Add(tc.at)); (got != "") != tc.alive {
+				t.Errorf("on(%s) = %q, want alive %v", tc.node, got, tc.alive)
+			}
+		})
+	}
+	r.observe(lease("node-2", t0.Add(time.Minute)), t0.Add(time.Minute))
+	if r.on("node-2", t0.Add(70*time.Second)) == "" {
+		t.Errorf("a renewal seen again makes the replica alive again")
+	}
+	r.forget("kubefence-controller-1")
+	if r.on("node-2", t0.Add(70*time.Second)) != "" {
+		t.Errorf("a deleted identity Lease still counts")
+	}
+}
+
+// TestUnhealthyGaugeFollowsIncidents: kubefence_nodes_unhealthy counts a node with an open
+// incident, and stops counting it once the incident is cancelled (issue 19: the gauge
+// stayed at 2 after both incidents it counted were cancelled).
+func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
+	detected := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	nf := pendingIncident(detected, nil)
+	c := testController(t, nf)
+	c.cfg.Policies = []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"none"}}}}}
+	c.cfg.Policies[0].Default()
+	for _, n := range []string{"node-1", "node-2"} {
+		if err := c.kubeInformers.Core().V1().Nodes().Informer().GetIndexer().Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := toUnstructured(nf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.store.indexer.Add(u); err != nil {
+		t.Fatal(err)
+	}
+	c.refreshUnhealthy(detected)
+	if got := testutil.ToFloat64(c.metrics.unhealthy); got != 1 {
+		t.Fatalf("gauge %v with one open incident, want 1", got)
+	}
+	nf.Status.Phase = v1alpha1.PhaseCancelled
+	if u, err = toUnstructured(nf); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.store.indexer.Update(u); err != nil {
+		t.Fatal(err)
+	}
+	c.refreshUnhealthy(detected)
+	if got := testutil.ToFloat64(c.metrics.unhealthy); got != 0 {
+		t.Errorf("gauge %v after the incident was cancelled, want 0", got)
+	}
+}

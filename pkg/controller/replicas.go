@@ -1,0 +1,80 @@
+package controller
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// replicas knows which nodes run a live replica of the controller, from the replicas'
+// identity Leases (labelled with their node): a replica that renews its Lease is proof
+// that its node is alive, and no replica may fence the node it runs on. Renewals are
+// timed on this process's clock, as the detector times node Leases, so that a replica's
+// skewed clock can neither hide nor fake one.
+type replicas struct {
+	// self is the node this replica runs on; empty when unknown (outside a pod).
+	self string
+	// window is how long after a renewal was seen a replica still counts as alive.
+	window time.Duration
+
+	mu   sync.Mutex
+	seen map[string]replicaSeen // by Lease name
+}
+
+type replicaSeen struct {
+	node, holder string
+	renew        time.Time
+	// at is when this process saw renew change, or first saw the Lease.
+	at time.Time
+}
+
+// replicaWindowRenewals is how many identity renewal intervals a replica may miss before
+// its node no longer counts as hosting a live replica.
+const replicaWindowRenewals = 3
+
+func newReplicas(self string, renewInterval time.Duration) *replicas {
+	return &replicas{self: self, window: replicaWindowRenewals * renewInterval, seen: map[string]replicaSeen{}}
+}
+
+// observe records an identity Lease of a controller replica as seen at now. A Lease seen
+// for the first time counts as a renewal: a replica is presumed alive until it has been
+// silent for the window, which only ever holds a fence back.
+func (r *replicas) observe(lease *coordinationv1.Lease, now time.Time) {
+	node := lease.Labels[NodeLabel]
+	if node == "" || lease.Spec.RenewTime == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old, ok := r.seen[lease.Name]
+	if ok && old.renew.Equal(lease.Spec.RenewTime.Time) && old.node == node {
+		return
+	}
+	r.seen[lease.Name] = replicaSeen{node: node, holder: deref(lease.Spec.HolderIdentity), renew: lease.Spec.RenewTime.Time, at: now}
+}
+
+func (r *replicas) forget(name string) {
+	r.mu.Lock()
+	delete(r.seen, name)
+	r.mu.Unlock()
+}
+
+// on returns the evidence that a live replica runs on node at now, or "".
+func (r *replicas) on(node string, now time.Time) string {
+	if r == nil {
+		return ""
+	}
+	if r.self != "" && node == r.self {
+		return "this replica runs on it"
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.seen {
+		if s.node == node && now.Sub(s.at) < r.window {
+			return fmt.Sprintf("replica %s renewed its identity Lease %s ago", s.holder, now.Sub(s.at).Round(time.Millisecond))
+		}
+	}
+	return ""
+}
