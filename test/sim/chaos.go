@@ -37,6 +37,17 @@ func GenerateChaos(seed uint64) *Scenario {
 		sc.Steps = append(sc.Steps, Step{Action: ActPowerOn, Node: "@web-0",
 			Until: &Condition{Node: "@web-0", Phase: string(v1alpha1.PhaseRemediated)}})
 	}
+	// Drawn after everything above, so that every seed keeps the scenario it had and only
+	// gains these. A budget with no disruption left shrinks the wait to a minWait far
+	// below the evidence floor, and controllers restarted mid-incident start with fresh
+	// clocks: the checker's renewal rule must still hold for every node.
+	if rng.IntN(3) == 0 {
+		sc.StatefulSet.Guarded = true
+		sc.Policy = map[string]any{"minWait": "500ms"}
+	}
+	if rng.IntN(4) == 0 {
+		sc.Steps = append(sc.Steps, Step{After: Duration{time.Duration(rng.IntN(6000)) * time.Millisecond}, Action: ActRestartControllers})
+	}
 	sc.Expect = Expect{
 		Incidents: []IncidentExpect{{Node: "@web-0", Phase: string(final)}},
 		Moved:     []string{"web-0"},

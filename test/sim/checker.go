@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -65,6 +66,28 @@ func CheckUntouched(seen []Seen, node string, power []bmc.PowerEvent) []string {
 	for _, e := range power {
 		if e.Source != "sim" {
 			v = append(v, fmt.Sprintf("healthy node %s: BMC logged %s at %s", node, e.Action, e.Time.Format(time.RFC3339Nano)))
+		}
+	}
+	return v
+}
+
+// CheckRenewingNotFenced returns a violation for every power action asked of node's BMC
+// (by anyone but the simulation itself) less than within after the kubelet's last Lease
+// renewal the API server accepted: a node renewing on time is alive and is never fenced
+// (safety invariant 10). The simulation knows the truth the controller can only infer.
+func CheckRenewingNotFenced(node string, renewals []time.Time, power []bmc.PowerEvent, within time.Duration) []string {
+	var v []string
+	for _, e := range power {
+		if e.Source == "sim" || e.Action == bmc.ActionOn {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(renewals, e.Time, time.Time.Compare)
+		if i == 0 {
+			continue
+		}
+		if last := renewals[i-1]; e.Time.Sub(last) < within {
+			v = append(v, fmt.Sprintf("node %s renewed its Lease at %s, %s before its BMC logged %s: a live node was fenced",
+				node, last.Format(time.RFC3339Nano), e.Time.Sub(last).Round(time.Millisecond), e.Action))
 		}
 	}
 	return v

@@ -23,11 +23,15 @@ func fastHarness(t *testing.T, ctx context.Context, adjust func(*v1alpha1.Config
 	return fastHarnessWith(t, ctx, HarnessOptions{Config: adjust})
 }
 
-// fastHarnessWith is fastHarness with more options; o.Config still applies on top.
+// fastHarnessWith is fastHarness with more options (3 nodes unless o.Nodes says); o.Config
+// still applies on top.
 func fastHarnessWith(t *testing.T, ctx context.Context, o HarnessOptions) *Harness {
 	t.Helper()
 	adjust := o.Config
-	o.Dir, o.Nodes, o.Logf = t.TempDir(), 3, t.Logf
+	o.Dir, o.Logf = t.TempDir(), t.Logf
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
 	cluster := o.Cluster
 	o.Cluster = func(o *Options) {
 		o.LeaseRenewInterval = time.Second

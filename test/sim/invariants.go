@@ -307,11 +307,13 @@ func checkOpenIncidents(seen []Seen) []string {
 	return v
 }
 
-// checkHealthy: a node the scenario never harmed is never fenced, released or cut.
+// checkHealthy: a node the scenario never harmed is never fenced, released or cut, and
+// no node is fenced while its kubelet renews on time (within two renewal periods).
 func (m *Monitor) checkHealthy(ev Evidence) []string {
 	var v []string
 	for _, n := range m.h.Cluster.Nodes() {
 		name := n.Name()
+		v = append(v, CheckRenewingNotFenced(name, n.Renewals(), ev.Power[name], 2*m.h.Cluster.opts.LeaseRenewInterval)...)
 		if ev.Disturbed[name] {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -22,8 +23,6 @@ import (
 const (
 	// NodeLeaseNamespace holds one Lease per node, renewed by its kubelet.
 	NodeLeaseNamespace = "kube-node-lease"
-	// leaseDurationSeconds matches the kubelet default (--node-lease-duration-seconds).
-	leaseDurationSeconds = 40
 	// apiTimeout bounds each API call of a kubelet so a stuck request never stalls a tick.
 	apiTimeout = 10 * time.Second
 )
@@ -46,6 +45,9 @@ type Node struct {
 	bootID  string
 	running map[types.UID]string // pods whose containers "run" on this boot: uid → ns/name
 	nextIP  int
+	// renewals are when the API server accepted each Lease renewal: the ground truth of a
+	// kubelet renewing on time, for the checker.
+	renewals []time.Time
 
 	podsChanged chan struct{}
 	kick        chan struct{}
@@ -130,6 +132,13 @@ func (n *Node) Alive() bool {
 	return !n.crashed && !n.off
 }
 
+// Renewals returns when each of the kubelet's Lease renewals was accepted, oldest first.
+func (n *Node) Renewals() []time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.renewals)
+}
+
 // RunningPods lists (as namespace/name) the pods whose containers run on the node now. A
 // crashed kubelet leaves them running; power off stops them all. This, not the API, is the
 // ground truth for split-brain checks.
@@ -182,6 +191,10 @@ func (n *Node) tick(ctx context.Context, lease, status bool) {
 	if lease || rebooted {
 		if err := n.renewLease(ctx); err != nil {
 			n.c.logf("sim: node %s: renew lease: %v", n.Name(), err)
+		} else {
+			n.mu.Lock()
+			n.renewals = append(n.renewals, time.Now())
+			n.mu.Unlock()
 		}
 	}
 	if status || rebooted {
@@ -258,13 +271,19 @@ func (n *Node) register(ctx context.Context) error {
 	return nil
 }
 
+// leaseDuration is the leaseDurationSeconds a kubelet renewing every interval writes: the
+// kubelet renews every quarter of its nodeLeaseDurationSeconds (40s by default, so 10s).
+func leaseDuration(interval time.Duration) int32 {
+	return int32(max((4*interval+time.Second-1)/time.Second, 1))
+}
+
 // renewLease creates or renews the node Lease, owned by the Node as the kubelet does it.
 func (n *Node) renewLease(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	leases := n.c.Client.CoordinationV1().Leases(NodeLeaseNamespace)
 	now := metav1.NewMicroTime(time.Now())
-	holder, duration := n.Name(), int32(leaseDurationSeconds)
+	holder, duration := n.Name(), leaseDuration(n.c.opts.LeaseRenewInterval)
 	l, err := leases.Get(ctx, n.Name(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		n.mu.Lock()

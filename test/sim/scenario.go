@@ -55,6 +55,10 @@ type Scenario struct {
 type StatefulSetSpec struct {
 	Name     string `json:"name,omitempty"`
 	Replicas int    `json:"replicas"`
+	// Guarded adds a PodDisruptionBudget with minAvailable = replicas: it allows no
+	// disruption, which shrinks the policy's wait to minWait (never below the evidence
+	// floor).
+	Guarded bool `json:"guarded,omitempty"`
 }
 
 // BMCSpec tunes every BMC.
@@ -154,6 +158,9 @@ const (
 	ActRestartAPIServer = "restartAPIServer" // stop kube-apiserver, DownFor later start it again
 	ActReleaseEarly     = "releaseEarly"     // planted bug: release the node's pods and volumes now
 	ActIgnoreBMC        = "ignoreBMC"        // planted bug: the machine keeps running whatever its BMC says
+	// ActRestartControllers terminates every live replica, as a rollout or an upgrade does;
+	// each is started again a second later (a new process with fresh clocks).
+	ActRestartControllers = "restartControllers"
 )
 
 // nodeActions act on the nodes a step names (node, nodes or zone); without one they would
@@ -163,7 +170,8 @@ var nodeActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHea
 
 var knownActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActKillLeader: true, ActPauseLeader: true,
-	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true}
+	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true,
+	ActRestartControllers: true}
 
 // Profiles.
 const (

@@ -213,6 +213,11 @@ func (r *runner) start(ctx context.Context) (func() map[string]int, error) {
 	if err := h.Cluster.DeploySpreadStatefulSet(ctx, ss.Name, ss.Replicas); err != nil {
 		return pids, err
 	}
+	if ss.Guarded {
+		if err := h.Cluster.GuardWithPDB(ctx, ss.Name, ss.Replicas); err != nil {
+			return pids, err
+		}
+	}
 	for i := range ss.Replicas {
 		pod := fmt.Sprintf("%s-%d", ss.Name, i)
 		node, err := nodeOfPod(ctx, h.Cluster, pod)

@@ -261,9 +261,26 @@ func (r *runner) act(ctx context.Context, st Step) error {
 		})
 	case ActReleaseEarly:
 		return r.releaseEarly(ctx, nodes)
+	case ActRestartControllers:
+		return r.restartControllers()
 	case ActIgnoreBMC:
 		for _, n := range nodes {
 			r.h.MachineIgnoresBMC(n)
+		}
+	}
+	return nil
+}
+
+// restartControllers sends SIGTERM to every live replica; their supervisors start new
+// ones a second after each exits.
+func (r *runner) restartControllers() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.replicas {
+		if s.alive() && s != r.paused {
+			if err := s.r.Terminate(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -7,10 +7,13 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 const (
@@ -198,4 +201,27 @@ func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, 
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, d)
+}
+
+// GuardWithPDB adds a PodDisruptionBudget with minAvailable for the pods labelled
+// app=name, and waits until kube-controller-manager's disruption controller reports that
+// it allows no disruption.
+func (c *Cluster) GuardWithPDB(ctx context.Context, name string, minAvailable int) error {
+	ctx, cancel := withDefaultTimeout(ctx, deployTimeout)
+	defer cancel()
+	ma := intstr.FromInt32(int32(minAvailable))
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &ma,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}}}}
+	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(Namespace).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create PodDisruptionBudget %s: %w", name, err)
+	}
+	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		p, err := c.Client.PolicyV1().PodDisruptionBudgets(Namespace).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && int(p.Status.CurrentHealthy) == minAvailable && p.Status.DisruptionsAllowed == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("PodDisruptionBudget %s never reported 0 disruptions allowed: %w", name, err)
+	}
+	return nil
 }

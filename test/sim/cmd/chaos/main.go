@@ -21,10 +21,11 @@ func main() {
 	runs := flag.Int("runs", 1, "number of runs")
 	keep := flag.Bool("keep", false, "keep the work directories of failed runs")
 	verbose := flag.Bool("v", false, "print the simulation's progress messages")
+	plant := flag.String("plant", "", "plant a bug in the controller's build (nofloor) to show the checker catches it")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	failed, err := run(ctx, *seed, *runs, *keep, *verbose)
+	failed, err := run(ctx, *seed, *runs, *keep, *verbose, *plant)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)
@@ -35,14 +36,19 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, seed uint64, runs int, keep, verbose bool) ([]uint64, error) {
+func run(ctx context.Context, seed uint64, runs int, keep, verbose bool, plant string) ([]uint64, error) {
 	root, err := os.MkdirTemp("", "kubefence-chaos-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(filepath.Join(root, "bin"))
 	bin := filepath.Join(root, "bin")
-	if err := sim.BuildScenarioBinaries(ctx, bin); err != nil {
+	build := sim.BuildScenarioBinaries
+	if plant != "" {
+		build = func(ctx context.Context, dir string) error { return sim.BuildPlantedBinaries(ctx, dir, plant) }
+		fmt.Printf("planted bug %s in the controller: runs should fail\n", plant)
+	}
+	if err := build(ctx, bin); err != nil {
 		return nil, err
 	}
 	logf := func(string, ...any) {}

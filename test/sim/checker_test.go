@@ -1,0 +1,33 @@
+package sim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kubefence/kubefence/test/sim/bmc"
+)
+
+// TestCheckRenewingNotFenced: the checker flags a power-off that lands while the kubelet
+// still renews on time, and only that.
+func TestCheckRenewingNotFenced(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	renewals := []time.Time{t0, t0.Add(time.Second), t0.Add(2 * time.Second)}
+	for name, tc := range map[string]struct {
+		event     bmc.PowerEvent
+		violation bool
+	}{
+		"off 500ms after a renewal":       {bmc.PowerEvent{Time: t0.Add(2500 * time.Millisecond), Action: bmc.ActionOff, Source: "bmc"}, true},
+		"off requested 1s after one":      {bmc.PowerEvent{Time: t0.Add(3 * time.Second), Action: bmc.ActionOffRequested, Source: "bmc"}, true},
+		"off 5s after the last renewal":   {bmc.PowerEvent{Time: t0.Add(7 * time.Second), Action: bmc.ActionOff, Source: "bmc"}, false},
+		"power loss by the simulation":    {bmc.PowerEvent{Time: t0.Add(2500 * time.Millisecond), Action: bmc.ActionOff, Source: "sim"}, false},
+		"power on is no fence":            {bmc.PowerEvent{Time: t0.Add(2500 * time.Millisecond), Action: bmc.ActionOn, Source: "bmc"}, false},
+		"before the kubelet ever renewed": {bmc.PowerEvent{Time: t0.Add(-time.Second), Action: bmc.ActionOff, Source: "bmc"}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v := CheckRenewingNotFenced("node-1", renewals, []bmc.PowerEvent{tc.event}, 2*time.Second)
+			if (len(v) > 0) != tc.violation {
+				t.Errorf("violations %v, want one: %v", v, tc.violation)
+			}
+		})
+	}
+}

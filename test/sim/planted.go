@@ -1,0 +1,77 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// PlantedBug is a change to the controller's own source, compiled into a test build with
+// `go build -overlay`, so that the chaos runner can show it catches the bug. The product
+// source carries no hook for it.
+type PlantedBug struct {
+	// File is the source file, from the module root.
+	File string
+	// From is a line that must be in File; To replaces it.
+	From, To string
+}
+
+// PlantedBugs by name.
+var PlantedBugs = map[string]PlantedBug{
+	// nofloor: the detector takes the policy's threshold as it is, without the evidence
+	// floor (safety invariant 10): a PodDisruptionBudget or a toleration then makes a
+	// node that merely has not renewed yet look dead.
+	"nofloor": {File: "pkg/detector/detector.go",
+		From: "obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor)",
+		To:   "obs := assess(st, node.Name, ready, now, leaseStaleAfter, notReadyAfter, 0)"},
+}
+
+// BuildPlantedBinaries is BuildScenarioBinaries with the named bug planted in the
+// controller. It fails if the bug's line is no longer in the source, rather than build an
+// unchanged controller that would make the check pass for nothing.
+func BuildPlantedBinaries(ctx context.Context, dir, name string) error {
+	bug, ok := PlantedBugs[name]
+	if !ok {
+		return fmt.Errorf("no planted bug %q", name)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(root, bug.File)
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if strings.Count(string(b), bug.From) != 1 {
+		return fmt.Errorf("planted bug %s: %s no longer holds the line %q once", name, bug.File, bug.From)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	patched := filepath.Join(dir, "planted-"+filepath.Base(bug.File))
+	if err := os.WriteFile(patched, []byte(strings.Replace(string(b), bug.From, bug.To, 1)), 0o644); err != nil {
+		return err
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {src: patched}})
+	if err != nil {
+		return err
+	}
+	ov := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		return err
+	}
+	if err := BuildScenarioBinaries(ctx, dir); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-overlay", ov, "-o", dir+string(os.PathSeparator), "./cmd/fence-controller")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build fence-controller with planted bug %s: %w\n%s", name, err, out)
+	}
+	return nil
+}
