@@ -85,7 +85,7 @@ func (s *grpcServer) Validate(ctx context.Context, in *agentpb.ValidateRequest) 
 func (s *grpcServer) Fence(ctx context.Context, in *agentpb.FenceRequest) (*agentpb.Result, error) {
 	res, err := s.impl.Fence(ctx, requestFromProto(in.GetRequest()), Action(in.GetAction()))
 	if err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, toStatusWith(ctx, err, res)
 	}
 	return resultToProto(res), nil
 }
@@ -93,7 +93,7 @@ func (s *grpcServer) Fence(ctx context.Context, in *agentpb.FenceRequest) (*agen
 func (s *grpcServer) Status(ctx context.Context, in *agentpb.Request) (*agentpb.Result, error) {
 	res, err := s.impl.Status(ctx, requestFromProto(in))
 	if err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, toStatusWith(ctx, err, res)
 	}
 	return resultToProto(res), nil
 }
@@ -101,7 +101,7 @@ func (s *grpcServer) Status(ctx context.Context, in *agentpb.Request) (*agentpb.
 func (s *grpcServer) Unfence(ctx context.Context, in *agentpb.Request) (*agentpb.Result, error) {
 	res, err := s.impl.Unfence(ctx, requestFromProto(in))
 	if err != nil {
-		return nil, toStatus(ctx, err)
+		return nil, toStatusWith(ctx, err, res)
 	}
 	return resultToProto(res), nil
 }
@@ -130,7 +130,7 @@ func (c *grpcClient) Validate(ctx context.Context, params map[string]string) err
 func (c *grpcClient) Fence(ctx context.Context, req Request, action Action) (Result, error) {
 	resp, err := c.client.Fence(ctx, &agentpb.FenceRequest{Request: requestToProto(req), Action: string(action)})
 	if err != nil {
-		return Result{}, fromStatus(err)
+		return resultOf(err), fromStatus(err)
 	}
 	return resultFromProto(resp), nil
 }
@@ -138,7 +138,7 @@ func (c *grpcClient) Fence(ctx context.Context, req Request, action Action) (Res
 func (c *grpcClient) Status(ctx context.Context, req Request) (Result, error) {
 	resp, err := c.client.Status(ctx, requestToProto(req))
 	if err != nil {
-		return Result{}, fromStatus(err)
+		return resultOf(err), fromStatus(err)
 	}
 	return resultFromProto(resp), nil
 }
@@ -146,7 +146,7 @@ func (c *grpcClient) Status(ctx context.Context, req Request) (Result, error) {
 func (c *grpcClient) Unfence(ctx context.Context, req Request) (Result, error) {
 	resp, err := c.client.Unfence(ctx, requestToProto(req))
 	if err != nil {
-		return Result{}, fromStatus(err)
+		return resultOf(err), fromStatus(err)
 	}
 	return resultFromProto(resp), nil
 }

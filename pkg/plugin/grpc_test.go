@@ -287,3 +287,28 @@ func TestFromStatusTransportFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestGRPCFailedCallKeepsItsResult: a call that fails with what the agent read back
+// (State, Evidence) delivers both across the plugin boundary, as it does in process
+// (issue 18: the NodeFence history of a failed call lost what the BMC said).
+func TestGRPCFailedCallKeepsItsResult(t *testing.T) {
+	read := Result{State: StateOn, Evidence: "chassis power is on 8s after power off was accepted"}
+	fail := &Error{Kind: KindPermanent, Message: "not verified off"}
+	agent := connect(t, &fakeAgent{
+		fence:   func(context.Context, Request, Action) (Result, error) { return read, fail },
+		status:  func(context.Context, Request) (Result, error) { return read, fail },
+		unfence: func(context.Context, Request) (Result, error) { return Result{}, fail },
+	})
+	for name, call := range map[string]func() (Result, error){
+		"Fence":  func() (Result, error) { return agent.Fence(context.Background(), Request{Target: "t"}, ActionOff) },
+		"Status": func() (Result, error) { return agent.Status(context.Background(), Request{Target: "t"}) },
+	} {
+		res, err := call()
+		if KindOf(err) != KindPermanent || res != read {
+			t.Errorf("%s = %+v, %v (kind %s); want %+v with a Permanent error", name, res, err, KindOf(err), read)
+		}
+	}
+	if res, err := agent.Unfence(context.Background(), Request{Target: "t"}); KindOf(err) != KindPermanent || res != (Result{}) {
+		t.Errorf("Unfence without a result = %+v, %v", res, err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/kubefence/kubefence/pkg/plugin/agentpb"
 )
@@ -31,7 +32,12 @@ var kindCodes = map[ErrorKind]codes.Code{
 // toStatus turns an error returned by an agent implementation into the gRPC
 // status the server shim sends. Every error but a context error leaves with an
 // ErrorInfo, so a status without one can only come from the transport.
-func toStatus(ctx context.Context, err error) error {
+func toStatus(ctx context.Context, err error) error { return toStatusWith(ctx, err, Result{}) }
+
+// toStatusWith is toStatus for a call that failed with a result: what the agent read
+// back (State, Evidence) travels with the error as a second detail, so that a failed
+// call's record still shows what the device said.
+func toStatusWith(ctx context.Context, err error, res Result) error {
 	if err == nil {
 		return nil
 	}
@@ -52,15 +58,30 @@ func toStatus(ctx context.Context, err error) error {
 	if !ok {
 		code = codes.Unknown
 	}
-	st, derr := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{
-		Domain: errorDomain,
-		Reason: string(kind),
-	})
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Domain: errorDomain, Reason: string(kind)}}
+	if res.State != "" || res.Evidence != "" {
+		details = append(details, protoadapt.MessageV1Of(resultToProto(res)))
+	}
+	st, derr := status.New(code, msg).WithDetails(details...)
 	if derr != nil {
 		// Only a broken proto registry gets here; keep the message at least.
 		return status.Error(code, msg)
 	}
 	return st.Err()
+}
+
+// resultOf returns the result a failed call's status carries; zero when it has none.
+func resultOf(err error) Result {
+	st, ok := status.FromError(err)
+	if !ok {
+		return Result{}
+	}
+	for _, d := range st.Details() {
+		if r, ok := d.(*agentpb.Result); ok {
+			return resultFromProto(r)
+		}
+	}
+	return Result{}
 }
 
 // fromStatus is the inverse of toStatus, applied by the client shim.
