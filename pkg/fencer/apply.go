@@ -28,6 +28,16 @@ const (
 // ErrKindAgentDown marks an attempt skipped because its agent was down.
 const ErrKindAgentDown = "AgentDown"
 
+// ErrKindPermanent is an agent's Permanent error (plugin.KindPermanent: authentication,
+// authorization, a bad parameter, an unknown target): trying again cannot help, so the
+// level gives up on that agent at once.
+const ErrKindPermanent = "Permanent"
+
+// givenUp reports whether a failed attempt ends its agent's part in the level.
+func givenUp(a *v1alpha1.Attempt, lv Level) bool {
+	return a.Try > lv.Retries || a.ErrorKind == ErrKindAgentDown || a.ErrorKind == ErrKindPermanent
+}
+
 // Event is the outcome of carrying out a Step.
 type Event struct {
 	Kind  EventKind
@@ -138,7 +148,7 @@ func settle(st *v1alpha1.NodeFenceStatus, lv Level, now time.Time) {
 		case a == nil:
 		case a.State == v1alpha1.AttemptVerified:
 			verified++
-		case a.State == v1alpha1.AttemptFailed && (a.Try > lv.Retries || a.ErrorKind == ErrKindAgentDown):
+		case a.State == v1alpha1.AttemptFailed && givenUp(a, lv):
 			exhausted++
 		}
 	}

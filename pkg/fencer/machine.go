@@ -121,7 +121,7 @@ func agentStep(a *v1alpha1.Attempt, lv Level, level int32, agent string, now tim
 		return Step{Kind: DoVerify, Level: level, Agent: agent, Try: a.Try}, false
 	}
 	// Failed.
-	if a.Try > lv.Retries || a.ErrorKind == ErrKindAgentDown {
+	if givenUp(a, lv) {
 		return Step{}, true
 	}
 	retryAt := finished(a).Add(lv.Backoff << (a.Try - 1))

@@ -21,8 +21,10 @@ func twoLevels(mode v1alpha1.LevelMode) Plan {
 // or never answers in time.
 type agentBehaviour struct {
 	fenceErr error
-	state    string
-	hang     bool
+	// errKind is fenceErr's kind; Retryable when empty.
+	errKind string
+	state   string
+	hang    bool
 }
 
 // run drives the machine the way the controller does, with a fake clock, and returns
@@ -54,7 +56,11 @@ func run(t *testing.T, plan Plan, agents map[string]agentBehaviour) (*v1alpha1.N
 				now = now.Add(11 * time.Second)
 				continue
 			}
-			ev = &Event{Kind: FenceReturned, Err: b.fenceErr, ErrKind: "Retryable"}
+			kind := b.errKind
+			if kind == "" {
+				kind = "Retryable"
+			}
+			ev = &Event{Kind: FenceReturned, Err: b.fenceErr, ErrKind: kind}
 		case DoVerify:
 			calls = append(calls, "status:"+step.Agent)
 			ev = &Event{Kind: StateRead, State: agents[step.Agent].state}
@@ -99,6 +105,14 @@ func TestMachine(t *testing.T) {
 			wantPhase:    v1alpha1.PhaseFenced,
 			wantVerified: 2,
 			wantCalls:    []string{"fence:ipmi", "fence:ipmi", "fence:iscsi", "status:iscsi"},
+		},
+		// Issue 18: a wrong password was retried at the same level before escalating.
+		"a Permanent error escalates at once, with no retry at the same level": {
+			plan:         twoLevels(v1alpha1.ModeAll),
+			agents:       map[string]agentBehaviour{"ipmi": {fenceErr: errors.New("authentication failed"), errKind: ErrKindPermanent}, "iscsi": off},
+			wantPhase:    v1alpha1.PhaseFenced,
+			wantVerified: 2,
+			wantCalls:    []string{"fence:ipmi", "fence:iscsi", "status:iscsi"},
 		},
 		"mode any tries the second agent": {
 			plan:         twoLevels(v1alpha1.ModeAny),
