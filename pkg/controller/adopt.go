@@ -89,3 +89,28 @@ func stepTime(nf *v1alpha1.NodeFence, typ string) time.Time {
 }
 
 func stampMicro(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// failedUnrecovered returns why no automatic incident may open for node: its newest
+// incident failed, and since then the node showed no sign of life, no new boot, and no
+// person set RetryAnnotation on it. "" when one may.
+func (c *Controller) failedUnrecovered(node string, obs detector.Observation) string {
+	incs, err := c.store.forNode(node)
+	if err != nil || len(incs) == 0 {
+		return ""
+	}
+	last := incs[0]
+	for _, nf := range incs[1:] {
+		if last.CreationTimestamp.Before(&nf.CreationTimestamp) {
+			last = nf
+		}
+	}
+	switch {
+	case last.Status.Phase != v1alpha1.PhaseFailed,
+		last.Annotations[v1alpha1.RetryAnnotation] == "true",
+		obs.BootID != "" && last.Status.BootID != "" && obs.BootID != last.Status.BootID,
+		signOfLife(last, obs) != "":
+		return ""
+	}
+	return fmt.Sprintf("incident %s failed (%s); no new automatic incident until node %s shows a sign of life or a new boot, or a person sets %s=true on %s",
+		last.Name, last.Status.Message, node, v1alpha1.RetryAnnotation, last.Name)
+}

@@ -180,3 +180,44 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 		t.Errorf("gauge %v after the incident was cancelled, want 0", got)
 	}
 }
+
+// TestFailedIncidentBlocksNewOnes: after an incident ends Failed, no automatic incident
+// opens for its node until the node shows a sign of life or a new boot, or a person
+// asks for a retry (issue 18: a new incident opened 2 s after a Failed one, held back
+// only by a cooldown that claimed the node "was fenced").
+func TestFailedIncidentBlocksNewOnes(t *testing.T) {
+	detected := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	renewed := detected.Add(-31 * time.Second)
+	for name, tc := range map[string]struct {
+		phase   v1alpha1.Phase
+		retry   bool
+		obs     detector.Observation
+		blocked bool
+	}{
+		"failed, nothing since":       {v1alpha1.PhaseFailed, false, detector.Observation{BootID: "boot-1", RenewTime: renewed}, true},
+		"failed, a person asks again": {v1alpha1.PhaseFailed, true, detector.Observation{BootID: "boot-1", RenewTime: renewed}, false},
+		"failed, the node renewed":    {v1alpha1.PhaseFailed, false, detector.Observation{BootID: "boot-1", RenewTime: renewed.Add(time.Second)}, false},
+		"failed, the node rebooted":   {v1alpha1.PhaseFailed, false, detector.Observation{BootID: "boot-2", RenewTime: renewed}, false},
+		"recovered: nothing to block": {v1alpha1.PhaseRecovered, false, detector.Observation{BootID: "boot-1", RenewTime: renewed}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := pendingIncident(detected, &renewed)
+			nf.Status.Phase, nf.Status.Message = tc.phase, "level 1: authentication failed"
+			if tc.retry {
+				nf.Annotations = map[string]string{v1alpha1.RetryAnnotation: "true"}
+			}
+			c := testController(t, nf)
+			u, err := toUnstructured(nf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.store.indexer.Add(u); err != nil {
+				t.Fatal(err)
+			}
+			why := c.failedUnrecovered("node-1", tc.obs)
+			if (why != "") != tc.blocked {
+				t.Errorf("failedUnrecovered = %q, want blocked %v", why, tc.blocked)
+			}
+		})
+	}
+}

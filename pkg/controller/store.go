@@ -224,6 +224,8 @@ func (s *store) writeStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch i
 type facts struct {
 	phase      v1alpha1.Phase
 	fenceStart time.Time
+	// verified: a level of the incident was read back as fenced.
+	verified bool
 }
 
 func factsOf(obj any) facts {
@@ -233,6 +235,9 @@ func factsOf(obj any) facts {
 	}
 	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 	f := facts{phase: v1alpha1.Phase(phase)}
+	if lvl, _, _ := unstructured.NestedInt64(u.Object, "status", "verifiedLevel"); lvl > 0 {
+		f.verified = true
+	}
 	steps, _, _ := unstructured.NestedSlice(u.Object, "status", "timeline")
 	for _, s := range steps {
 		m, ok := s.(map[string]any)

@@ -107,6 +107,10 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		}
 		return holdRecheck, nil
 	}
+	if why := c.failedUnrecovered(node.Name, obs); why != "" {
+		klog.V(2).InfoS("No new incident", "node", node.Name, "reason", why)
+		return holdRecheck, nil
+	}
 	if fresh, err := c.confirmStale(ctx, node, pol, now); err != nil || !fresh {
 		return holdRecheck, err
 	}
@@ -196,26 +200,32 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 	return cl, nil
 }
 
-// refreshUnhealthy sets kubefence_nodes_unhealthy from every node as it stands now: those
+// refreshUnhealthy sets kubefence_nodes_unhealthy from every node as it stands now (those
 // the detector finds unhealthy and those with an open incident, as the budget counts
-// them. It runs on its own period, so the gauge follows cancelled, recovered and adopted
-// incidents, not only decisions.
+// them) and kubefence_nodes_fence_failed (nodes whose last incident failed and that get
+// no new one until they recover or a person acts). It runs on its own period, so the
+// gauges follow cancelled, recovered and adopted incidents, not only decisions.
 func (c *Controller) refreshUnhealthy(now time.Time) {
 	nodes, err := c.nodes.List(everything())
 	if err != nil {
 		return
 	}
-	unhealthy := 0
+	unhealthy, failed := 0, 0
 	for _, n := range nodes {
 		pol, err := policy.Select(c.cfg.Policies, n.Labels)
 		if err != nil || pol == nil {
 			continue
 		}
-		if pn, _ := c.view(pol, n, now); pn.Unhealthy || pn.Incident {
+		pn, obs := c.view(pol, n, now)
+		if pn.Unhealthy || pn.Incident {
 			unhealthy++
+		}
+		if !pn.Incident && c.failedUnrecovered(n.Name, obs) != "" {
+			failed++
 		}
 	}
 	c.metrics.unhealthy.Set(float64(unhealthy))
+	c.metrics.failedNodes.Set(float64(failed))
 }
 
 // stepFenceStarted marks, in the timeline, when fencing started; the rate limit and the

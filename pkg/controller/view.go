@@ -64,7 +64,9 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 		if f.phase.Open() {
 			pn.Incident = true
 		}
-		if f.fenceStart.After(pn.LastFencedAt) {
+		// The cooldown follows a fence that held; a failed one is the Failed rule's
+		// (failedUnrecovered), not a fence.
+		if f.verified && f.fenceStart.After(pn.LastFencedAt) {
 			pn.LastFencedAt = f.fenceStart
 		}
 	}

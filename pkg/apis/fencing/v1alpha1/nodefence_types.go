@@ -41,6 +41,12 @@ func (p Phase) Open() bool {
 // nodefences/force, which the chart's ValidatingAdmissionPolicy checks.
 const ForceAnnotation = "fencing.kubefence.io/force"
 
+// RetryAnnotation, set to "true" on a Failed NodeFence, lets the controller open a new
+// automatic incident for its node. Without it, a node whose last incident failed gets no
+// new automatic incident until it shows a sign of life or a new boot: the fence devices
+// that failed are likely to fail again, and a person should look first.
+const RetryAnnotation = "fencing.kubefence.io/retry"
+
 // FenceAction is what fencing does to the node.
 type FenceAction string
 
