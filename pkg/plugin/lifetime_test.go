@@ -96,3 +96,17 @@ func dead(pid int) bool {
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
+
+// TestLaunchedAgentStopsOnSIGTERM: an agent the controller launched exits on SIGTERM
+// (issue 18: plugin mode ignored it, so only SIGKILL stopped an agent).
+func TestLaunchedAgentStopsOnSIGTERM(t *testing.T) {
+	h, a := newTestHost(t, nil)
+	if _, err := a.Describe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pid := agentPID(t, h, testAgent)
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, fmt.Sprintf("agent %d to exit on SIGTERM", pid), func() bool { return dead(pid) })
+}

@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string, impl Agent, stdout, stderr io.Write
 	case *showVersion:
 		return printVersion(ctx, impl, stdout, stderr)
 	case fs.NArg() == 0:
+		exitOnSIGTERM()
 		Serve(impl)
 		return 0
 	case fs.Arg(0) == "serve":
@@ -119,4 +120,16 @@ func runServe(ctx context.Context, prog string, args []string, impl Agent, stder
 		return 1
 	}
 	return 0
+}
+
+// exitOnSIGTERM ends a launched agent on SIGTERM: go-plugin's Serve never returns on it,
+// and an agent must not outlive a controller that asked it to stop. A call in flight
+// is cut; its reapers hear of the exit from the kernel and clear its processes.
+func exitOnSIGTERM() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	go func() {
+		<-ch
+		os.Exit(128 + int(syscall.SIGTERM))
+	}()
 }

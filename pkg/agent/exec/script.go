@@ -10,10 +10,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
-	"time"
 
 	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/plugin/reap"
 )
 
 // childEnv is the script's whole environment. Nothing is inherited: the agent's
@@ -22,9 +21,6 @@ var childEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 
 // outputLimit bounds what is kept of a script's output for errors and evidence.
 const outputLimit = 4 << 10
-
-// waitDelay bounds how long a killed script's children may hold its output open.
-const waitDelay = time.Second
 
 // FenceAgentAPI exit codes of action=status.
 const (
@@ -46,17 +42,18 @@ func run(ctx context.Context, p params, action, target string) (outcome, error) 
 	if err := ctx.Err(); err != nil {
 		return outcome{}, fmt.Errorf("run %s action=%s: %w", p.script, action, err)
 	}
-	cmd := osexec.CommandContext(ctx, p.script)
+	// Under a reaper: when the call returns, nothing the script started still runs, not
+	// even a child that called setsid (safety invariant 7).
+	cmd, err := reap.CommandContext(ctx, p.script)
+	if err != nil {
+		return outcome{}, plugin.Errorf(plugin.KindPermanent, "run %s action=%s: %v", p.script, action, err)
+	}
 	cmd.Env = childEnv
 	cmd.Dir = "/"
 	cmd.Stdin = strings.NewReader(stdin(p, action, target))
 	out := &tailBuffer{limit: outputLimit}
 	cmd.Stdout, cmd.Stderr = out, out
-	// Its own process group, so a deadline kills whatever the script started too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = waitDelay
-	err := cmd.Run()
+	err = cmd.Run()
 	o := outcome{output: scrub(strings.TrimSpace(out.String()), p)}
 	if ctx.Err() != nil {
 		return o, fmt.Errorf("run %s action=%s: %w", p.script, action, ctx.Err())
