@@ -96,8 +96,13 @@ func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.N
 	}
 	if err != nil {
 		ev.Err, ev.ErrKind = err, string(plugin.KindOf(err))
-		if errors.Is(err, plugin.ErrAgentDied) {
+		switch {
+		case errors.Is(err, plugin.ErrAgentDied):
 			ev.ErrKind = errKindAgentDied
+		case errors.Is(err, context.DeadlineExceeded):
+			// The call's own deadline: its outcome is unknown, and the fencer reads the
+			// state back before it does anything else.
+			ev.ErrKind = fencer.ErrKindTimeout
 		}
 		a.metrics.agentErrors.WithLabelValues(step.Agent, method, ev.ErrKind).Inc()
 	}

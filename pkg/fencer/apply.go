@@ -33,9 +33,19 @@ const ErrKindAgentDown = "AgentDown"
 // level gives up on that agent at once.
 const ErrKindPermanent = "Permanent"
 
+// ErrKindTimeout marks a call that did not answer by its deadline (the caller sets it
+// on FenceReturned), and an attempt not verified by its deadline.
+const ErrKindTimeout = "Timeout"
+
+// ErrKindUnknown marks an attempt whose Fence call timed out: until a state is read
+// back, nobody knows whether the action landed. One that never reads a state back fails
+// with this kind and ends its agent's part in the level.
+const ErrKindUnknown = "Unknown"
+
 // givenUp reports whether a failed attempt ends its agent's part in the level.
 func givenUp(a *v1alpha1.Attempt, lv Level) bool {
-	return a.Try > lv.Retries || a.ErrorKind == ErrKindAgentDown || a.ErrorKind == ErrKindPermanent
+	return a.Try > lv.Retries || a.ErrorKind == ErrKindAgentDown || a.ErrorKind == ErrKindPermanent ||
+		a.ErrorKind == ErrKindUnknown
 }
 
 // Event is the outcome of carrying out a Step.
@@ -80,7 +90,7 @@ func Apply(st *v1alpha1.NodeFenceStatus, plan Plan, ev Event, now time.Time) err
 	if a.State == v1alpha1.AttemptVerified || a.State == v1alpha1.AttemptFailed {
 		return fmt.Errorf("try %d of agent %s is already %s", ev.Try, ev.Agent, a.State)
 	}
-	record(a, ev, now)
+	record(a, ev, now, plan.readBack())
 	settle(st, lv, now)
 	return nil
 }
@@ -99,7 +109,11 @@ func issue(st *v1alpha1.NodeFenceStatus, lv Level, ev Event, now time.Time) {
 	})
 }
 
-func record(a *v1alpha1.Attempt, ev Event, now time.Time) {
+func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {
+	if ev.Kind == FenceReturned && ev.Err != nil && ev.ErrKind == ErrKindTimeout {
+		unknownOutcome(a, ev, now, readBack)
+		return
+	}
 	if ev.Evidence != "" {
 		a.Evidence = ev.Evidence
 	}
@@ -130,12 +144,35 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time) {
 	case Skipped:
 		fail(ErrKindAgentDown, ev.Err.Error())
 	case Expired:
-		last := a.PowerState
+		last, kind := a.PowerState, ErrKindTimeout
 		if last == "" {
 			last = "never read"
+			if a.ErrorKind == ErrKindUnknown {
+				// The call timed out and nothing could be read back since: whether the
+				// action landed is unknown, and this agent's path is not answering.
+				kind = ErrKindUnknown
+			}
 		}
-		fail("Timeout", fmt.Sprintf("not verified fenced by %s (last state read: %s)",
-			a.Deadline.UTC().Format(time.RFC3339), last))
+		msg := fmt.Sprintf("not verified fenced by %s (last state read: %s)", a.Deadline.UTC().Format(time.RFC3339), last)
+		if a.ErrorKind == ErrKindUnknown {
+			msg = a.Error + "; " + msg
+		}
+		fail(kind, msg)
+	}
+}
+
+// unknownOutcome records a Fence call that timed out. Its outcome is unknown, not failed:
+// the command may have landed just before, or after, the deadline (issue 18 saw a BMC
+// act 8 ms after the call returned). The attempt goes on verifying for at least
+// readBack, so the target's state is read back before anything retries, escalates or
+// gives up: read back off, the fence holds; read back on, the try failed; nothing read,
+// the agent gives up its level (ErrKindUnknown).
+func unknownOutcome(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {
+	a.State, a.ErrorKind = v1alpha1.AttemptVerifying, ErrKindUnknown
+	a.Error = "outcome unknown: " + ev.Err.Error()
+	a.PowerState = ""
+	if d := now.Add(readBack); d.After(a.Deadline.Time) {
+		a.Deadline = micro(d)
 	}
 }
 

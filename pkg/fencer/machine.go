@@ -23,6 +23,20 @@ type Plan struct {
 	Levels []Level
 	// PollInterval is how often a state is read back while verifying.
 	PollInterval time.Duration
+	// ReadBack is how long, at least, the state is read back after a Fence call whose
+	// outcome is unknown (it timed out); zero means DefaultReadBack.
+	ReadBack time.Duration
+}
+
+// DefaultReadBack gives a timed-out call's target a few reads before its attempt is
+// judged: enough for a BMC that answers in a second.
+const DefaultReadBack = 5 * time.Second
+
+func (p Plan) readBack() time.Duration {
+	if p.ReadBack > 0 {
+		return p.ReadBack
+	}
+	return DefaultReadBack
 }
 
 // PlanFor builds the plan of a (defaulted) policy.

@@ -1,6 +1,7 @@
 package fencer
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -24,6 +25,8 @@ type agentBehaviour struct {
 	// errKind is fenceErr's kind; Retryable when empty.
 	errKind string
 	state   string
+	// readErr fails every Status call.
+	readErr error
 	hang    bool
 }
 
@@ -63,7 +66,11 @@ func run(t *testing.T, plan Plan, agents map[string]agentBehaviour) (*v1alpha1.N
 			ev = &Event{Kind: FenceReturned, Err: b.fenceErr, ErrKind: kind}
 		case DoVerify:
 			calls = append(calls, "status:"+step.Agent)
-			ev = &Event{Kind: StateRead, State: agents[step.Agent].state}
+			b := agents[step.Agent]
+			ev = &Event{Kind: StateRead, State: b.state, Err: b.readErr}
+			if b.readErr != nil {
+				ev.State, ev.ErrKind = "", "Retryable"
+			}
 			now = now.Add(plan.PollInterval)
 		}
 		ev.Level, ev.Agent, ev.Try = step.Level, step.Agent, step.Try
@@ -168,6 +175,50 @@ func TestMachine(t *testing.T) {
 			}
 			if tc.wantCalls != nil && !equalPrefix(calls, tc.wantCalls) {
 				t.Errorf("calls = %v, want %v", calls, tc.wantCalls)
+			}
+		})
+	}
+}
+
+// TestUnknownOutcome: a Fence call that timed out may have landed (issue 18: a real BMC
+// acted 8 ms after the call returned). The machine reads the state back before it
+// retries, escalates or gives up, and records what it read.
+func TestUnknownOutcome(t *testing.T) {
+	timedOut := func(state string, readErr error) agentBehaviour {
+		return agentBehaviour{fenceErr: context.DeadlineExceeded, errKind: ErrKindTimeout, state: state, readErr: readErr}
+	}
+	for name, tc := range map[string]struct {
+		ipmi         agentBehaviour
+		wantVerified int32
+		wantFences   int // Fence calls to ipmi
+		wantKind     string
+	}{
+		"timed out, read back off: verified off":           {timedOut("off", nil), 1, 1, ErrKindUnknown},
+		"timed out, read back on: retried, then escalated": {timedOut("on", nil), 2, 2, ErrKindTimeout},
+		"timed out, read-back fails: escalated at once":    {timedOut("", errors.New("connection refused")), 2, 1, ErrKindUnknown},
+	} {
+		t.Run(name, func(t *testing.T) {
+			plan := twoLevels(v1alpha1.ModeAll)
+			plan.Levels[0].Agents = []string{"ipmi"}
+			st, calls := run(t, plan, map[string]agentBehaviour{"ipmi": tc.ipmi, "iscsi": {state: "off"}})
+			if st.VerifiedLevel != tc.wantVerified {
+				t.Fatalf("verified level %d, want %d (calls %v)", st.VerifiedLevel, tc.wantVerified, calls)
+			}
+			fences, reads := 0, 0
+			for _, c := range calls {
+				switch c {
+				case "fence:ipmi":
+					fences++
+				case "status:ipmi":
+					reads++
+				}
+			}
+			if fences != tc.wantFences || reads == 0 {
+				t.Errorf("ipmi: %d Fence and %d Status calls, want %d Fence and a read-back (calls %v)", fences, reads, tc.wantFences, calls)
+			}
+			first := st.Attempts[0]
+			if first.ErrorKind != tc.wantKind || !contains(first.Error, "outcome unknown") {
+				t.Errorf("first attempt: kind %q error %q, want kind %q and the unknown outcome recorded", first.ErrorKind, first.Error, tc.wantKind)
 			}
 		})
 	}
