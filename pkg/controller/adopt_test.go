@@ -221,3 +221,35 @@ func TestFailedIncidentBlocksNewOnes(t *testing.T) {
 		})
 	}
 }
+
+// TestIncidentWithoutEvidenceWaitsForOwn: an incident whose creator stopped before it
+// wrote the detection carries no evidence to adopt; the new leader neither cancels it
+// nor fences on it until its own detector finds the node unhealthy.
+func TestIncidentWithoutEvidenceWaitsForOwn(t *testing.T) {
+	now := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		health detector.Health
+		fenced bool
+	}{
+		"healthy on fresh clocks: waits": {detector.Healthy, false},
+		"own detector says unhealthy":    {detector.Unhealthy, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := pendingIncident(now, nil)
+			nf.Status = v1alpha1.NodeFenceStatus{}
+			c := testController(t, nf)
+			c.cfg.Policies = []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"none"}}}}}
+			c.cfg.Policies[0].Default()
+			c.now = func() time.Time { return now }
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+			_, _ = c.drive(context.Background(), nf, node, policy.Node{}, detector.Observation{Node: "node-1", Health: tc.health})
+			got := stored(t, c, nf.Name)
+			if got.Status.Phase == v1alpha1.PhaseCancelled {
+				t.Fatalf("cancelled: %s", got.Status.Message)
+			}
+			if started := !stepTime(got, stepFenceStarted).IsZero(); started != tc.fenced {
+				t.Errorf("fence started %v, want %v (phase %s)", started, tc.fenced, got.Status.Phase)
+			}
+		})
+	}
+}

@@ -60,6 +60,19 @@ func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Nod
 	return req, cfg, nil
 }
 
+// targetFor names agent's target for node, for the record; a mapping that fails says so.
+func (a *agentCaller) targetFor(agent string, node *corev1.Node) string {
+	cfg, ok := a.config[agent]
+	if !ok {
+		return "(agent not configured)"
+	}
+	t, err := targetOf(cfg, node)
+	if err != nil {
+		return "(none: " + err.Error() + ")"
+	}
+	return t
+}
+
 func targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, error) {
 	var target, from string
 	switch {

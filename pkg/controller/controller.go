@@ -59,6 +59,8 @@ type Options struct {
 	// IdentityRenewInterval is how often replicas renew their identity Leases; a node
 	// whose replica renewed within three of them is alive and never fenced. Default 10s.
 	IdentityRenewInterval time.Duration
+	// PauseAt names a test pause point (PauseAtEnv); empty in production.
+	PauseAt string
 }
 
 // Controller detects unhealthy nodes and drives their fencing incidents.
@@ -85,6 +87,7 @@ type Controller struct {
 	idInformer    informers.SharedInformerFactory
 	nfInformer    dynamicinformer.DynamicSharedInformerFactory
 	replicas      *replicas
+	pause         *pauser
 
 	// guard checks the Lease before irreversible actions; nil without leader election.
 	guard *LeaseGuard

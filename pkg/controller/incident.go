@@ -81,6 +81,12 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		if life := signOfLife(nf, obs); life != "" {
 			return 0, c.cancel(ctx, nf, node, now, life)
 		}
+		if len(nf.Status.Timeline) == 0 && obs.Health != detector.Unhealthy {
+			// Created by a replica that stopped before it wrote the detection: there is
+			// no recorded evidence to adopt, so this replica's own must say unhealthy
+			// (after the evidence floor). Nothing is cancelled meanwhile.
+			return holdRecheck, nil
+		}
 	}
 	cl, err := c.cluster(pol, now)
 	if err != nil {
@@ -190,10 +196,14 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 				}
 				continue
 			}
+			// Written ahead: the call is on record, with its target and time, before it
+			// is sent, so a crash or an API server outage cannot hide an action the
+			// device took.
+			addStep(&nf.Status, c.now(), "AgentCalled", c.callRecord(nf, node, step))
 			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
 				return 0, err
 			}
-			addStep(&nf.Status, c.now(), "AgentCalled", fmt.Sprintf("level %d agent %s try %d: Fence off", step.Level, step.Agent, step.Try))
+			c.pause.at(PauseBeforeFenceCall)
 			if _, err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
 				return 0, err
 			}
@@ -216,6 +226,9 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, plan fencer.Plan, step fencer.Step) (bool, error) {
 	a := lastAttempt(nf)
 	ev := c.caller.call(ctx, step, node, c.currentEpoch(), a.Deadline.Time)
+	if step.Kind == fencer.DoFence {
+		c.pause.at(PauseAfterFenceCall)
+	}
 	prev := a.State
 	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {
 		return false, fmt.Errorf("incident %s: %w", nf.Name, err)
@@ -236,6 +249,18 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 		return false, nil
 	}
 	return true, nil
+}
+
+// callRecord describes the Fence call step is about to send; a re-issue (the outcome of
+// the same try was lost to a crash or an API server outage) names the call before it.
+func (c *Controller) callRecord(nf *v1alpha1.NodeFence, node *corev1.Node, step fencer.Step) string {
+	msg := fmt.Sprintf("level %d agent %s try %d: Fence off, target %s", step.Level, step.Agent, step.Try, c.caller.targetFor(step.Agent, node))
+	for _, a := range nf.Status.Attempts {
+		if a.Level == step.Level && a.Agent == step.Agent && a.Try == step.Try && a.State == v1alpha1.AttemptFencing {
+			msg += fmt.Sprintf("; re-issued: the outcome of the call sent at %s was lost", stampMicro(a.Started.Time))
+		}
+	}
+	return msg
 }
 
 func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, plan fencer.Plan, ev fencer.Event) error {
@@ -282,7 +307,17 @@ func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 func (c *Controller) remediator(nf *v1alpha1.NodeFence) remediate.Remediator {
 	r := *c.remedy
 	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }
-	r.Checkpoint = func(ctx context.Context) error { return c.save(ctx, nf) }
+	r.Checkpoint = func(ctx context.Context) error {
+		err := c.save(ctx, nf)
+		if err == nil && nf.Status.Phase == v1alpha1.PhaseFenced {
+			c.pause.at(PauseAfterFenced)
+		}
+		return err
+	}
+	r.Before = func(ctx context.Context, action string) error {
+		c.pause.at(action)
+		return c.leaseConfirmed(ctx)
+	}
 	return r
 }
 
@@ -528,6 +563,16 @@ func nodeReady(node *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// leaseConfirmed passes when a Lease check passed within the renew deadline, and checks
+// the Lease again otherwise: each pod and VolumeAttachment deletion of a release follows
+// a check that recent, without a read of the Lease for every one of them.
+func (c *Controller) leaseConfirmed(ctx context.Context) error {
+	if c.guard == nil || c.guard.Confirmed() {
+		return nil
+	}
+	return c.checkLease(ctx)
 }
 
 // checkLease confirms, before an irreversible action, that this replica still leads at

@@ -170,11 +170,18 @@ func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) erro
 	if err != nil {
 		return fmt.Errorf("check lease %s/%s: %w", g.Config.Namespace, g.Config.Name, err)
 	}
-	if err := g.judge(r.lease, epoch, now); err != nil {
+	expiry, err := g.judge(r.lease, epoch, now)
+	if err != nil {
 		return err
 	}
+	// Confirmed for a renew deadline past the read, and never past the Lease's expiry as
+	// a standby counts it (renewTime was written by this process's own clock).
+	until := r.sent.Add(g.Config.RenewDeadline.Duration)
+	if !expiry.IsZero() && expiry.Before(until) {
+		until = expiry
+	}
 	g.mu.Lock()
-	if until := r.sent.Add(g.Config.RenewDeadline.Duration); until.After(g.confirmedUntil) {
+	if until.After(g.confirmedUntil) {
 		g.confirmedUntil = until
 	}
 	g.mu.Unlock()
@@ -189,8 +196,9 @@ func (g *LeaseGuard) Confirmed() bool {
 	return time.Now().Before(g.confirmedUntil)
 }
 
-// judge returns ErrStaleEpoch when lease is no longer this replica's at epoch.
-func (g *LeaseGuard) judge(lease *coordinationv1.Lease, epoch int64, now time.Time) error {
+// judge returns ErrStaleEpoch when lease is no longer this replica's at epoch, and
+// otherwise when it expires (zero when the Lease does not say).
+func (g *LeaseGuard) judge(lease *coordinationv1.Lease, epoch int64, now time.Time) (time.Time, error) {
 	holder := ""
 	if lease.Spec.HolderIdentity != nil {
 		holder = *lease.Spec.HolderIdentity
@@ -200,19 +208,20 @@ func (g *LeaseGuard) judge(lease *coordinationv1.Lease, epoch int64, now time.Ti
 		t = *lease.Spec.LeaseTransitions
 	}
 	if holder != g.Identity || int64(t)+1 != epoch {
-		return fmt.Errorf("lease %s/%s held by %q at epoch %d, this replica acts at epoch %d: %w",
+		return time.Time{}, fmt.Errorf("lease %s/%s held by %q at epoch %d, this replica acts at epoch %d: %w",
 			g.Config.Namespace, g.Config.Name, holder, int64(t)+1, epoch, ErrStaleEpoch)
 	}
-	if lease.Spec.RenewTime != nil && lease.Spec.LeaseDurationSeconds != nil {
-		// A standby counts the Lease's duration from when it saw the leader's record
-		// change, and client-go compares records with renewTime cut to the second: a
-		// renewal in the same second as the one before goes unseen. So a standby may take
-		// over one duration after the first renewal of renewTime's second, not of
-		// renewTime itself.
-		expiry := lease.Spec.RenewTime.Truncate(time.Second).Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
-		if now.After(expiry) {
-			return fmt.Errorf("lease %s/%s expired at %s: %w", g.Config.Namespace, g.Config.Name, expiry.UTC().Format(time.RFC3339), ErrStaleEpoch)
-		}
+	if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+		return time.Time{}, nil
 	}
-	return nil
+	// A standby counts the Lease's duration from when it saw the leader's record
+	// change, and client-go compares records with renewTime cut to the second: a
+	// renewal in the same second as the one before goes unseen. So a standby may take
+	// over one duration after the first renewal of renewTime's second, not of
+	// renewTime itself.
+	expiry := lease.Spec.RenewTime.Truncate(time.Second).Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	if now.After(expiry) {
+		return time.Time{}, fmt.Errorf("lease %s/%s expired at %s: %w", g.Config.Namespace, g.Config.Name, expiry.UTC().Format(time.RFC3339), ErrStaleEpoch)
+	}
+	return expiry, nil
 }

@@ -50,13 +50,9 @@ func TestLeaseGuardCheck(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			g := guardFor(fake.NewClientset(tc.lease))
-			g.Config.RenewDeadline = metav1.Duration{Duration: time.Hour}
 			err := g.Check(context.Background(), tc.epoch, now)
 			if got := errors.Is(err, ErrStaleEpoch); got != tc.stale {
 				t.Fatalf("Check = %v, want stale %v", err, tc.stale)
-			}
-			if g.Confirmed() == tc.stale {
-				t.Errorf("Confirmed() = %v after a check that found the Lease stale: %v", g.Confirmed(), tc.stale)
 			}
 		})
 	}
@@ -64,14 +60,30 @@ func TestLeaseGuardCheck(t *testing.T) {
 	if err := g.Check(context.Background(), 1, now); err == nil || errors.Is(err, ErrStaleEpoch) {
 		t.Fatalf("Check without a Lease = %v, want a read error", err)
 	}
-	// A passed check confirms the Lease for a renew deadline, no longer.
-	g = guardFor(fake.NewClientset(leaderLease("me", 0, now)))
-	g.Config.RenewDeadline = metav1.Duration{Duration: time.Nanosecond}
-	if err := g.Check(context.Background(), 1, now); err != nil {
-		t.Fatal(err)
-	}
-	if g.Confirmed() {
-		t.Errorf("Confirmed() past the renew deadline of the last check")
+}
+
+// TestLeaseGuardConfirmed: a passed check confirms the Lease for a renew deadline past
+// its read, and never past the Lease's expiry; a failed one confirms nothing.
+func TestLeaseGuardConfirmed(t *testing.T) {
+	now := time.Now()
+	for name, tc := range map[string]struct {
+		lease     *coordinationv1.Lease
+		deadline  time.Duration
+		confirmed bool
+	}{
+		"renewed now, within the renew deadline": {leaderLease("me", 0, now), time.Hour, true},
+		"past the renew deadline":                {leaderLease("me", 0, now), time.Nanosecond, false},
+		"renew deadline longer than the Lease":   {leaderLease("me", 0, now.Add(-16*time.Second)), time.Hour, false},
+		"held by another: nothing is confirmed":  {leaderLease("other", 0, now), time.Hour, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := guardFor(fake.NewClientset(tc.lease))
+			g.Config.RenewDeadline = metav1.Duration{Duration: tc.deadline}
+			_ = g.Check(context.Background(), 1, now.Add(-20*time.Second))
+			if got := g.Confirmed(); got != tc.confirmed {
+				t.Errorf("Confirmed() = %v, want %v", got, tc.confirmed)
+			}
+		})
 	}
 }
 

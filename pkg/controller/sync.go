@@ -141,6 +141,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	if err != nil {
 		return 0, err
 	}
+	c.pause.at(PauseAfterCreate)
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
 	c.metrics.phaseDuration.WithLabelValues("detect").Observe(now.Sub(obs.Since).Seconds())
 	c.event(node, created, corev1.EventTypeWarning, "Detected", "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)

@@ -31,6 +31,9 @@ func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alp
 		if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
 			continue
 		}
+		if err := r.before(ctx, ActionDeletePod); err != nil {
+			return fmt.Errorf("delete pod %s/%s of node %s: %w", pod.Namespace, pod.Name, nodeName, err)
+		}
 		if err := r.markFailed(ctx, pod); err != nil {
 			return err
 		}
@@ -88,6 +91,9 @@ func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName strin
 	for _, va := range list.Items {
 		if va.Spec.NodeName != nodeName {
 			continue
+		}
+		if err := r.before(ctx, ActionDeleteVolumeAttachment); err != nil {
+			return fmt.Errorf("delete volume attachment %s of node %s: %w", va.Name, nodeName, err)
 		}
 		uid := types.UID(va.UID)
 		err := r.Client.StorageV1().VolumeAttachments().Delete(ctx, va.Name, metav1.DeleteOptions{

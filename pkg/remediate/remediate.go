@@ -52,6 +52,25 @@ type Remediator struct {
 	// so that a crash in between leaves a record of a taint kubefence owns, never a taint
 	// nobody owns. The caller's lease check rides on it.
 	Checkpoint func(ctx context.Context) error
+	// Before, if set, is called before each change to the cluster (a taint, a pod
+	// deletion, a VolumeAttachment deletion) with what it is about to do; an error stops
+	// the release there. The caller checks its leader Lease in it (invariant 2: every
+	// mutation follows a Lease check that passed within the renew deadline).
+	Before func(ctx context.Context, action string) error
+}
+
+// Actions named to Before.
+const (
+	ActionTaint                  = "taint"
+	ActionDeletePod              = "delete-pod"
+	ActionDeleteVolumeAttachment = "delete-volume-attachment"
+)
+
+func (r *Remediator) before(ctx context.Context, action string) error {
+	if r.Before == nil {
+		return nil
+	}
+	return r.Before(ctx, action)
 }
 
 func (r *Remediator) step(step, msg string) {
@@ -156,6 +175,9 @@ func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint core
 				return fmt.Errorf("record taint %s before adding it: %w", taint.Key, err)
 			}
 		}
+		if err := r.before(ctx, ActionTaint); err != nil {
+			return err
+		}
 		update := current.DeepCopy()
 		update.Spec.Taints = append(update.Spec.Taints, taint)
 		updated, err := r.Client.CoreV1().Nodes().Update(ctx, update, metav1.UpdateOptions{})
@@ -191,6 +213,9 @@ func (r *Remediator) RemoveTaints(ctx context.Context, nodeName string, rem *v1a
 		})
 		if len(node.Spec.Taints) == n {
 			return nil
+		}
+		if err := r.before(ctx, ActionTaint); err != nil {
+			return err
 		}
 		_, err = r.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 		return err

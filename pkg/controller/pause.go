@@ -1,0 +1,50 @@
+package controller
+
+import (
+	"os"
+	"sync"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/remediate"
+)
+
+// PauseAtEnv, set in a replica's environment, names a point where the replica stops
+// itself with SIGSTOP the first time it gets there: the end-to-end tests of leader
+// changes freeze a leader at an exact step of an incident and resume it after a standby
+// took over. Unset, nothing pauses.
+const PauseAtEnv = "KUBEFENCE_TEST_PAUSE_AT"
+
+// Pause points.
+const (
+	// PauseAfterCreate: the NodeFence was just created, nothing else written.
+	PauseAfterCreate = "after-create"
+	// PauseBeforeFenceCall: the attempt is written ahead, the Fence call not sent.
+	PauseBeforeFenceCall = "before-fence-call"
+	// PauseAfterFenceCall: the Fence call returned; its answer is not saved.
+	PauseAfterFenceCall = "after-fence-call"
+	// PauseAfterFenced: the verified fence is saved; nothing released yet.
+	PauseAfterFenced = "after-fenced"
+	// PauseDeletePod, PauseDeleteVolumeAttachment: the release is about to delete a pod,
+	// a VolumeAttachment (the remediate package's actions).
+	PauseDeletePod              = remediate.ActionDeletePod
+	PauseDeleteVolumeAttachment = remediate.ActionDeleteVolumeAttachment
+)
+
+// pauser stops the process once at its point.
+type pauser struct {
+	point string
+	once  sync.Once
+}
+
+func (p *pauser) at(point string) {
+	if p == nil || p.point == "" || point != p.point {
+		return
+	}
+	p.once.Do(func() {
+		klog.InfoS("Pausing at test point", "point", point)
+		klog.Flush()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	})
+}
