@@ -314,9 +314,14 @@ type Replica struct{ p *process }
 
 // StartController starts a fence-controller replica; name distinguishes replicas' logs.
 func (h *Harness) StartController(name string, extraArgs ...string) (*Replica, error) {
+	return h.StartControllerWithEnv(name, nil, extraArgs...)
+}
+
+// StartControllerWithEnv is StartController with env added to the replica's environment.
+func (h *Harness) StartControllerWithEnv(name string, env []string, extraArgs ...string) (*Replica, error) {
 	args := []string{"--config", h.ConfigPath, "--kubeconfig", h.Cluster.Kubeconfig, "--listen-address", "127.0.0.1:0", "-v=2"}
 	args = append(args, extraArgs...)
-	p, err := startProcess(h.dir, name, filepath.Join(h.bin, "fence-controller"), args)
+	p, err := startProcess(h.dir, name, filepath.Join(h.bin, "fence-controller"), args, env...)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

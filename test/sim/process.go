@@ -28,14 +28,18 @@ type process struct {
 	waitErr error
 }
 
-// startProcess launches bin with args, logging stdout and stderr to dir/name.log.
-func startProcess(dir, name, bin string, args []string) (*process, error) {
+// startProcess launches bin with args, logging stdout and stderr to dir/name.log; env
+// entries are added to the test's environment.
+func startProcess(dir, name, bin string, args []string, env ...string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("create %s log: %w", name, err)
 	}
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.Dir = dir

@@ -1,0 +1,171 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/controller"
+)
+
+// TestLeaderPausedAtEachStep (issue 19): the leader stops itself (SIGSTOP, through the
+// controller's test pause point) at one step of an incident, the standby takes over, and
+// the old leader is resumed once the incident is remediated. At every point: one
+// NodeFence for the node, no Event from the deposed leader created after the takeover,
+// the deposed leader exits with code 2 and none of its agents outlives it by 2 s, and
+// the fence finishes within the lease duration + retry period + the agent's time.
+func TestLeaderPausedAtEachStep(t *testing.T) {
+	for _, point := range []string{controller.PauseAfterCreate, controller.PauseBeforeFenceCall, controller.PauseAfterFenced,
+		controller.PauseDeletePod, controller.PauseDeleteVolumeAttachment} {
+		t.Run(point, func(t *testing.T) { pausedLeader(t, point) })
+	}
+}
+
+// agentTime is what the fence itself may take once a leader acts: power off (the sim's
+// BMC answers in well under a second), its read-back, and the release.
+const agentTime = 10 * time.Second
+
+func pausedLeader(t *testing.T, point string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	h := fastHarnessWith(t, ctx, HarnessOptions{Config: func(c *v1alpha1.Config) {
+		c.LeaderElection.LeaseDuration = metav1.Duration{Duration: haLeaseDuration}
+		c.LeaderElection.RenewDeadline = metav1.Duration{Duration: haRenewDeadline}
+		c.LeaderElection.RetryPeriod = metav1.Duration{Duration: haRetryPeriod}
+	}})
+	victim := deployWeb(t, ctx, h.Cluster)
+	leader, err := h.StartControllerWithEnv("leader", []string{controller.PauseAtEnv + "=" + point})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	oldID := identityOf(t, ctx, leader)
+	standby, err := h.StartController("standby")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newID := identityOf(t, ctx, standby)
+	h.Cluster.Node(victim).Crash()
+	pollLog(t, ctx, leader, `"Pausing at test point" point="`+point+`"`)
+	paused := time.Now()
+	agents := childPIDs(leader.p.pid())
+	takeover := waitHolder(t, ctx, h, newID)
+	nf := waitReleased(t, ctx, h, victim)
+	remediated := stepTime(t, nf, "Remediated")
+	if budget := haLeaseDuration + haRetryPeriod + agentTime; remediated.Sub(paused) > budget {
+		t.Errorf("remediated %s after the leader paused, more than lease + retry + agent time (%s)", remediated.Sub(paused), budget)
+	}
+	t.Logf("paused at %s; standby took over %s later; remediated %s after the pause",
+		point, takeover.Sub(paused).Round(time.Millisecond), remediated.Sub(paused).Round(time.Millisecond))
+
+	if err := leader.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-leader.Done():
+	case <-ctx.Done():
+		t.Fatalf("resumed leader never exited")
+	}
+	exited := time.Now()
+	if code := leader.ExitCode(); code != controller.ExitDeposed {
+		t.Errorf("resumed leader exited with %d, want %d", code, controller.ExitDeposed)
+	}
+	for _, pid := range agents {
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+			return processDead(pid), nil
+		})
+		if err != nil {
+			t.Errorf("agent %d of the deposed leader alive %s after it exited", pid, time.Since(exited).Round(time.Millisecond))
+		}
+	}
+	checkOneIncident(t, ctx, h, victim)
+	checkNoLateEvents(t, ctx, h, oldID, takeover)
+}
+
+// waitHolder waits until identity holds the controller's Lease and returns when it
+// acquired it.
+func waitHolder(t *testing.T, ctx context.Context, h *Harness, identity string) time.Time {
+	t.Helper()
+	var at time.Time
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l := controllerLease(t, ctx, h)
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != identity || l.Spec.AcquireTime == nil {
+			return false, nil
+		}
+		at = l.Spec.AcquireTime.Time
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%s never took the lead: %v", identity, err)
+	}
+	return at
+}
+
+func stepTime(t *testing.T, nf v1alpha1.NodeFence, typ string) time.Time {
+	t.Helper()
+	at, ok := stepAt(nf, typ)
+	if !ok {
+		t.Fatalf("incident %s has no %s step", nf.Name, typ)
+	}
+	return at
+}
+
+func checkOneIncident(t *testing.T, ctx context.Context, h *Harness, node string) {
+	t.Helper()
+	incs, err := Incidents(ctx, h.Cluster, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(incs) != 1 {
+		var names []string
+		for _, nf := range incs {
+			names = append(names, fmt.Sprintf("%s (%s)", nf.Name, nf.Status.Phase))
+		}
+		t.Errorf("%d incidents for %s, want 1: %v", len(incs), node, names)
+	}
+}
+
+// checkNoLateEvents fails for any Event the deposed replica created after the takeover;
+// creationTimestamp is the API server's, so it tells when the Event landed, whenever the
+// replica generated it.
+func checkNoLateEvents(t *testing.T, ctx context.Context, h *Harness, identity string, takeover time.Time) {
+	t.Helper()
+	events, err := h.Cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if eventSource(e) == identity && e.CreationTimestamp.After(takeover) {
+			t.Errorf("deposed leader's event %s %q landed at %s, after the takeover at %s",
+				e.Reason, e.Message, e.CreationTimestamp.Format(time.RFC3339), takeover.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+func eventSource(e corev1.Event) string {
+	if e.ReportingInstance != "" {
+		return e.ReportingInstance
+	}
+	return e.Source.Host
+}
+
+// processDead reports whether pid is gone or a zombie (its code runs no more).
+func processDead(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+}
