@@ -17,6 +17,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check" {
+		os.Exit(check(os.Args[2:]))
+	}
 	var o controller.AppOptions
 	validate := flag.Bool("validate-config", false, "check the --config file and exit")
 	flag.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
@@ -27,6 +30,7 @@ func main() {
 	flag.BoolVar(&o.ReadyOnlyWhenLeader, "ready-only-when-leader", false, "report ready only while leader")
 	flag.DurationVar(&o.IdentityLeaseDuration, "identity-lease-duration", time.Hour, "how long an unrenewed replica identity Lease lives before the leader collects it")
 	flag.DurationVar(&o.IdentityRenewInterval, "identity-renew-interval", 10*time.Second, "how often each replica renews its identity Lease")
+	flag.DurationVar(&o.TargetInterval, "target-check-interval", controller.DefaultTargetInterval, "how often the leader reads every node's first-level fence device (kubefence_target_up)")
 	leaderCondition := flag.Bool("leader-pod-condition", false, "set the "+string(controller.LeaderCondition)+
 		" condition on this replica's pod (POD_NAMESPACE, POD_NAME from the downward API); use it as a readiness gate")
 	klog.InitFlags(nil)
@@ -60,4 +64,24 @@ func main() {
 		klog.Flush()
 		os.Exit(1)
 	}
+}
+
+// check is "fence-controller check": every node's fence device read once, as a table.
+func check(args []string) int {
+	fs := flag.NewFlagSet("fence-controller check", flag.ContinueOnError)
+	var o controller.AppOptions
+	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ok, err := controller.RunCheck(context.Background(), o, os.Stdout)
+	switch {
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	case !ok:
+		return 1
+	}
+	return 0
 }

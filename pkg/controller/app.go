@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -42,6 +44,8 @@ type AppOptions struct {
 	Workers int
 	// NodeName is the node this replica runs on; see Options.NodeName.
 	NodeName string
+	// TargetInterval is how often the leader reads every fence device.
+	TargetInterval time.Duration
 }
 
 // LoadConfig reads and validates the configuration file.
@@ -60,9 +64,9 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err != nil {
 		return err
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	rc, err := restConfig(o.Kubeconfig)
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return err
 	}
 	// client-go's default of 5 requests per second would queue the dozen requests of an
 	// incident behind each other, and those of a hundred simultaneous incidents for
@@ -195,4 +199,59 @@ func Protobuf(rc *rest.Config) *rest.Config {
 	pc.ContentType = runtime.ContentTypeProtobuf
 	pc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	return pc
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return rc, nil
+}
+
+// RunCheck reads every node's first-level fence device once, as the leader's monitor
+// does, and prints a table to w: the first command to run after an install, as
+// Pacemaker users run stonith_admin --list. It needs no leader election. It reports
+// whether every device answered.
+func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
+	cfg, err := LoadConfig(o.ConfigPath)
+	if err != nil {
+		return false, err
+	}
+	rc, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return false, err
+	}
+	client, err := kubernetes.NewForConfig(Protobuf(rc))
+	if err != nil {
+		return false, err
+	}
+	host, err := newAgentHost(cfg)
+	if err != nil {
+		return false, err
+	}
+	defer host.Close()
+	list, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, fmt.Errorf("list nodes: %w", err)
+	}
+	nodes := make([]*corev1.Node, len(list.Items))
+	for i := range list.Items {
+		nodes[i] = &list.Items[i]
+	}
+	agents := map[string]v1alpha1.Agent{}
+	for _, a := range cfg.Agents {
+		agents[a.Name] = a
+	}
+	caller := &agentCaller{agents: host, config: agents, client: client, metrics: newMetrics()}
+	checks := caller.checkTargets(ctx, cfg.Policies, nodes)
+	if err := PrintTargetChecks(w, checks); err != nil {
+		return false, err
+	}
+	for _, tc := range checks {
+		if !tc.Up() {
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -61,6 +61,9 @@ type Options struct {
 	IdentityRenewInterval time.Duration
 	// PauseAt names a test pause point (PauseAtEnv); empty in production.
 	PauseAt string
+	// TargetInterval is how often the leader reads every node's first-level fence
+	// device (kubefence_target_up); zero means DefaultTargetInterval.
+	TargetInterval time.Duration
 }
 
 // Controller detects unhealthy nodes and drives their fencing incidents.
@@ -119,6 +122,9 @@ func New(opts Options) (*Controller, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.TargetInterval <= 0 {
+		opts.TargetInterval = DefaultTargetInterval
 	}
 	if opts.IdentityRenewInterval <= 0 {
 		opts.IdentityRenewInterval = 10 * time.Second
@@ -298,6 +304,8 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	for range c.opts.Workers {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)
 	}
+	// Every fence device is read now and then regularly, as Pacemaker's monitor does.
+	go c.monitorTargets(ctx, c.opts.TargetInterval)
 	// At take-over and then regularly, find what a dead predecessor left behind.
 	go wait.UntilWithContext(ctx, c.reconcileOrphans, time.Minute)
 	// Leases that stop changing produce no events: look at every node regularly.

@@ -13,6 +13,7 @@ type metrics struct {
 	agentLatency  *prometheus.HistogramVec
 	agentErrors   *prometheus.CounterVec
 	unhealthy     prometheus.Gauge
+	targetUp      *prometheus.GaugeVec
 	failedNodes   prometheus.Gauge
 	holds         *prometheus.CounterVec
 	leader        prometheus.Gauge
@@ -52,6 +53,10 @@ func newMetrics() *metrics {
 			Name: "kubefence_nodes_unhealthy",
 			Help: "Nodes the detector currently finds unhealthy, and nodes with an open incident (down until they are back); refreshed every 5s.",
 		}),
+		targetUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubefence_target_up",
+			Help: "1 when the node's first-level fence device answered the last Status check, 0 when it failed (see the controller log for the error); read at start and every --target-check-interval.",
+		}, []string{"node", "agent"}),
 		failedNodes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_nodes_fence_failed",
 			Help: "Nodes whose last incident failed and that get no new automatic incident until they recover or a person sets fencing.kubefence.io/retry=true on it; refreshed every 5s.",
@@ -94,7 +99,7 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 	}
 	m.registry.MustRegister(m.orphans, m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
-	m.registry.MustRegister(m.failedNodes)
+	m.registry.MustRegister(m.failedNodes, m.targetUp)
 	m.registry.MustRegister(m.incidents, m.phaseDuration, m.agentLatency, m.agentErrors,
 		m.unhealthy, m.holds, m.leader, m.identity,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

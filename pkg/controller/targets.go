@@ -1,0 +1,141 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/policy"
+)
+
+// TargetCheck is one fence device read, as Pacemaker's monitor reads each stonith
+// device: a broken BMC password shows up weeks before the node it guards dies.
+type TargetCheck struct {
+	Node, Agent, Target string
+	// State is what the agent read (on, off, unknown); empty when the call failed.
+	State   plugin.PowerState
+	Latency time.Duration
+	Err     error
+}
+
+// Up reports whether the device answered with a state.
+func (t TargetCheck) Up() bool { return t.Err == nil }
+
+// Target monitoring defaults: every node's first-level targets are read at start and
+// then every DefaultTargetInterval (jittered by up to a tenth), at most
+// targetConcurrency at once.
+const (
+	DefaultTargetInterval = 10 * time.Minute
+	targetConcurrency     = 8
+)
+
+// checkTargets reads the first-level targets of every node a policy governs, at most
+// targetConcurrency at once, and returns the results sorted by node and agent.
+func (a *agentCaller) checkTargets(ctx context.Context, policies []v1alpha1.Policy, nodes []*corev1.Node) []TargetCheck {
+	type job struct {
+		node  *corev1.Node
+		agent string
+	}
+	var jobs []job
+	for _, n := range nodes {
+		pol, err := policy.Select(policies, n.Labels)
+		if err != nil || pol == nil || len(pol.Levels) == 0 {
+			continue
+		}
+		for _, agent := range pol.Levels[0].Agents {
+			jobs = append(jobs, job{n, agent})
+		}
+	}
+	out := make([]TargetCheck, len(jobs))
+	sem := make(chan struct{}, targetConcurrency)
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[i] = a.checkTarget(ctx, j.agent, j.node)
+		}()
+	}
+	wg.Wait()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Node != out[j].Node {
+			return out[i].Node < out[j].Node
+		}
+		return out[i].Agent < out[j].Agent
+	})
+	return out
+}
+
+// checkTarget reads one node's target through agent, bounded by the agent's timeout.
+func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev1.Node) TargetCheck {
+	tc := TargetCheck{Node: node.Name, Agent: agent, Target: a.targetFor(agent, node)}
+	req, cfg, err := a.request(ctx, agent, node, 0)
+	if err != nil {
+		tc.Err = err
+		return tc
+	}
+	start := time.Now()
+	res, err := a.invoke(ctx, agent, "Status", req, start.Add(cfg.Timeout.Duration))
+	tc.Latency = time.Since(start)
+	if err != nil {
+		tc.Err = err
+		return tc
+	}
+	tc.State = res.State
+	return tc
+}
+
+// monitorTargets reads every first-level target now and then on an interval, and
+// exports kubefence_target_up. Only the leader runs it.
+func (c *Controller) monitorTargets(ctx context.Context, every time.Duration) {
+	for {
+		nodes, err := c.nodes.List(everything())
+		if err == nil {
+			c.recordTargets(c.caller.checkTargets(ctx, c.cfg.Policies, nodes))
+		}
+		jitter := time.Duration(rand.Int64N(int64(every/10) + 1))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every + jitter):
+		}
+	}
+}
+
+func (c *Controller) recordTargets(checks []TargetCheck) {
+	c.metrics.targetUp.Reset()
+	for _, tc := range checks {
+		up := 0.0
+		if tc.Up() {
+			up = 1
+		} else {
+			klog.ErrorS(tc.Err, "Fence device check failed", "node", tc.Node, "agent", tc.Agent, "target", tc.Target)
+		}
+		c.metrics.targetUp.WithLabelValues(tc.Node, tc.Agent).Set(up)
+	}
+}
+
+// PrintTargetChecks writes checks as a table: node, agent, target, state, latency, error.
+func PrintTargetChecks(w io.Writer, checks []TargetCheck) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tAGENT\tTARGET\tSTATE\tLATENCY\tERROR")
+	for _, tc := range checks {
+		state, errText := string(tc.State), ""
+		if tc.Err != nil {
+			state, errText = "error", tc.Err.Error()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", tc.Node, tc.Agent, tc.Target, state, tc.Latency.Round(time.Millisecond), errText)
+	}
+	return tw.Flush()
+}

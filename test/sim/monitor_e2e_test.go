@@ -1,0 +1,90 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubefence/kubefence/test/sim/bmc"
+)
+
+// TestFenceDeviceCheck (issue 18): every node's fence device is read as Pacemaker's
+// monitor reads stonith devices. `fence-controller check` prints each node's target as on,
+// and the node whose BMC has another password as an error (exit code 1); the leader
+// exports kubefence_target_up as 1 and 0 for them.
+func TestFenceDeviceCheck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const broken = "node-2"
+	h := fastHarnessWith(t, ctx, HarnessOptions{BMC: func(name string, o *bmc.IPMIOptions) {
+		if name == broken {
+			o.Password = "another-password"
+		}
+	}})
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, filepath.Join(h.bin, "fence-controller"), "check", "--config", h.ConfigPath, "--kubeconfig", h.Cluster.Kubeconfig)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 1 {
+		t.Errorf("check exited with %v, want 1 (one device down); stderr %s", err, errOut.String())
+	}
+	t.Logf("fence-controller check:\n%s", out.String())
+	for _, n := range []string{"node-1", "node-2", "node-3"} {
+		want := regexp.MustCompile(`(?m)^` + n + `\s+ipmi\s+127\.0\.0\.1:\d+\s+on\s`)
+		if n == broken {
+			want = regexp.MustCompile(`(?m)^` + n + `\s+ipmi\s+127\.0\.0\.1:\d+\s+error\s+\S+\s+\S`)
+		}
+		if !want.MatchString(out.String()) {
+			t.Errorf("check output lacks %s as %s", n, want)
+		}
+	}
+
+	leader := startLeader(t, ctx, h, "controller")
+	metrics := metricsURL(t, ctx, leader)
+	for node, up := range map[string]string{"node-1": "1", "node-2": "0", "node-3": "1"} {
+		line := fmt.Sprintf(`kubefence_target_up{agent="ipmi",node="%s"} %s`, node, up)
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return strings.Contains(scrape(ctx, metrics), line), nil
+		})
+		if err != nil {
+			t.Errorf("/metrics never showed %s", line)
+		}
+	}
+}
+
+var servingAt = regexp.MustCompile(`"Serving health and metrics" address="([^"]+)"`)
+
+// metricsURL is the /metrics address the replica logged.
+func metricsURL(t *testing.T, ctx context.Context, r *Replica) string {
+	t.Helper()
+	pollLog(t, ctx, r, "Serving health and metrics")
+	m := servingAt.FindStringSubmatch(r.Log())
+	if m == nil {
+		t.Fatalf("no serving address in the replica's log")
+	}
+	return "http://" + m[1] + "/metrics"
+}
+
+func scrape(ctx context.Context, url string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return ""
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
