@@ -7,6 +7,8 @@ need=()
 command -v ipmi_sim >/dev/null || need+=(openipmi)
 command -v ipmitool >/dev/null || need+=(ipmitool)
 command -v tgtd >/dev/null && command -v iscsi-readcapacity16 >/dev/null || need+=(tgt libiscsi-bin)
+# The real ClusterLabs agents (fence_ipmilan, fence_redfish) behind the exec agent.
+command -v fence_ipmilan >/dev/null || need+=(fence-agents)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   if [ "$(id -u)" != 0 ]; then sudo=sudo; else sudo=; fi

@@ -17,6 +17,9 @@ const (
 	KindTargetUnreachable ErrorKind = "TargetUnreachable"
 	// KindUnsupported: the agent does not implement the action or method.
 	KindUnsupported ErrorKind = "Unsupported"
+	// KindNotVerified: the device accepted the action, but reading it back disagrees
+	// (still on after the wait). Retried like Retryable, reported apart.
+	KindNotVerified ErrorKind = "NotVerified"
 )
 
 // ErrAgentDied means the agent process (or remote agent connection) went away during

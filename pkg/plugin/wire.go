@@ -27,6 +27,7 @@ var kindCodes = map[ErrorKind]codes.Code{
 	KindPermanent:         codes.FailedPrecondition,
 	KindTargetUnreachable: codes.Aborted,
 	KindUnsupported:       codes.Unimplemented,
+	KindNotVerified:       codes.Aborted,
 }
 
 // toStatus turns an error returned by an agent implementation into the gRPC

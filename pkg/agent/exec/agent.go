@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -144,7 +145,7 @@ func (c *call) status(ctx context.Context) (plugin.PowerState, error) {
 		c.state = plugin.StateOff
 	default:
 		c.state = plugin.StateUnknown
-		return c.state, plugin.Errorf(plugin.KindRetryable, "%s: exit %d: %s", c.what("status"), o.code, o.output)
+		return c.state, c.failed("status", o)
 	}
 	c.lastRead = c.state
 	c.note("status exit %d (%s)", o.code, c.state)
@@ -168,7 +169,7 @@ func (c *call) ensure(ctx context.Context, want plugin.PowerState) error {
 		return err
 	}
 	if o.code != 0 {
-		return plugin.Errorf(plugin.KindRetryable, "%s: exit %d: %s", c.what(string(want)), o.code, o.output)
+		return c.failed(string(want), o)
 	}
 	c.note("action=%s exit 0", want)
 	return c.verify(ctx, want)
@@ -204,8 +205,28 @@ func (c *call) verify(ctx context.Context, want plugin.PowerState) error {
 		if last != nil {
 			msg += ": " + last.Error()
 		}
-		return plugin.Errorf(plugin.KindRetryable, "%s", msg)
+		// Read back in another state: the device took the action and did not do it. No
+		// state read at all says nothing of the kind.
+		kind := plugin.KindRetryable
+		if c.lastRead == plugin.StateOn || c.lastRead == plugin.StateOff {
+			kind = plugin.KindNotVerified
+		}
+		return plugin.Errorf(kind, "%s", msg)
 	}
+}
+
+// failed is the error of a script run that exited with a failure: its kind and cause
+// from the output's text, which it quotes, cleaned.
+func (c *call) failed(action string, o outcome) error {
+	kind, cause := classify(o.output)
+	msg := c.what(action) + ": exit " + strconv.Itoa(o.code)
+	if cause != "" {
+		msg += ": " + cause
+	}
+	if out := clean(o.output); out != "" {
+		msg += ": " + out
+	}
+	return plugin.Errorf(kind, "%s", msg)
 }
 
 func isContextErr(err error) bool {

@@ -94,7 +94,7 @@ func TestFenceFailures(t *testing.T) {
 		"script lies about off": {
 			mutate:   func(r *plugin.Request) { r.Params["mode"] = "liar"; r.Params["verify_timeout"] = "300ms" },
 			timeout:  10 * time.Second,
-			wantKind: plugin.KindRetryable, wantMsg: "not read back as off within verify_timeout 300ms (last state on",
+			wantKind: plugin.KindNotVerified, wantMsg: "not read back as off within verify_timeout 300ms (last state on",
 		},
 		"status fails": {
 			mutate:   func(r *plugin.Request) { r.Params["mode"] = "broken"; r.Params["verify_timeout"] = "300ms" },
