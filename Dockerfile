@@ -23,7 +23,7 @@ ARG TARGETARCH=amd64
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build <<BUILD
 set -eu
 export CGO_ENABLED=0 GOOS="$TARGETOS" GOARCH="$TARGETARCH"
-ldflags="-s -w -X main.version=${VERSION}"
+ldflags="-s -w -X github.com/kubefence/kubefence/pkg/buildinfo.version=${VERSION}"
 mkdir -p /out/bin /out/agents
 go build -trimpath -buildvcs=false -ldflags "$ldflags" -o /out/bin/fence-controller ./cmd/fence-controller
 go build -trimpath -buildvcs=false -ldflags "$ldflags" -o /out/bin/kubefence-config-init ./deploy/image/config-init

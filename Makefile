@@ -9,8 +9,12 @@ TEST_TIMEOUT ?= 25m
 
 all: build
 
+# Every binary carries its version and revision (pkg/buildinfo), the same mechanism as
+# make images and releases; the version is git describe's.
+STAMP    = -X github.com/kubefence/kubefence/pkg/buildinfo.version=$(VERSION) -X github.com/kubefence/kubefence/pkg/buildinfo.revision=$(shell git rev-parse HEAD 2>/dev/null)
+
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(STAMP)" -o $(BIN)/ ./cmd/...
 
 deps:
 	hack/deps.sh

@@ -5,12 +5,10 @@ package main
 
 import (
 	"github.com/kubefence/kubefence/pkg/agent/exec"
+	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
-	plugin.Main(exec.New(exec.WithVersion(version)))
+	plugin.Main(exec.New(exec.WithVersion(buildinfo.Version())))
 }

@@ -5,12 +5,10 @@ package main
 
 import (
 	"github.com/kubefence/kubefence/pkg/agent/ipmi"
+	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
-	plugin.Main(ipmi.New(ipmi.WithVersion(version)))
+	plugin.Main(ipmi.New(ipmi.WithVersion(buildinfo.Version())))
 }

@@ -6,12 +6,10 @@ package main
 
 import (
 	"github.com/kubefence/kubefence/pkg/agent/iscsi"
+	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func main() {
-	plugin.Main(iscsi.New(iscsi.WithVersion(version)))
+	plugin.Main(iscsi.New(iscsi.WithVersion(buildinfo.Version())))
 }

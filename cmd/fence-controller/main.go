@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/controller"
 )
 
@@ -22,6 +23,7 @@ func main() {
 	}
 	var o controller.AppOptions
 	validate := flag.Bool("validate-config", false, "check the --config file and exit")
+	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
 	flag.StringVar(&o.ListenAddress, "listen-address", ":8080", "address of /healthz, /readyz and /metrics")
@@ -35,6 +37,10 @@ func main() {
 		" condition on this replica's pod (POD_NAMESPACE, POD_NAME from the downward API); use it as a readiness gate")
 	klog.InitFlags(nil)
 	flag.Parse()
+	if *showVersion {
+		fmt.Println(buildinfo.String("fence-controller"))
+		return
+	}
 	if *leaderCondition {
 		o.LeaderPod = &controller.PodRef{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")}
 		if o.LeaderPod.Namespace == "" || o.LeaderPod.Name == "" {

@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/kubefence/kubefence/pkg/buildinfo"
 )
 
 // TestEventsWaitForTheSave: an incident's events go out only after the save that checks
@@ -66,4 +68,28 @@ func TestConfirmedSinkDropsUnconfirmed(t *testing.T) {
 	if _, err := s.Create(ev); err != nil || inner.creates != 1 {
 		t.Errorf("confirmed: err %v, %d sent", err, inner.creates)
 	}
+}
+
+// TestBuildInfoMetric: every registry carries kubefence_build_info with the build's
+// version, revision and Go version.
+func TestBuildInfoMetric(t *testing.T) {
+	m := newMetrics()
+	families, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "kubefence_build_info" {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["version"] != buildinfo.Version() || labels["goversion"] != buildinfo.GoVersion() || labels["revision"] == "" {
+			t.Errorf("kubefence_build_info labels %v", labels)
+		}
+		return
+	}
+	t.Errorf("no kubefence_build_info")
 }

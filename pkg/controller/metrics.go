@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -99,7 +100,12 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 	}
 	m.registry.MustRegister(m.orphans, m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
-	m.registry.MustRegister(m.failedNodes, m.targetUp)
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubefence_build_info",
+		Help: "Always 1; the labels say which build runs: version, revision and Go version.",
+	}, []string{"version", "revision", "goversion"})
+	buildInfo.WithLabelValues(buildinfo.Version(), buildinfo.Revision(), buildinfo.GoVersion()).Set(1)
+	m.registry.MustRegister(m.failedNodes, m.targetUp, buildInfo)
 	m.registry.MustRegister(m.incidents, m.phaseDuration, m.agentLatency, m.agentErrors,
 		m.unhealthy, m.holds, m.leader, m.identity,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
