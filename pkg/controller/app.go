@@ -106,7 +106,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	c, err := New(Options{
 		Config: cfg, Client: client, Dynamic: dyn, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
 		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
-		PauseAt:  os.Getenv(PauseAtEnv),
+		PauseAt: os.Getenv(PauseAtEnv), TargetInterval: o.TargetInterval,
 		Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}),
 	})
 	if err != nil {

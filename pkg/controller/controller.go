@@ -141,6 +141,7 @@ func New(opts Options) (*Controller, error) {
 			FlapThreshold:         int(cfg.Detection.FlapThreshold),
 		}),
 		replicas:      newReplicas(opts.NodeName, opts.IdentityRenewInterval),
+		pause:         &pauser{point: opts.PauseAt},
 		dryRunSeen:    map[string]bool{},
 		agentDown:     map[string]string{},
 		pendingEvents: map[string][]func(){},

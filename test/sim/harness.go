@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -221,11 +222,14 @@ func (h *Harness) installCredentials(ctx context.Context) error {
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", ControllerNamespace, err)
 	}
-	var any *bmc.IPMISim
-	for _, b := range h.BMCs {
-		any = b
-		break
+	// The first node's BMC decides the shared credentials, so that a test can give
+	// another BMC a password of its own.
+	names := make([]string, 0, len(h.BMCs))
+	for name := range h.BMCs {
+		names = append(names, name)
 	}
+	sort.Strings(names)
+	any := h.BMCs[names[0]]
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ControllerNamespace, Name: BMCSecret},
 		StringData: map[string]string{"username": any.User(), "password": any.Password()},
