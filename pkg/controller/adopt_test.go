@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +10,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
@@ -251,5 +255,46 @@ func TestIncidentWithoutEvidenceWaitsForOwn(t *testing.T) {
 				t.Errorf("fence started %v, want %v (phase %s)", started, tc.fenced, got.Status.Phase)
 			}
 		})
+	}
+}
+
+// TestAPIOutageRestartsClocks: a replica that could not read a node Lease (the API
+// server was down, and with it every kubelet's renewals) does not open an incident on
+// the staleness the outage caused: the first read that works again restarts the Lease
+// clocks, as a takeover does.
+func TestAPIOutageRestartsClocks(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	rt := metav1.NewMicroTime(t0)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Namespace: NodeLeaseNamespace},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}
+	c := testController(t, pendingIncident(t0, nil), lease)
+	pol := &v1alpha1.Policy{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"none"}}}}
+	pol.Default()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
+	c.detector.ObserveLease(lease, t0)
+	now := t0.Add(time.Hour)
+	if obs := c.detector.Assess(node, now); obs.Health != detector.Unhealthy {
+		t.Fatalf("setup: %s", obs.Health)
+	}
+	fail := true
+	c.client.(*fake.Clientset).PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fail {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	if _, err := c.confirmStale(context.Background(), node, pol, now); err == nil {
+		t.Fatalf("confirmStale during the outage did not fail")
+	}
+	fail = false
+	fresh, err := c.confirmStale(context.Background(), node, pol, now)
+	if err != nil || fresh {
+		t.Fatalf("first read after the outage: stale %v, %v; want no incident", fresh, err)
+	}
+	if obs := c.detector.Assess(node, now.Add(time.Second)); obs.Health == detector.Unhealthy {
+		t.Errorf("still unhealthy right after the outage: %s", obs.Evidence)
+	}
+	if fresh, err := c.confirmStale(context.Background(), node, pol, now.Add(time.Hour)); err != nil || !fresh {
+		t.Errorf("a floor after the outage with no renewal: stale %v, %v; want stale", fresh, err)
 	}
 }

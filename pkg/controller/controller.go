@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -103,6 +104,9 @@ type Controller struct {
 	agentDown map[string]string
 	// pendingEvents are the events of each incident waiting for its next save.
 	pendingEvents map[string][]func()
+	// apiUnreachable is set when a read of a node Lease failed: the API server may be
+	// down, and with it every kubelet's renewals (see confirmStale).
+	apiUnreachable atomic.Bool
 }
 
 // DefaultWorkers is how many nodes are synced at once by default. A worker stays with an

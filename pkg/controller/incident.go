@@ -582,8 +582,11 @@ func (c *Controller) checkLease(ctx context.Context) error {
 		return nil
 	}
 	err := c.guard.Check(ctx, c.currentEpoch(), c.now())
-	if errors.Is(err, ErrStaleEpoch) && c.opts.OnDeposed != nil {
+	switch {
+	case errors.Is(err, ErrStaleEpoch) && c.opts.OnDeposed != nil:
 		c.opts.OnDeposed(err)
+	case err != nil && !errors.Is(err, ErrStaleEpoch):
+		c.apiUnreachable.Store(true)
 	}
 	return err
 }

@@ -168,7 +168,16 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 	case apierrors.IsNotFound(err):
 		return true, nil
 	case err != nil:
+		c.apiUnreachable.Store(true)
 		return false, fmt.Errorf("confirm lease of node %s: %w", node.Name, err)
+	}
+	if c.apiUnreachable.CompareAndSwap(true, false) {
+		// This replica could not reach the API server a moment ago, and then no kubelet
+		// could renew either: staleness measured across the outage is the control
+		// plane's, not the nodes'. It counts again from now, as after a takeover.
+		c.detector.RestartClocks(now)
+		klog.InfoS("API server reachable again; Lease staleness counts from now", "node", node.Name)
+		return false, nil
 	}
 	c.detector.ObserveLease(lease, now)
 	_, obs := c.view(pol, node, now)

@@ -59,7 +59,11 @@ func TestGenuineRebootNeverContradicts(t *testing.T) {
 func TestAPIServerDownDuringPowerOff(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	h := fastHarness(t, ctx, nil)
+	// A Lease that outlasts the pause and the outage: this leader must stay leader.
+	h := fastHarness(t, ctx, func(c *v1alpha1.Config) {
+		c.LeaderElection.LeaseDuration = metav1.Duration{Duration: time.Minute}
+		c.LeaderElection.RenewDeadline = metav1.Duration{Duration: 45 * time.Second}
+	})
 	victim := deployWeb(t, ctx, h.Cluster)
 	leader, err := h.StartControllerWithEnv("controller", []string{controller.PauseAtEnv + "=" + controller.PauseAfterFenceCall})
 	if err != nil {
