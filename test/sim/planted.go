@@ -27,7 +27,7 @@ var PlantedBugs = map[string]PlantedBug{
 	// node that merely has not renewed yet look dead.
 	"nofloor": {File: "pkg/detector/detector.go",
 		From: "obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor)",
-		To:   "obs := assess(st, node.Name, ready, now, leaseStaleAfter, notReadyAfter, 0)"},
+		To:   "obs := assess(st, node.Name, ready, now, leaseStaleAfter, notReadyAfter, 0*floor)"},
 }
 
 // BuildPlantedBinaries is BuildScenarioBinaries with the named bug planted in the
