@@ -49,6 +49,7 @@ bench: deps build
 	$(GO) test -run '^$$' -bench Takeover -benchtime 10x ./test/sim/
 	$(GO) test -run '^$$' -bench IncidentOverhead -benchtime 3x ./test/sim/
 	$(GO) test -run '^$$' -bench IncidentFloor -benchtime 3x ./test/sim/
+	$(GO) test -run '^$$' -bench CrashAtLeaderStart -benchtime 1x ./test/sim/
 
 proto:
 	hack/proto.sh
