@@ -156,9 +156,12 @@ func New(opts Options) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
 	}
 	agents := map[string]v1alpha1.Agent{}
+	names := make([]string, 0, len(cfg.Agents))
 	for _, a := range cfg.Agents {
 		agents[a.Name] = a
+		names = append(names, a.Name)
 	}
+	c.metrics.initCounters(names)
 	c.caller = &agentCaller{agents: opts.Agents, config: agents, client: opts.Client, metrics: c.metrics}
 	c.remedy = &remediate.Remediator{Client: opts.Client}
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +93,39 @@ func TestBuildInfoMetric(t *testing.T) {
 		return
 	}
 	t.Errorf("no kubefence_build_info")
+}
+
+// TestCountersStartAtZero: a fresh controller exports every counter an alert reads at
+// 0, so that the first failure is an increase (issue 23: KubefenceFencingFailed missed
+// the first failed incident).
+func TestCountersStartAtZero(t *testing.T) {
+	c := testController(t, pendingIncident(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC), nil))
+	c.metrics.initCounters([]string{"ipmi"})
+	want := map[string]bool{
+		`kubefence_incidents_total{phase="Failed"}`:                                   false,
+		`kubefence_holds_total{reason="UnhealthyBudgetExceeded"}`:                     false,
+		`kubefence_agent_errors_total{agent="ipmi",kind="AgentDied",method="Fence"}`:  false,
+		`kubefence_agent_errors_total{agent="ipmi",kind="Permanent",method="Status"}`: false,
+	}
+	families, err := c.metrics.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			key := f.GetName() + "{" + strings.Join(labels, ",") + "}"
+			if _, ok := want[key]; ok && m.GetCounter().GetValue() == 0 {
+				want[key] = true
+			}
+		}
+	}
+	for k, seen := range want {
+		if !seen {
+			t.Errorf("%s not exported at 0", k)
+		}
+	}
 }

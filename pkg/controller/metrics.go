@@ -1,9 +1,14 @@
 package controller
 
 import (
-	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/buildinfo"
+	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/policy"
 )
 
 // metrics are kubefence's Prometheus metrics, on a registry of their own.
@@ -110,4 +115,28 @@ func newMetrics() *metrics {
 		m.unhealthy, m.holds, m.leader, m.identity,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// initCounters sets every counter an alert reads to 0 for each label value known at
+// start, so that the first increment is an increase Prometheus can see: a counter that
+// appears at 1 has no increase, and the alert on the first failure would never fire.
+func (m *metrics) initCounters(agents []string) {
+	for _, p := range []v1alpha1.Phase{v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseFenced,
+		v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled} {
+		m.incidents.WithLabelValues(string(p))
+	}
+	for _, r := range []string{policy.ReasonStorm, policy.ReasonZoneDark, policy.ReasonPaused, policy.ReasonExcluded,
+		policy.ReasonNothingToRelease, policy.ReasonCooldown, policy.ReasonControlPlane, policy.ReasonMaxConcurrent,
+		policy.ReasonRateLimited, policy.ReasonControllerHere} {
+		m.holds.WithLabelValues(r)
+	}
+	kinds := []string{string(plugin.KindRetryable), string(plugin.KindPermanent), string(plugin.KindTargetUnreachable),
+		string(plugin.KindUnsupported), string(plugin.KindNotVerified), errKindAgentDied, fencer.ErrKindTimeout}
+	for _, a := range agents {
+		for _, method := range []string{"Fence", "Status", "Unfence"} {
+			for _, k := range kinds {
+				m.agentErrors.WithLabelValues(a, method, k)
+			}
+		}
+	}
 }
