@@ -9,6 +9,8 @@ command -v ipmitool >/dev/null || need+=(ipmitool)
 command -v tgtd >/dev/null && command -v iscsi-readcapacity16 >/dev/null || need+=(tgt libiscsi-bin)
 # The real ClusterLabs agents (fence_ipmilan, fence_redfish) behind the exec agent.
 command -v fence_ipmilan >/dev/null || need+=(fence-agents)
+# promtool, for the unit tests of the chart's alerts (deploy/render/alerts_test.go).
+command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   if [ "$(id -u)" != 0 ]; then sudo=sudo; else sudo=; fi
