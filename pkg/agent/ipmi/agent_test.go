@@ -319,8 +319,8 @@ func TestBrokenBMCNeverSucceeds(t *testing.T) {
 				t.Fatalf("fence %s of a BMC that ignores power off succeeded: %+v", action, res)
 			}
 			t.Logf("error: %v; evidence: %s", err, res.Evidence)
-			if k := plugin.KindOf(err); k != plugin.KindRetryable {
-				t.Errorf("kind %s, want Retryable: %v", k, err)
+			if k := plugin.KindOf(err); k != plugin.KindNotVerified {
+				t.Errorf("kind %s, want NotVerified: %v", k, err)
 			}
 			if !strings.Contains(err.Error(), "still reports on") {
 				t.Errorf("error %q does not name the last state read", err)

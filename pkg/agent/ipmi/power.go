@@ -217,7 +217,13 @@ func (s *session) notVerified(want plugin.PowerState, reads int, waited time.Dur
 			want, s.bmc(), waited, messageOf(lastErr))
 	}
 	s.note("power %s not verified after %d read(s) in %s; last read %s", want, reads, waited, s.state)
-	return plugin.Errorf(plugin.KindRetryable, "power %s %s not verified within %s: after %d read(s) the bmc still reports %s",
+	// The bmc took the command and reads back another state: NotVerified. A state it
+	// cannot name says nothing of the kind.
+	kind := plugin.KindRetryable
+	if s.state == plugin.StateOn || s.state == plugin.StateOff {
+		kind = plugin.KindNotVerified
+	}
+	return plugin.Errorf(kind, "power %s %s not verified within %s: after %d read(s) the bmc still reports %s",
 		want, s.bmc(), waited, reads, s.state)
 }
 

@@ -61,7 +61,7 @@ func TestFenceFailures(t *testing.T) {
 			client:   &fakeClient{get: always("Chassis Power is on")},
 			params:   map[string]string{ParamVerifyTimeout: "20s", ParamPollInterval: "20ms"},
 			ctxLimit: 300 * time.Millisecond,
-			wantKind: plugin.KindRetryable, wantMsg: "still reports on", wantState: plugin.StateOn,
+			wantKind: plugin.KindNotVerified, wantMsg: "still reports on", wantState: plugin.StateOn,
 		},
 		"state unreadable after the command": {
 			client: func() *fakeClient {

@@ -270,8 +270,8 @@ func TestRedfishBrokenBMCNeverSucceeds(t *testing.T) {
 				t.Fatalf("fence %s of a BMC that ignores ForceOff succeeded: %+v", action, res)
 			}
 			t.Logf("error: %v", err)
-			if k := plugin.KindOf(err); k != plugin.KindRetryable {
-				t.Errorf("kind %s, want Retryable", k)
+			if k := plugin.KindOf(err); k != plugin.KindNotVerified {
+				t.Errorf("kind %s, want NotVerified", k)
 			}
 			if !strings.Contains(err.Error(), "still reports on") || res.State != plugin.StateOn {
 				t.Errorf("error %q / state %q do not report the last state read", err, res.State)
