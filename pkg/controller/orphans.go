@@ -61,6 +61,10 @@ func (c *Controller) repairOrphan(ctx context.Context, n *corev1.Node, incs []*v
 		return
 	}
 	if hasTaintKey(n, remediate.FencedTaint.Key) {
+		// An Event is a mutation too: it follows a Lease check (invariant 2).
+		if err := c.leaseConfirmed(ctx); err != nil {
+			return
+		}
 		c.metrics.orphans.WithLabelValues("reported").Inc()
 		c.event(n, nil, corev1.EventTypeWarning, "OrphanTaint",
 			"Node %s carries %s but no incident records adding it; left in place for a person to check",
