@@ -88,6 +88,10 @@ func scenario(ctx context.Context, h *sim.Harness) (string, error) {
 		return "", err
 	}
 	say("fence-controller %s is leader", leader)
+	say("waiting until it has seen %s renew its Lease twice (until then a fresh leader waits the Lease's whole duration, 40s)", victim)
+	if err := waitRenewals(ctx, h, victim); err != nil {
+		return "", err
+	}
 
 	say("crashing %s: its kubelet stops, the machine (BMC) stays on, web-0 is stuck there", victim)
 	c.Node(victim).Crash()
