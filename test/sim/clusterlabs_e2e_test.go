@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -138,27 +137,15 @@ func TestTimedOutOnLeavesNothingBehind(t *testing.T) {
 	}
 }
 
-// callProcesses lists live processes whose command line names the BMC's port: the
-// fence_ipmilan and ipmitool of a call.
+// callProcesses lists the live fence_ipmilan and ipmitool processes that name the BMC's
+// port: the processes of a call.
 func callProcesses(port int) []string {
 	needle := strconv.Itoa(port)
-	entries, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || processDead(pid) {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		args := strings.Split(string(cmdline), "\x00")
-		if err != nil || len(args) == 0 || !strings.Contains(string(cmdline), needle) {
-			continue
-		}
-		if base := filepath.Base(args[0]); base == "ipmitool" || strings.Contains(string(cmdline), "fence_ipmilan") {
-			out = append(out, fmt.Sprintf("%d: %s", pid, strings.Join(args, " ")))
-		}
-	}
-	return out
+	return liveProcesses(func(argv []string) bool {
+		all := strings.Join(argv, " ")
+		return strings.Contains(all, needle) &&
+			(filepath.Base(argv[0]) == "ipmitool" || strings.Contains(all, "fence_ipmilan"))
+	})
 }
 
 // deadUDPPort is a UDP port of 127.0.0.1 where nothing listens (bound, then closed).

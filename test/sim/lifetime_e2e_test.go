@@ -43,7 +43,7 @@ func TestNothingOutlivesTheController(t *testing.T) {
 	h := fastHarnessWith(t, ctx, HarnessOptions{Config: func(c *v1alpha1.Config) {
 		bin := filepath.Join(filepath.Dir(c.PluginDir), "bin", "fence-agent-exec")
 		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fence-agent-exec")
-		build.Dir, cfgErr = mustRoot()
+		build.Dir, cfgErr = moduleRoot()
 		if out, err := build.CombinedOutput(); err != nil {
 			cfgErr = err
 			t.Logf("%s", out)
@@ -95,37 +95,16 @@ func TestNothingOutlivesTheController(t *testing.T) {
 	}
 }
 
-func mustRoot() (string, error) { return moduleRoot() }
-
 // scriptProcesses lists live processes whose command line names one of dirs (the
 // script's directory, the plugin directory): the call's whole tree, agent included.
 func scriptProcesses(dirs ...string) []string {
-	entries, _ := os.ReadDir("/proc")
-	var out []string
-	for _, e := range entries {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
+	return liveProcesses(func(argv []string) bool {
+		all := strings.Join(argv, " ")
+		for _, d := range dirs {
+			if strings.Contains(all, d) {
+				return true
+			}
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !containsAny(string(cmdline), dirs) {
-			continue
-		}
-		var pid int
-		for _, c := range e.Name() {
-			pid = pid*10 + int(c-'0')
-		}
-		if !processDead(pid) {
-			out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
-		}
-	}
-	return out
-}
-
-func containsAny(s string, subs []string) bool {
-	for _, sub := range subs {
-		if strings.Contains(s, sub) {
-			return true
-		}
-	}
-	return false
+		return false
+	})
 }

@@ -3,8 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -158,14 +156,4 @@ func eventSource(e corev1.Event) string {
 		return e.ReportingInstance
 	}
 	return e.Source.Host
-}
-
-// processDead reports whether pid is gone or a zombie (its code runs no more).
-func processDead(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
