@@ -140,24 +140,45 @@ func (a *agentCaller) invoke(ctx context.Context, name, method string, req plugi
 // unfence undoes what an agent's verified attempt did: powers the node on, restores
 // storage access.
 func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *corev1.Node, epoch int64) (plugin.Result, error) {
+	notCalled := plugin.Result{State: plugin.StateUnknown, Evidence: "not called"}
 	req, cfg, err := a.request(ctx, at.Agent, node, epoch)
 	if err != nil {
-		return plugin.Result{}, err
+		return notCalled, err
 	}
 	req.Restore = at.Evidence
 	agent, err := a.agents.Agent(at.Agent)
 	if err != nil {
-		return plugin.Result{}, fmt.Errorf("agent %s: %w", at.Agent, err)
+		return notCalled, fmt.Errorf("agent %s: %w", at.Agent, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout.Duration)
-	defer cancel()
+	callCtx, cancel := context.WithTimeout(ctx, cfg.OnTimeout.Duration)
 	start := time.Now()
-	defer func() {
-		a.metrics.agentLatency.WithLabelValues(at.Agent, "Unfence").Observe(time.Since(start).Seconds())
-	}()
-	res, err := agent.Unfence(ctx, req)
-	if err != nil {
-		a.metrics.agentErrors.WithLabelValues(at.Agent, "Unfence", string(plugin.KindOf(err))).Inc()
+	res, err := agent.Unfence(callCtx, req)
+	cancel()
+	a.metrics.agentLatency.WithLabelValues(at.Agent, "Unfence").Observe(time.Since(start).Seconds())
+	if err == nil {
+		return res, nil
 	}
-	return res, err
+	a.metrics.agentErrors.WithLabelValues(at.Agent, "Unfence", string(plugin.KindOf(err))).Inc()
+	// The outcome of a failed or timed-out Unfence is unknown: a command sent just
+	// before the deadline can still have landed. What the target says now is read
+	// back with a call of its own, so that the incident records the state, not the
+	// error alone.
+	readCtx, cancel := context.WithTimeout(ctx, cfg.Timeout.Duration)
+	defer cancel()
+	start = time.Now()
+	read, rerr := agent.Status(readCtx, req)
+	a.metrics.agentLatency.WithLabelValues(at.Agent, "Status").Observe(time.Since(start).Seconds())
+	if rerr != nil {
+		a.metrics.agentErrors.WithLabelValues(at.Agent, "Status", string(plugin.KindOf(rerr))).Inc()
+		return plugin.Result{State: plugin.StateUnknown, Evidence: "read back failed: " + rerr.Error()}, err
+	}
+	return read, err
+}
+
+// unfenceFailure words a failed Unfence for the timeline: read is what unfence read back
+// after it. The first return is the part that stays the same across retries that read
+// back the same state, so that a retry loop records a change, not every try.
+func unfenceFailure(agent, what string, read plugin.Result, err error) (key, msg string) {
+	key = fmt.Sprintf("agent %s %s failed, read back %s", agent, what, read.State)
+	return key, fmt.Sprintf("%s (%s): %v", key, read.Evidence, err)
 }

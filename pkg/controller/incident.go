@@ -370,7 +370,8 @@ func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	for _, at := range verifiedAttempts(nf) {
 		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
 		if err != nil {
-			addStep(&nf.Status, c.now(), "AgentError", fmt.Sprintf("agent %s power on: %v", at.Agent, err))
+			_, msg := unfenceFailure(at.Agent, "power on", res, err)
+			addStep(&nf.Status, c.now(), stepUnfenceFailed, msg)
 			continue
 		}
 		addStep(&nf.Status, c.now(), "PoweredOn", fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
@@ -410,10 +411,14 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	for _, at := range verifiedAttempts(nf) {
 		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
 		if err != nil {
-			// Retried with backoff; recorded once, not at every retry.
-			if msg := fmt.Sprintf("agent %s Unfence: %v", at.Agent, err); !lastStepIs(nf, "AgentError", msg) {
-				addStep(&nf.Status, c.now(), "AgentError", msg)
-				_ = c.save(ctx, nf)
+			// Nothing is released on a failed Unfence, whatever was read back after it:
+			// the try is retried with backoff, and the timeline records each new state
+			// read back, not every try.
+			if key, msg := unfenceFailure(at.Agent, "Unfence", res, err); !lastStepIs(nf, stepUnfenceFailed, key) {
+				addStep(&nf.Status, c.now(), stepUnfenceFailed, msg)
+				if serr := c.save(ctx, nf); serr != nil {
+					err = errors.Join(err, serr)
+				}
 			}
 			return 0, fmt.Errorf("incident %s: unfence agent %s: %w", nf.Name, at.Agent, err)
 		}

@@ -242,6 +242,10 @@ func (c *Controller) refreshUnhealthy(now time.Time) {
 // cooldown count from it.
 const stepFenceStarted = "FenceStarted"
 
+// stepUnfenceFailed records an Unfence (power on, storage restored) that failed or timed
+// out, with the state read back after it.
+const stepUnfenceFailed = "UnfenceFailed"
+
 func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
 	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})
 }

@@ -131,6 +131,8 @@ type process struct {
 	client *goplugin.Client
 	conn   *grpc.ClientConn
 	agent  Agent
+	// lifeline is the controller's end of a launched agent's lifeline (lifeline.go).
+	lifeline *os.File
 }
 
 // exited reports whether the process is gone; a remote connection that has
@@ -146,6 +148,7 @@ func (p *process) exited() bool {
 func (p *process) kill() {
 	if p.client != nil {
 		p.client.Kill()
+		_ = p.lifeline.Close()
 		return
 	}
 	_ = p.conn.Close()
@@ -296,6 +299,12 @@ func (h *Host) launch(name string) (*process, error) {
 	cmd.Env = append([]string(nil), agentEnv...)
 	cmd.Dir = h.dir
 	dieWithParent(cmd)
+	lifeline, agentEnd, err := attachLifeline(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: lifeline: %w", name, err)
+	}
+	// The agent's end is its own once it started (or failed to start).
+	defer agentEnd.Close()
 	logger := h.logger.Named(name)
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
@@ -310,6 +319,7 @@ func (h *Host) launch(name string) (*process, error) {
 	rpc, err := client.Client()
 	if err != nil {
 		client.Kill()
+		lifeline.Close()
 		if errors.Is(err, goplugin.ErrChecksumsDoNotMatch) {
 			return nil, fmt.Errorf("agent %s: %w", name, &Error{Kind: KindPermanent,
 				Message: fmt.Sprintf("checksum mismatch for agent %s: %s does not hash to the configured sha256", name, path)})
@@ -319,11 +329,13 @@ func (h *Host) launch(name string) (*process, error) {
 	raw, err := rpc.Dispense(pluginName)
 	if err != nil {
 		client.Kill()
+		lifeline.Close()
 		return nil, fmt.Errorf("agent %s: dispense: %w", name, err)
 	}
 	agent, ok := raw.(Agent)
 	if !ok {
 		client.Kill()
+		lifeline.Close()
 		return nil, fmt.Errorf("agent %s: dispensed %T, not an agent", name, raw)
 	}
 	pid := 0
@@ -331,5 +343,5 @@ func (h *Host) launch(name string) (*process, error) {
 		pid = rc.Pid
 	}
 	logger.Info("agent launched", "path", path, "pid", pid)
-	return &process{client: client, agent: agent}, nil
+	return &process{client: client, agent: agent, lifeline: lifeline}, nil
 }

@@ -110,3 +110,24 @@ func TestLaunchedAgentStopsOnSIGTERM(t *testing.T) {
 	}
 	eventually(t, 2*time.Second, fmt.Sprintf("agent %d to exit on SIGTERM", pid), func() bool { return dead(pid) })
 }
+
+// TestAgentExitsWhenLifelineCloses: an agent exits once its controller's end of the
+// lifeline closes, with the controller process still alive, so that the parent-death
+// signal plays no part: the backup that holds where that signal does not fire (issue 18).
+func TestAgentExitsWhenLifelineCloses(t *testing.T) {
+	h, a := newTestHost(t, nil)
+	if _, err := a.Describe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pid := agentPID(t, h, testAgent)
+	h.mu.Lock()
+	s := h.slots[testAgent]
+	h.mu.Unlock()
+	s.mu.Lock()
+	err := s.proc.lifeline.Close()
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, fmt.Sprintf("agent %d to exit when its lifeline closed", pid), func() bool { return dead(pid) })
+}

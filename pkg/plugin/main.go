@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, impl Agent, stdout, stderr io.Write
 		return printVersion(ctx, impl, stdout, stderr)
 	case fs.NArg() == 0:
 		exitOnSIGTERM()
+		watchLifeline(os.Exit)
 		Serve(impl)
 		return 0
 	case fs.Arg(0) == "serve":

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,17 +42,8 @@ func TestNothingOutlivesTheController(t *testing.T) {
 	}
 	var cfgErr error
 	h := fastHarnessWith(t, ctx, HarnessOptions{Config: func(c *v1alpha1.Config) {
-		bin := filepath.Join(filepath.Dir(c.PluginDir), "bin", "fence-agent-exec")
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fence-agent-exec")
-		build.Dir, cfgErr = moduleRoot()
-		if out, err := build.CombinedOutput(); err != nil {
-			cfgErr = err
-			t.Logf("%s", out)
-			return
-		}
-		sum, err := copyFile(bin, filepath.Join(c.PluginDir, "slow"))
-		if err != nil {
-			cfgErr = err
+		var sum string
+		if sum, cfgErr = installExecAgent(ctx, c.PluginDir, "slow"); cfgErr != nil {
 			return
 		}
 		c.Agents = append(c.Agents, v1alpha1.Agent{Name: "slow", SHA256: sum,
@@ -107,4 +99,20 @@ func scriptProcesses(dirs ...string) []string {
 		}
 		return false
 	})
+}
+
+// installExecAgent builds fence-agent-exec into pluginDir under name and returns its
+// SHA-256, for a configuration's agents.
+func installExecAgent(ctx context.Context, pluginDir, name string) (string, error) {
+	bin := filepath.Join(filepath.Dir(pluginDir), "bin", "fence-agent-exec")
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/fence-agent-exec")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build fence-agent-exec: %w\n%s", err, out)
+	}
+	return copyFile(bin, filepath.Join(pluginDir, name))
 }

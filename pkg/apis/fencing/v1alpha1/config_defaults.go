@@ -104,6 +104,7 @@ func (c *Config) Default() {
 	defaultDuration(&le.RetryPeriod, 2*time.Second)
 	for i := range c.Agents {
 		defaultDuration(&c.Agents[i].Timeout, DefaultAgentTimeout)
+		defaultDuration(&c.Agents[i].OnTimeout, c.Agents[i].Timeout.Duration)
 	}
 	for i := range c.Policies {
 		c.Policies[i].Default()
@@ -249,6 +250,7 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("target"), set, "exactly one of annotation, label, providerID must be set"))
 	}
 	errs = append(errs, positive(p.Child("timeout"), a.Timeout)...)
+	errs = append(errs, positive(p.Child("onTimeout"), a.OnTimeout)...)
 	return errs
 }
 

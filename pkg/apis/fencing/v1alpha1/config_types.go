@@ -90,6 +90,11 @@ type Agent struct {
 	Target TargetSource `json:"target"`
 	// Timeout bounds each call to this agent.
 	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// OnTimeout bounds each Unfence call (power on, storage access restored), as
+	// Pacemaker's pcmk_on_timeout does: a server can take longer to power on than off.
+	// Default: Timeout. An Unfence that fails or times out is read back with Status
+	// before anything else happens, so its outcome is recorded, never assumed.
+	OnTimeout metav1.Duration `json:"onTimeout,omitempty"`
 }
 
 // AgentTLS are the PEM files the controller uses to reach a remote agent.

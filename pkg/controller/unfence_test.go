@@ -1,0 +1,186 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// funcAgent is a plugin.Agent made of function fields; a nil field fails the call.
+type funcAgent struct {
+	unfence func(context.Context, plugin.Request) (plugin.Result, error)
+	status  func(context.Context, plugin.Request) (plugin.Result, error)
+	calls   []string
+}
+
+func (a *funcAgent) Describe(context.Context) (plugin.Description, error) {
+	return plugin.Description{Name: "func"}, nil
+}
+func (a *funcAgent) Validate(context.Context, map[string]string) error { return nil }
+func (a *funcAgent) Fence(context.Context, plugin.Request, plugin.Action) (plugin.Result, error) {
+	return plugin.Result{}, fmt.Errorf("fence: not expected here")
+}
+func (a *funcAgent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	a.calls = append(a.calls, "Status")
+	return a.status(ctx, req)
+}
+func (a *funcAgent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	a.calls = append(a.calls, "Unfence")
+	return a.unfence(ctx, req)
+}
+
+type oneAgent struct{ a plugin.Agent }
+
+func (s oneAgent) Agent(string) (plugin.Agent, error) { return s.a, nil }
+
+// timesOut is an Unfence that runs into its deadline, as a power-on through a slow BMC does.
+func timesOut(ctx context.Context, _ plugin.Request) (plugin.Result, error) {
+	<-ctx.Done()
+	return plugin.Result{}, fmt.Errorf("power on 10.0.0.1: %w", ctx.Err())
+}
+
+func reads(st plugin.PowerState) func(context.Context, plugin.Request) (plugin.Result, error) {
+	return func(context.Context, plugin.Request) (plugin.Result, error) {
+		return plugin.Result{State: st, Evidence: "Chassis Power is " + string(st)}, nil
+	}
+}
+
+func readFails(context.Context, plugin.Request) (plugin.Result, error) {
+	return plugin.Result{}, plugin.Errorf(plugin.KindTargetUnreachable, "status 10.0.0.1: no answer")
+}
+
+// fencedByBMC is remediatedIncident with the out-of-service taint recorded as added.
+func fencedByBMC(verified time.Time) *v1alpha1.NodeFence {
+	nf, _ := remediatedIncident(verified)
+	nf.Status.Remediation.TaintsAdded = []string{"node.kubernetes.io/out-of-service"}
+	return nf
+}
+
+// unfenceController is a controller with one agent, ipmi, whose Unfence calls are bounded
+// by a 50ms onTimeout.
+func unfenceController(t *testing.T, nf *v1alpha1.NodeFence, agent plugin.Agent, node *corev1.Node) *Controller {
+	t.Helper()
+	cfg := &v1alpha1.Config{Agents: []v1alpha1.Agent{{Name: "ipmi", Target: v1alpha1.TargetSource{Annotation: "bmc"},
+		OnTimeout: metav1.Duration{Duration: 50 * time.Millisecond}}}}
+	cfg.Default()
+	u, err := toUnstructured(nf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.Resource: "NodeFenceList"}, u)
+	c, err := New(Options{Config: cfg, Client: fake.NewClientset(node), Dynamic: dyn, Agents: oneAgent{agent},
+		Recorder: record.NewFakeRecorder(10), Identity: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func rebootedNode(boot string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Annotations: map[string]string{"bmc": "10.0.0.1"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.kubernetes.io/out-of-service", Effect: corev1.TaintEffectNoExecute}}},
+		Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: boot},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+}
+
+func stepsOf(nf *v1alpha1.NodeFence, typ string) []string {
+	var out []string
+	for _, s := range nf.Status.Timeline {
+		if s.Type == typ {
+			out = append(out, s.Message)
+		}
+	}
+	return out
+}
+
+// TestFailedUnfenceIsReadBack (issue 18): an Unfence that times out or fails has an
+// unknown outcome. The state is read back at once and recorded; recovery releases nothing
+// (the taint stays) until an Unfence succeeds, and a retry that reads back the same state
+// adds no new step.
+func TestFailedUnfenceIsReadBack(t *testing.T) {
+	verified := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		unfence, status func(context.Context, plugin.Request) (plugin.Result, error)
+		phase           v1alpha1.Phase
+		step            string // what the timeline must say; empty: no UnfenceFailed step
+	}{
+		"timed out, read back on: nothing released yet": {timesOut, reads(plugin.StateOn), v1alpha1.PhaseRemediated,
+			"agent ipmi Unfence failed, read back on (Chassis Power is on): power on 10.0.0.1: context deadline exceeded"},
+		"timed out, read back off": {timesOut, reads(plugin.StateOff), v1alpha1.PhaseRemediated,
+			"agent ipmi Unfence failed, read back off (Chassis Power is off): power on 10.0.0.1: context deadline exceeded"},
+		"timed out, read-back fails": {timesOut, readFails, v1alpha1.PhaseRemediated,
+			"agent ipmi Unfence failed, read back unknown (read back failed: TargetUnreachable: status 10.0.0.1: no answer): power on 10.0.0.1: context deadline exceeded"},
+		"unfenced": {reads(plugin.StateOn), readFails, v1alpha1.PhaseRecovered, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := fencedByBMC(verified)
+			agent := &funcAgent{unfence: tc.unfence, status: tc.status}
+			node := rebootedNode("boot-2")
+			c := unfenceController(t, nf, agent, node)
+			c.now = func() time.Time { return verified.Add(time.Minute) }
+			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-2"}
+			for try := 0; try < 2; try++ {
+				cur := stored(t, c, nf.Name)
+				_, err := c.recover(context.Background(), cur, node, obs)
+				if (err != nil) != (tc.step != "") {
+					t.Fatalf("try %d: recover = %v", try, err)
+				}
+			}
+			got := stored(t, c, nf.Name)
+			if got.Status.Phase != tc.phase {
+				t.Errorf("phase %s, want %s", got.Status.Phase, tc.phase)
+			}
+			failed := stepsOf(got, stepUnfenceFailed)
+			switch {
+			case tc.step == "" && len(failed) != 0:
+				t.Errorf("unexpected %s steps: %q", stepUnfenceFailed, failed)
+			case tc.step != "" && (len(failed) != 1 || failed[0] != tc.step):
+				t.Errorf("%s steps %q, want exactly [%q]", stepUnfenceFailed, failed, tc.step)
+			}
+			if tc.step != "" && strings.Join(agent.calls, ",") != "Unfence,Status,Unfence,Status" {
+				t.Errorf("calls %v: want each failed Unfence read back once", agent.calls)
+			}
+			live, err := c.client.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if released := len(live.Spec.Taints) == 0; released != (tc.phase == v1alpha1.PhaseRecovered) {
+				t.Errorf("taints %v with phase %s: a node is released only after an Unfence that succeeded", live.Spec.Taints, got.Status.Phase)
+			}
+		})
+	}
+}
+
+// TestTimedOutPowerOnIsReadBack: the Reboot action's power on after a release records the
+// state read back after a timed-out call, not the error alone.
+func TestTimedOutPowerOnIsReadBack(t *testing.T) {
+	verified := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	nf := fencedByBMC(verified)
+	agent := &funcAgent{unfence: timesOut, status: reads(plugin.StateOn)}
+	node := rebootedNode("boot-1")
+	c := unfenceController(t, nf, agent, node)
+	c.powerOn(context.Background(), nf, node)
+	got := stored(t, c, nf.Name)
+	want := "agent ipmi power on failed, read back on (Chassis Power is on): power on 10.0.0.1: context deadline exceeded"
+	if failed := stepsOf(got, stepUnfenceFailed); len(failed) != 1 || failed[0] != want {
+		t.Errorf("%s steps %q, want [%q]", stepUnfenceFailed, failed, want)
+	}
+	if on := stepsOf(got, "PoweredOn"); len(on) != 0 {
+		t.Errorf("PoweredOn recorded for a call that timed out: %q", on)
+	}
+}
