@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	goplugin "github.com/hashicorp/go-plugin"
@@ -130,7 +131,7 @@ func (c *grpcClient) Validate(ctx context.Context, params map[string]string) err
 func (c *grpcClient) Fence(ctx context.Context, req Request, action Action) (Result, error) {
 	resp, err := c.client.Fence(ctx, &agentpb.FenceRequest{Request: requestToProto(req), Action: string(action)})
 	if err != nil {
-		return resultOf(err), fromStatus(err)
+		return resultOf(err), callError(ctx, "Fence", req, err)
 	}
 	return resultFromProto(resp), nil
 }
@@ -138,7 +139,7 @@ func (c *grpcClient) Fence(ctx context.Context, req Request, action Action) (Res
 func (c *grpcClient) Status(ctx context.Context, req Request) (Result, error) {
 	resp, err := c.client.Status(ctx, requestToProto(req))
 	if err != nil {
-		return resultOf(err), fromStatus(err)
+		return resultOf(err), callError(ctx, "Status", req, err)
 	}
 	return resultFromProto(resp), nil
 }
@@ -146,7 +147,19 @@ func (c *grpcClient) Status(ctx context.Context, req Request) (Result, error) {
 func (c *grpcClient) Unfence(ctx context.Context, req Request) (Result, error) {
 	resp, err := c.client.Unfence(ctx, requestToProto(req))
 	if err != nil {
-		return resultOf(err), fromStatus(err)
+		return resultOf(err), callError(ctx, "Unfence", req, err)
 	}
 	return resultFromProto(resp), nil
+}
+
+// callError is fromStatus for a call about req. When the caller's own deadline or cancel
+// ended the call, the transport's words ("stream terminated by RST_STREAM") say nothing
+// to a person: the error names the call and its target instead, and says that its
+// outcome is unknown. It still matches context.DeadlineExceeded or context.Canceled.
+func callError(ctx context.Context, method string, req Request, err error) error {
+	err = fromStatus(err)
+	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+		return fmt.Errorf("%s %s (node %s): %w before the agent answered; the outcome is unknown", method, req.Target, req.Node, ctxErr)
+	}
+	return err
 }

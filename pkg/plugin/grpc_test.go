@@ -211,9 +211,13 @@ func TestGRPCDeadlineHonoured(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := agent.Status(ctx, Request{Target: "t"})
+	_, err := agent.Status(ctx, Request{Node: "node-1", Target: "t"})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+	}
+	// The message names the call and its target, not the transport (issue 18).
+	if want := "Status t (node node-1): context deadline exceeded before the agent answered; the outcome is unknown"; err.Error() != want {
+		t.Errorf("err = %q, want %q", err, want)
 	}
 	if KindOf(err) == KindPermanent {
 		t.Errorf("a late verdict overrode the deadline: %v", err)
