@@ -50,7 +50,11 @@ func main() {
 	}
 
 	if *validate {
-		if _, err := controller.LoadConfig(o.ConfigPath); err != nil {
+		warnings, err := controller.ValidateConfig(context.Background(), o.ConfigPath)
+		for _, w := range warnings {
+			fmt.Fprintln(os.Stderr, "warning:", w)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

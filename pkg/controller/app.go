@@ -50,19 +50,27 @@ type AppOptions struct {
 
 // LoadConfig reads and validates the configuration file.
 func LoadConfig(path string) (*v1alpha1.Config, error) {
+	cfg, _, err := loadConfig(path)
+	return cfg, err
+}
+
+func loadConfig(path string) (*v1alpha1.Config, []string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, nil, fmt.Errorf("read config: %w", err)
 	}
-	return v1alpha1.ParseConfig(data)
+	return v1alpha1.DecodeConfig(data)
 }
 
 // RunApp runs the controller process until ctx ends. deposed is called (and must not
 // return) when this replica loses its Lease.
 func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
-	cfg, err := LoadConfig(o.ConfigPath)
+	cfg, warnings, err := loadConfig(o.ConfigPath)
 	if err != nil {
 		return err
+	}
+	for _, w := range warnings {
+		klog.InfoS("Configuration warning", "warning", w)
 	}
 	rc, err := restConfig(o.Kubeconfig)
 	if err != nil {
@@ -89,6 +97,15 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		return err
 	}
 	defer host.Close()
+	// An agent that refuses its parameters cannot fence: refused now, not at the first
+	// incident. A remote agent that is down may come up later.
+	problems := ValidateAgents(ctx, cfg, host)
+	for _, u := range problems.Unreachable {
+		klog.InfoS("Remote agent not reachable at start; its parameters are checked at its first call", "error", u)
+	}
+	if err := problems.Err(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 
 	identity := NewIdentity()
 	scheme := runtime.NewScheme()
@@ -180,6 +197,10 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 }
 
 func newAgentHost(cfg *v1alpha1.Config) (*plugin.Host, error) {
+	return plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: agentSpecs(cfg)})
+}
+
+func agentSpecs(cfg *v1alpha1.Config) map[string]plugin.AgentSpec {
 	specs := map[string]plugin.AgentSpec{}
 	for _, a := range cfg.Agents {
 		spec := plugin.AgentSpec{Binary: a.Binary, SHA256: a.SHA256, Address: a.Address}
@@ -188,7 +209,7 @@ func newAgentHost(cfg *v1alpha1.Config) (*plugin.Host, error) {
 		}
 		specs[a.Name] = spec
 	}
-	return plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: specs})
+	return specs
 }
 
 // Protobuf returns a copy of rc that speaks protobuf, as Kubernetes' own controllers do:

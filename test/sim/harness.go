@@ -284,6 +284,7 @@ func (h *Harness) RewriteConfig(adjust func(*v1alpha1.Config)) error {
 }
 
 func (h *Harness) saveConfig(cfg *v1alpha1.Config) error {
+	cfg.APIVersion, cfg.Kind = v1alpha1.ConfigAPIVersion, v1alpha1.ConfigKind
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ const slowScript = `#!/bin/sh
 dir=$(dirname "$0")
 action=$(sed -n 's/^action=//p')
 [ "$action" = status ] && exit 0
+[ "$action" = metadata ] && exit 1
 touch "$dir/started"
 setsid sh -c 'sleep 3; touch "$0/escaped"' "$dir" &
 sleep 60

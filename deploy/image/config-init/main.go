@@ -39,7 +39,11 @@ func run(template, pluginDir, out string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := v1alpha1.ParseConfig(completed); err != nil {
+	_, warnings, err := v1alpha1.DecodeConfig(completed)
+	for _, w := range warnings {
+		fmt.Fprintln(os.Stderr, "kubefence-config-init: warning:", w)
+	}
+	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(out, completed, 0o444); err != nil {

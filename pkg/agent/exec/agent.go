@@ -48,9 +48,14 @@ func (a *Agent) Describe(context.Context) (plugin.Description, error) {
 
 // Validate checks the params, including that the script exists and is
 // executable, without running it.
-func (a *Agent) Validate(_ context.Context, params map[string]string) error {
-	_, err := parseParams(params)
-	return err
+func (a *Agent) Validate(ctx context.Context, params map[string]string) error {
+	p, err := parseParams(params)
+	if err != nil {
+		return err
+	}
+	// A param the script does not read would be ignored (or worse, refused) only at the
+	// first fence: the script's own metadata says which it reads.
+	return checkKeys(ctx, p)
 }
 
 // Fence runs action=off (or on, or off then on for reboot) and succeeds only

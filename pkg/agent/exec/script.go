@@ -39,6 +39,11 @@ type outcome struct {
 // means there is no exit code to read: the script could not start, was killed,
 // or ctx ended.
 func run(ctx context.Context, p params, action, target string) (outcome, error) {
+	return runKeeping(ctx, p, action, target, outputLimit)
+}
+
+// runKeeping is run keeping the last limit bytes of the output.
+func runKeeping(ctx context.Context, p params, action, target string, limit int) (outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return outcome{}, fmt.Errorf("run %s action=%s: %w", p.script, action, err)
 	}
@@ -51,7 +56,7 @@ func run(ctx context.Context, p params, action, target string) (outcome, error) 
 	cmd.Env = childEnv
 	cmd.Dir = "/"
 	cmd.Stdin = strings.NewReader(stdin(p, action, target))
-	out := &tailBuffer{limit: outputLimit}
+	out := &tailBuffer{limit: limit}
 	cmd.Stdout, cmd.Stderr = out, out
 	err = cmd.Run()
 	o := outcome{output: scrub(strings.TrimSpace(out.String()), p)}

@@ -79,7 +79,7 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- $agents = append $agents $a -}}
 {{- end -}}
 {{- $le := merge (dict "namespace" .Release.Namespace) (deepCopy (.Values.config.leaderElection | default dict)) -}}
-{{- $cfg := dict "pluginDir" .Values.pluginDir "leaderElection" $le "agents" $agents "policies" .Values.policies -}}
+{{- $cfg := dict "apiVersion" "config.kubefence.io/v1alpha1" "kind" "FenceControllerConfiguration" "pluginDir" .Values.pluginDir "leaderElection" $le "agents" $agents "policies" .Values.policies -}}
 {{- with .Values.config.detection }}{{ $_ := set $cfg "detection" . }}{{ end -}}
 {{- if .Values.config.paused }}{{ $_ := set $cfg "paused" true }}{{ end -}}
 {{- if .Values.config.dryRun }}{{ $_ := set $cfg "dryRun" true }}{{ end -}}

@@ -1,9 +1,6 @@
 package v1alpha1
 
 import (
-	"bytes"
-	"fmt"
-	"net"
 	"regexp"
 	"strings"
 	"time"
@@ -12,8 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 )
 
 // Defaults that hold when the file leaves a field empty.
@@ -40,35 +35,6 @@ func defaultBool(b **bool, v bool) {
 	if *b == nil {
 		*b = &v
 	}
-}
-
-// ParseConfig decodes a configuration file strictly (an unknown or duplicated field is an
-// error naming its path), applies defaults and validates the result.
-func ParseConfig(data []byte) (*Config, error) {
-	js, err := yaml.YAMLToJSONStrict(data)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	cfg := &Config{}
-	strict, err := json.UnmarshalStrict(js, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if len(strict) > 0 {
-		var b bytes.Buffer
-		for i, e := range strict {
-			if i > 0 {
-				b.WriteString("; ")
-			}
-			b.WriteString(e.Error())
-		}
-		return nil, fmt.Errorf("config: %s", b.String())
-	}
-	cfg.Default()
-	if errs := cfg.Validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("config: %w", errs.ToAggregate())
-	}
-	return cfg, nil
 }
 
 func defaultDuration(d *metav1.Duration, v time.Duration) {
@@ -161,16 +127,17 @@ var (
 func (c *Config) Validate() field.ErrorList {
 	var errs field.ErrorList
 	d := field.NewPath("detection")
-	errs = append(errs, positive(d.Child("leaseStaleAfter"), c.Detection.LeaseStaleAfter)...)
-	errs = append(errs, positive(d.Child("notReadyAfter"), c.Detection.NotReadyAfter)...)
-	errs = append(errs, positive(d.Child("flapWindow"), c.Detection.FlapWindow)...)
-	if c.Detection.ExpectedRenewInterval.Duration < 0 {
-		errs = append(errs, field.Invalid(d.Child("expectedRenewInterval"), c.Detection.ExpectedRenewInterval.Duration.String(),
-			"must not be negative (leave it out when unknown)"))
+	errs = append(errs, within(d.Child("leaseStaleAfter"), c.Detection.LeaseStaleAfter, time.Second, MaxDetection)...)
+	errs = append(errs, within(d.Child("notReadyAfter"), c.Detection.NotReadyAfter, time.Second, MaxDetection)...)
+	errs = append(errs, within(d.Child("flapWindow"), c.Detection.FlapWindow, time.Second, MaxFlapWindow)...)
+	if c.Detection.ExpectedRenewInterval.Duration != 0 {
+		errs = append(errs, within(d.Child("expectedRenewInterval"), c.Detection.ExpectedRenewInterval, MinCallTimeout, MaxDetection)...)
 	}
 	if c.Detection.FlapThreshold < 2 {
 		errs = append(errs, field.Invalid(d.Child("flapThreshold"), c.Detection.FlapThreshold,
 			"must be at least 2: one recovery is not a flap"))
+	} else {
+		errs = append(errs, intWithin(d.Child("flapThreshold"), int64(c.Detection.FlapThreshold), 2, MaxFlapThreshold)...)
 	}
 	errs = append(errs, c.LeaderElection.validate(field.NewPath("leaderElection"))...)
 	agents := map[string]bool{}
@@ -210,8 +177,10 @@ func (le *LeaderElection) validate(p *field.Path) field.ErrorList {
 		name string
 		v    metav1.Duration
 	}{{"leaseDuration", le.LeaseDuration}, {"renewDeadline", le.RenewDeadline}, {"retryPeriod", le.RetryPeriod}} {
-		errs = append(errs, positive(p.Child(d.name), d.v)...)
+		errs = append(errs, within(p.Child(d.name), d.v, MinCallTimeout, MaxLeaderTiming)...)
 	}
+	errs = append(errs, dnsLabel(p.Child("namespace"), le.Namespace)...)
+	errs = append(errs, dnsSubdomain(p.Child("name"), le.Name)...)
 	if le.RenewDeadline.Duration >= le.LeaseDuration.Duration {
 		errs = append(errs, field.Invalid(p.Child("renewDeadline"), le.RenewDeadline.Duration.String(), "must be less than leaseDuration"))
 	}
@@ -246,11 +215,26 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 			set++
 		}
 	}
-	if set != 1 {
+	switch {
+	case set == 0:
+		errs = append(errs, field.Required(p.Child("target"), "one of annotation, label or providerID: where the node's target is found"))
+	case set > 1:
 		errs = append(errs, field.Invalid(p.Child("target"), set, "exactly one of annotation, label, providerID must be set"))
 	}
-	errs = append(errs, positive(p.Child("timeout"), a.Timeout)...)
-	errs = append(errs, positive(p.Child("onTimeout"), a.OnTimeout)...)
+	errs = append(errs, within(p.Child("timeout"), a.Timeout, MinCallTimeout, MaxCallTimeout)...)
+	if a.OnTimeout != a.Timeout { // defaulted from it otherwise, and checked there
+		errs = append(errs, within(p.Child("onTimeout"), a.OnTimeout, MinCallTimeout, MaxCallTimeout)...)
+	}
+	if a.Target.Annotation != "" {
+		errs = append(errs, qualifiedKey(p.Child("target", "annotation"), a.Target.Annotation)...)
+	}
+	if a.Target.Label != "" {
+		errs = append(errs, qualifiedKey(p.Child("target", "label"), a.Target.Label)...)
+	}
+	if a.SecretRef != nil && a.SecretRef.Namespace != "" && a.SecretRef.Name != "" {
+		errs = append(errs, dnsLabel(p.Child("secretRef", "namespace"), a.SecretRef.Namespace)...)
+		errs = append(errs, dnsSubdomain(p.Child("secretRef", "name"), a.SecretRef.Name)...)
+	}
 	return errs
 }
 
@@ -259,9 +243,7 @@ func (a *Agent) validateRemote(p *field.Path) field.ErrorList {
 	if a.SHA256 != "" || a.Binary != "" {
 		errs = append(errs, field.Forbidden(p.Child("address"), "a remote agent has no binary or sha256"))
 	}
-	if _, _, err := net.SplitHostPort(a.Address); err != nil {
-		errs = append(errs, field.Invalid(p.Child("address"), a.Address, "must be host:port"))
-	}
+	errs = append(errs, hostPort(p.Child("address"), a.Address)...)
 	if a.TLS == nil {
 		return append(errs, field.Required(p.Child("tls"), "a remote agent is reached with mutual TLS"))
 	}
@@ -278,6 +260,8 @@ func (pol *Policy) validate(p *field.Path, agents map[string]bool) field.ErrorLi
 	var errs field.ErrorList
 	if pol.Name == "" {
 		errs = append(errs, field.Required(p.Child("name"), ""))
+	} else {
+		errs = append(errs, dnsLabel(p.Child("name"), pol.Name)...)
 	}
 	if pol.NodeSelector != nil {
 		if _, err := metav1.LabelSelectorAsSelector(pol.NodeSelector); err != nil {
@@ -299,31 +283,24 @@ func (pol *Policy) validate(p *field.Path, agents map[string]bool) field.ErrorLi
 	for i, l := range pol.Levels {
 		errs = append(errs, l.validate(p.Child("levels").Index(i), agents)...)
 	}
-	b := p.Child("budget")
-	if pol.Budget.MaxConcurrent < 0 {
-		errs = append(errs, field.Invalid(b.Child("maxConcurrent"), pol.Budget.MaxConcurrent, "must not be negative"))
-	}
-	if _, err := intstr.GetScaledValueFromIntOrPercent(pol.Budget.MaxUnhealthy, 100, false); err != nil {
-		errs = append(errs, field.Invalid(b.Child("maxUnhealthy"), pol.Budget.MaxUnhealthy.String(), err.Error()))
-	}
-	errs = append(errs, pol.Budget.validate(b)...)
+	errs = append(errs, pol.Budget.validate(p.Child("budget"))...)
 	if errList := validation.IsQualifiedName(pol.ExcludeLabel); len(errList) > 0 {
 		errs = append(errs, field.Invalid(p.Child("excludeLabel"), pol.ExcludeLabel, strings.Join(errList, "; ")))
 	}
-	errs = append(errs, positive(p.Child("minWait"), pol.MinWait)...)
+	errs = append(errs, within(p.Child("minWait"), pol.MinWait, MinCallTimeout, MaxDetection)...)
 	return errs
 }
 
 func (b *Budget) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	errs = append(errs, positive(p.Child("cooldown"), b.Cooldown)...)
+	errs = append(errs, intWithin(p.Child("maxConcurrent"), int64(b.MaxConcurrent), 1, MaxConcurrent)...)
+	errs = append(errs, maxUnhealthy(p.Child("maxUnhealthy"), b.MaxUnhealthy)...)
+	errs = append(errs, within(p.Child("cooldown"), b.Cooldown, time.Second, MaxCooldown)...)
 	r := p.Child("rateLimit")
-	if b.RateLimit.FencesPerMinute < 0 {
-		errs = append(errs, field.Invalid(r.Child("fencesPerMinute"), b.RateLimit.FencesPerMinute, "must not be negative"))
-	}
+	errs = append(errs, intWithin(r.Child("fencesPerMinute"), int64(b.RateLimit.FencesPerMinute), 0, MaxFencesPerMin)...)
+	errs = append(errs, intWithin(r.Child("burst"), int64(b.RateLimit.Burst), 0, MaxFencesPerMin)...)
 	switch {
-	case b.RateLimit.Burst < 0:
-		errs = append(errs, field.Invalid(r.Child("burst"), b.RateLimit.Burst, "must not be negative"))
+	case b.RateLimit.Burst < 0 || b.RateLimit.FencesPerMinute < 0:
 	case b.RateLimit.FencesPerMinute > 0 && b.RateLimit.Burst == 0:
 		errs = append(errs, field.Invalid(r.Child("burst"), b.RateLimit.Burst, "must be at least 1 when fencesPerMinute is set"))
 	case b.RateLimit.FencesPerMinute == 0 && b.RateLimit.Burst > 0:
@@ -345,10 +322,10 @@ func (l *Level) validate(p *field.Path, agents map[string]bool) field.ErrorList 
 	if l.Mode != ModeAll && l.Mode != ModeAny {
 		errs = append(errs, field.NotSupported(p.Child("mode"), l.Mode, []LevelMode{ModeAll, ModeAny}))
 	}
-	errs = append(errs, positive(p.Child("timeout"), l.Timeout)...)
-	errs = append(errs, positive(p.Child("backoff"), l.Backoff)...)
-	if l.Retries != nil && *l.Retries < 0 {
-		errs = append(errs, field.Invalid(p.Child("retries"), *l.Retries, "must not be negative"))
+	errs = append(errs, within(p.Child("timeout"), l.Timeout, MinCallTimeout, MaxCallTimeout)...)
+	errs = append(errs, within(p.Child("backoff"), l.Backoff, time.Millisecond, MaxBackoff)...)
+	if l.Retries != nil {
+		errs = append(errs, intWithin(p.Child("retries"), int64(*l.Retries), 0, MaxLevelRetries)...)
 	}
 	return errs
 }

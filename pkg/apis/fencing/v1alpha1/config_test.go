@@ -50,7 +50,7 @@ func TestParseConfigErrors(t *testing.T) {
 		"burst without a rate":    {extra: "  budget: {rateLimit: {burst: 3}}", want: "policies[0].budget.rateLimit.burst"},
 		"bad exclude label":       {extra: "  excludeLabel: 'not a label!'", want: "policies[0].excludeLabel"},
 		"negative minWait":        {extra: "  minWait: -5s", want: "policies[0].minWait"},
-		"unknown budget field":    {extra: "  budget: {perzone: true}", want: `unknown field "policies[0].budget.perzone"`},
+		"unknown budget field":    {extra: "  budget: {perzone: true}", want: `policies[0].budget.perzone: Forbidden: unknown field; did you mean "perZone"?`},
 		"rate with its own burst": {extra: "  budget: {rateLimit: {fencesPerMinute: 2, burst: 4}}"},
 		"rate, default burst":     {extra: "  budget: {rateLimit: {fencesPerMinute: 2}}"},
 	}

@@ -5,8 +5,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// Config is the controller's configuration file (--config).
+// Config is the controller's configuration file (--config). Its apiVersion is
+// config.kubefence.io/v1alpha1 and its kind FenceControllerConfiguration; a file without
+// them is read as this version, with a warning.
 type Config struct {
+	metav1.TypeMeta `json:",inline"`
 	// Detection sets when a node counts as unhealthy.
 	Detection Detection `json:"detection"`
 	// LeaderElection configures the Lease that elects the acting replica.

@@ -1,0 +1,181 @@
+package v1alpha1
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// valid is a versioned configuration that passes; each bad case changes one thing.
+const valid = `apiVersion: config.kubefence.io/v1alpha1
+kind: FenceControllerConfiguration
+leaderElection:
+  namespace: kubefence-system
+  name: kubefence-controller
+agents:
+- name: ipmi
+  sha256: "0000000000000000000000000000000000000000000000000000000000000000"
+  target: {annotation: fencing.kubefence.io/bmc}
+  secretRef: {namespace: kubefence-system, name: bmc-credentials}
+  timeout: 30s
+- name: remote
+  address: bmc-agent.dc1.example.com:9443
+  tls: {certFile: /tls/tls.crt, keyFile: /tls/tls.key, caFile: /tls/ca.crt}
+  target: {label: fencing.kubefence.io/bmc}
+policies:
+- name: default
+  action: "Off"
+  levels:
+  - agents: [ipmi]
+    mode: all
+    timeout: 60s
+    retries: 1
+  budget: {maxConcurrent: 10, maxUnhealthy: 40%, cooldown: 10m}
+`
+
+// badConfigs are the configurations that must be refused, each with the exact error.
+// A case is the valid file with old replaced by new (the first occurrence), or, when
+// old is empty, new as the whole file.
+var badConfigs = map[string]struct {
+	old, new, want string
+}{
+	"policy name of spaces": {"- name: default", "- name: '   '",
+		`config: policies[0].name: Invalid value: "   ": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`},
+	"policy name with a newline": {"- name: default", `- name: "de\nfault"`,
+		`config: policies[0].name: Invalid value: "de\nfault": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`},
+	"address without host": {"bmc-agent.dc1.example.com:9443", `":80"`,
+		`config: agents[1].address: Invalid value: ":80": the host is missing (want host:port)`},
+	"address without port": {"bmc-agent.dc1.example.com:9443", `"host:"`,
+		`config: agents[1].address: Invalid value: "host:": the port must be a number from 1 to 65535`},
+	"address port too high": {"bmc-agent.dc1.example.com:9443", "host:99999",
+		`config: agents[1].address: Invalid value: "host:99999": the port must be a number from 1 to 65535`},
+	"address port zero": {"bmc-agent.dc1.example.com:9443", "host:0",
+		`config: agents[1].address: Invalid value: "host:0": the port must be a number from 1 to 65535`},
+	"address host with spaces": {"bmc-agent.dc1.example.com:9443", "bad host name:9443",
+		`config: agents[1].address: Invalid value: "bad host name:9443": the host is neither an IP address nor a DNS name`},
+	"annotation key invalid": {"annotation: fencing.kubefence.io/bmc", "annotation: 'not a key!'",
+		`config: agents[0].target.annotation: Invalid value: "not a key!": not a valid label or annotation key: name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')`},
+	"label key invalid": {"label: fencing.kubefence.io/bmc", "label: 'a/b/c'",
+		`config: agents[1].target.label: Invalid value: "a/b/c": not a valid label or annotation key: a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')`},
+	"lease name invalid": {"name: kubefence-controller", "name: Kubefence_Controller",
+		`config: leaderElection.name: Invalid value: "Kubefence_Controller": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
+	"lease namespace invalid": {"namespace: kubefence-system\n  name", "namespace: kube.fence\n  name",
+		`config: leaderElection.namespace: Invalid value: "kube.fence": must not contain dots`},
+	"secret name invalid": {"name: bmc-credentials", "name: BMC_creds",
+		`config: agents[0].secretRef.name: Invalid value: "BMC_creds": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
+	"secret namespace invalid": {"{namespace: kubefence-system, name: bmc", "{namespace: 'Kube Fence', name: bmc",
+		`config: agents[0].secretRef.namespace: Invalid value: "Kube Fence": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`},
+	"292 years": {"timeout: 30s", "timeout: 2562047h",
+		`config: agents[0].timeout: Invalid value: "2562047h0m0s": must be from 100ms to 1h0m0s`},
+	"agent timeout 1ns": {"timeout: 30s", "timeout: 1ns",
+		`config: agents[0].timeout: Invalid value: "1ns": must be from 100ms to 1h0m0s`},
+	"onTimeout 30ns": {"timeout: 30s", "timeout: 30s\n  onTimeout: 30ns",
+		`config: agents[0].onTimeout: Invalid value: "30ns": must be from 100ms to 1h0m0s`},
+	"a million retries": {"retries: 1", "retries: 1000000",
+		"config: policies[0].levels[0].retries: Invalid value: 1000000: must be from 0 to 20"},
+	"maxUnhealthy 150%": {"maxUnhealthy: 40%", "maxUnhealthy: 150%",
+		`config: policies[0].budget.maxUnhealthy: Invalid value: "150%": must be a percentage from 0% to 100%, or a count`},
+	"maxUnhealthy -1": {"maxUnhealthy: 40%", "maxUnhealthy: -1",
+		"config: policies[0].budget.maxUnhealthy: Invalid value: -1: must be a count of 0 or more, or a percentage"},
+	"maxUnhealthy -10%": {"maxUnhealthy: 40%", "maxUnhealthy: -10%",
+		`config: policies[0].budget.maxUnhealthy: Invalid value: "-10%": must be a percentage from 0% to 100%, or a count`},
+	"maxUnhealthy a word": {"maxUnhealthy: 40%", "maxUnhealthy: most",
+		`config: policies[0].budget.maxUnhealthy: Invalid value: "most": must be a whole number or a percentage such as "40%"`},
+	"explicit cooldown 0s": {"cooldown: 10m", "cooldown: 0s",
+		`config: policies[0].budget.cooldown: Invalid value: "0s": an explicit zero would be replaced by the default; leave the field out, or set the duration you mean`},
+	"explicit maxConcurrent 0": {"maxConcurrent: 10", "maxConcurrent: 0",
+		"config: policies[0].budget.maxConcurrent: Invalid value: 0: an explicit 0 would be replaced by the default (10); leave the field out, or set the value you mean"},
+	"maxConcurrent negative": {"maxConcurrent: 10", "maxConcurrent: -3",
+		"config: policies[0].budget.maxConcurrent: Invalid value: -3: must be from 1 to 10000"},
+	"second YAML document": {"", valid + "---\n" + valid + "dryRun: true\n",
+		"config: the file holds 2 YAML documents; a configuration is exactly one (remove the '---' separators)"},
+	"duration in words": {"cooldown: 10m", "cooldown: 10 minutes",
+		`config: policies[0].budget.cooldown: Invalid value: "10 minutes": not a duration: use a number and a unit, such as "90s", "10m" or "1h30m" (units ns, us, ms, s, m, h)`},
+	"duration as a number": {"timeout: 60s", "timeout: 60",
+		`config: policies[0].levels[0].timeout: Invalid value: 60: must be a duration such as "90s", "10m" or "1h30m"`},
+	"retries as a word": {"retries: 1", "retries: three",
+		`config: policies[0].levels[0].retries: Invalid value: "three": must be a whole number`},
+	"retries as a fraction": {"retries: 1", "retries: 1.5",
+		"config: policies[0].levels[0].retries: Invalid value: 1.5: must be a whole number"},
+	"action Off unquoted": {`action: "Off"`, "action: Off",
+		"config: policies[0].action: Invalid value: false: must be a string: YAML reads unquoted yes, no, on, off, true and false as booleans; quote the value"},
+	"mode yes": {"mode: all", "mode: yes",
+		"config: policies[0].levels[0].mode: Invalid value: true: must be a string: YAML reads unquoted yes, no, on, off, true and false as booleans; quote the value"},
+	"remediation no": {`action: "Off"`, `action: "Off"` + "\n  remediation: no",
+		"config: policies[0].remediation: Invalid value: false: must be a string: YAML reads unquoted yes, no, on, off, true and false as booleans; quote the value"},
+	"action unknown": {`action: "Off"`, `action: "Halt"`,
+		`config: policies[0].action: Unsupported value: "Halt": supported values: "Off", "Reboot"`},
+	"mode unknown": {"mode: all", "mode: most",
+		`config: policies[0].levels[0].mode: Unsupported value: "most": supported values: "all", "any"`},
+	"huge value quoted short": {"- name: default", "- name: " + strings.Repeat("x", 10<<20),
+		`config: policies[0].name: Invalid value: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (10485760 bytes)": must be no more than 63 characters`},
+	"unknown top-level field": {"agents:", "agent: []\nagents:",
+		"config: agent: Forbidden: unknown field; the fields here are agents, apiVersion, detection, dryRun, kind, leaderElection, paused, pluginDir, policies"},
+	"field with the wrong case": {"maxConcurrent: 10", "maxconcurrent: 10",
+		`config: policies[0].budget.maxconcurrent: Forbidden: unknown field; did you mean "maxConcurrent"?`},
+	"wrong apiVersion": {"config.kubefence.io/v1alpha1", "kubefence.io/v1",
+		`config: apiVersion: Unsupported value: "kubefence.io/v1": supported values: "config.kubefence.io/v1alpha1"`},
+	"wrong kind": {"kind: FenceControllerConfiguration", "kind: Config",
+		`config: kind: Unsupported value: "Config": supported values: "FenceControllerConfiguration"`},
+	"paused as a string": {"policies:", "paused: 'yes'\npolicies:",
+		`config: paused: Invalid value: "yes": must be true or false`},
+	"level agents not a list": {"- agents: [ipmi]", "- agents: ipmi",
+		`config: policies[0].levels[0].agents: Invalid value: "ipmi": must be a list`},
+	"no policies": {"", strings.Split(valid, "policies:")[0],
+		"config: policies: Required value: at least one policy"},
+	"level names an unknown agent": {"agents: [ipmi]", "agents: [impi]",
+		`config: policies[0].levels[0].agents[0]: Not found: "impi"`},
+	"remote agent with a sha256": {"address: bmc-agent", "sha256: \"0000000000000000000000000000000000000000000000000000000000000000\"\n  address: bmc-agent",
+		"config: agents[1].address: Forbidden: a remote agent has no binary or sha256"},
+	"renewDeadline over leaseDuration": {"name: kubefence-controller", "name: kubefence-controller\n  leaseDuration: 10s\n  renewDeadline: 15s",
+		`config: leaderElection.renewDeadline: Invalid value: "15s": must be less than leaseDuration`},
+	"flapThreshold 1000": {"leaderElection:", "detection: {flapThreshold: 1000}\nleaderElection:",
+		"config: detection.flapThreshold: Invalid value: 1000: must be from 2 to 100"},
+	"burst without a rate": {"cooldown: 10m", "cooldown: 10m, rateLimit: {burst: 3}",
+		"config: policies[0].budget.rateLimit.burst: Invalid value: 3: needs fencesPerMinute"},
+	"fencesPerMinute 5000": {"cooldown: 10m", "cooldown: 10m, rateLimit: {fencesPerMinute: 5000}",
+		"config: [policies[0].budget.rateLimit.fencesPerMinute: Invalid value: 5000: must be from 0 to 1000, policies[0].budget.rateLimit.burst: Invalid value: 5000: must be from 0 to 1000]"},
+	"expectedRenewInterval negative": {"leaderElection:", "detection: {expectedRenewInterval: -1s}\nleaderElection:",
+		`config: detection.expectedRenewInterval: Invalid value: "-1s": must be from 100ms to 1h0m0s`},
+	"level timeout 2h": {"timeout: 60s", "timeout: 2h",
+		`config: policies[0].levels[0].timeout: Invalid value: "2h0m0s": must be from 100ms to 1h0m0s`},
+	"minWait 2h": {`action: "Off"`, `action: "Off"` + "\n  minWait: 2h",
+		`config: policies[0].minWait: Invalid value: "2h0m0s": must be from 100ms to 1h0m0s`},
+	"bad selector operator": {`action: "Off"`, `action: "Off"` + "\n  nodeSelector: {matchExpressions: [{key: a, operator: Like}]}",
+		`config: policies[0].nodeSelector: Invalid value: {"matchExpressions":[{"key":"a","operator":"Like"}]}: "Like" is not a valid label selector operator`},
+	"agent without a target": {"  target: {annotation: fencing.kubefence.io/bmc}\n", "",
+		"config: agents[0].target: Required value: one of annotation, label or providerID: where the node's target is found"},
+	"sha256 not hex": {`sha256: "0000`, `sha256: "zzzz`,
+		`config: agents[0].sha256: Invalid value: "zzzz000000000000000000000000000000000000000000000000000000000000": must be 64 lower-case hex digits (or set address for a remote agent)`},
+	"not a mapping": {"", "- just\n- a list\n",
+		"config: the file must be a YAML mapping of fields (apiVersion, kind, agents, policies, ...), not a list"},
+}
+
+func TestBadConfigs(t *testing.T) {
+	if _, err := ParseConfig([]byte(valid)); err != nil {
+		t.Fatalf("the valid base is refused: %v", err)
+	}
+	gen := os.Getenv("KUBEFENCE_GEN") != ""
+	for name, tc := range badConfigs {
+		t.Run(name, func(t *testing.T) {
+			doc := tc.new
+			if tc.old != "" {
+				if !strings.Contains(valid, tc.old) {
+					t.Fatalf("%q is not in the valid base", tc.old)
+				}
+				doc = strings.Replace(valid, tc.old, tc.new, 1)
+			}
+			_, err := ParseConfig([]byte(doc))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", doc)
+			}
+			if gen {
+				t.Logf("GOT %q: %q", name, err.Error())
+				return
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error:\n%s\nwant:\n%s", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,94 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// agentCheckTimeout bounds each agent's Validate at load, launch or dial included.
+const agentCheckTimeout = 15 * time.Second
+
+// AgentProblems are what the configured agents said of their parameters at load.
+type AgentProblems struct {
+	// Invalid are parameters an agent refused, or a local agent that could not be
+	// started: the configuration cannot fence.
+	Invalid []error
+	// Unreachable are remote agents that did not answer: reported, not fatal, since a
+	// remote agent may start after the controller.
+	Unreachable []error
+}
+
+// Err joins the invalid ones.
+func (p AgentProblems) Err() error { return errors.Join(p.Invalid...) }
+
+// ValidateAgents asks every configured agent, local or remote, to check the parameters
+// the configuration gives it (Validate), so that an unknown name, an out-of-range value
+// or a secret passed as a parameter is refused when the configuration is loaded, not at
+// the first fence. Each problem names the agent's field path and the agent.
+func ValidateAgents(ctx context.Context, cfg *v1alpha1.Config, agents AgentSource) AgentProblems {
+	var out AgentProblems
+	for i, a := range cfg.Agents {
+		err := validateAgent(ctx, agents, a)
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("agents[%d] (%s): %w", i, a.Name, err)
+		if a.Address != "" && plugin.KindOf(err) != plugin.KindPermanent {
+			out.Unreachable = append(out.Unreachable, err)
+			continue
+		}
+		out.Invalid = append(out.Invalid, err)
+	}
+	return out
+}
+
+func validateAgent(ctx context.Context, agents AgentSource, a v1alpha1.Agent) error {
+	ctx, cancel := context.WithTimeout(ctx, agentCheckTimeout)
+	defer cancel()
+	agent, err := agents.Agent(a.Name)
+	if err != nil {
+		return err
+	}
+	params := a.Params
+	if params == nil {
+		params = map[string]string{}
+	}
+	return agent.Validate(ctx, params)
+}
+
+// ValidateConfig is --validate-config: the file decoded and validated, then every agent
+// asked about its parameters, without a cluster. It returns the warnings to print (the
+// unversioned form, remote agents that did not answer) and the error that makes the file
+// unusable.
+func ValidateConfig(ctx context.Context, path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	cfg, warnings, err := v1alpha1.DecodeConfig(data)
+	if err != nil {
+		return warnings, err
+	}
+	// The agents' own launch logs would bury the verdict on stderr.
+	host, err := plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: agentSpecs(cfg), Logger: hclog.NewNullLogger()})
+	if err != nil {
+		return warnings, fmt.Errorf("config: agents: %w", err)
+	}
+	defer host.Close()
+	problems := ValidateAgents(ctx, cfg, host)
+	for _, u := range problems.Unreachable {
+		warnings = append(warnings, fmt.Sprintf("%v (remote agent not checked)", u))
+	}
+	if err := problems.Err(); err != nil {
+		return warnings, fmt.Errorf("config: %w", err)
+	}
+	return warnings, nil
+}

@@ -1,0 +1,129 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestValidateConfigAsksTheAgents (issue 22): fence-controller --validate-config, with the
+// real agent binaries in its plugin directory, refuses parameters the agents refuse,
+// naming the agent and the parameter; the controller refuses to start on them, before it
+// talks to any cluster; and a bad file gets exit code 1 and the field on stderr.
+func TestValidateConfigAsksTheAgents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin, plugins := filepath.Join(dir, "bin"), filepath.Join(dir, "plugins")
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin+string(os.PathSeparator),
+		"./cmd/fence-controller", "./cmd/fence-agent-ipmi", "./cmd/fence-agent-exec", "./cmd/fence-agent-cloud")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]string{}
+	for _, a := range []string{"ipmi", "exec", "cloud"} {
+		if sums[a], err = copyFile(filepath.Join(bin, "fence-agent-"+a), filepath.Join(plugins, a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := func(agent, params string) string {
+		return fmt.Sprintf(`apiVersion: config.kubefence.io/v1alpha1
+kind: FenceControllerConfiguration
+pluginDir: %s
+agents:
+- name: %s
+  sha256: %s
+  target: {annotation: example.com/target}
+  params: {%s}
+policies:
+- name: default
+  levels: [{agents: [%s]}]
+`, plugins, agent, sums[agent], params, agent)
+	}
+	for name, tc := range map[string]struct {
+		doc, stderr string
+		code        int
+	}{
+		"ipmi valid":             {config("ipmi", "cipherSuite: '17'"), "", 0},
+		"ipmi cipher suite 99":   {config("ipmi", "cipherSuite: '99'"), "agents[0] (ipmi): ", 1},
+		"exec unknown parameter": {config("exec", "script: /usr/sbin/fence_ipmilan, colour: blue"), "agents[0] (exec): ", 1},
+		"exec relative script":   {config("exec", "script: fence_ipmilan"), "agents[0] (exec): ", 1},
+		"cloud password param":   {config("cloud", "provider: aws, password: hunter2"), "agents[0] (cloud): ", 1},
+		"unversioned file":       {strings.SplitN(config("ipmi", ""), "\n", 3)[2], "warning: the configuration has no apiVersion and kind", 0},
+		"bad field":              {strings.Replace(config("ipmi", ""), "levels: [{agents: [ipmi]}]", "levels: [{agents: [ipmi], retries: lots}]", 1), "policies[0].levels[0].retries", 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
+			if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, stdout, stderr := runController(ctx, t, bin, "--validate-config", "--config", path)
+			if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and stderr with %q", code, stderr, tc.code, tc.stderr)
+			}
+			if code == 0 && !strings.Contains(stdout, "valid") {
+				t.Errorf("stdout %q, want it to say valid", stdout)
+			}
+			if strings.Contains(stderr, "hunter2") {
+				t.Errorf("a secret passed as a parameter was echoed: %q", stderr)
+			}
+			t.Logf("exit %d: %s", code, strings.TrimSpace(stderr))
+			if code == 0 {
+				return
+			}
+			// The same file stops the controller itself before it reaches any cluster.
+			kc := filepath.Join(dir, "kubeconfig")
+			if err := os.WriteFile(kc, []byte(unreachableKubeconfig), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, _, stderr = runController(ctx, t, bin, "--config", path, "--kubeconfig", kc)
+			if code != 1 || !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("controller start: exit %d, stderr %q; want exit 1 naming %q", code, stderr, tc.stderr)
+			}
+		})
+	}
+}
+
+// unreachableKubeconfig points at a port where nothing listens: a controller that got as
+// far as talking to the cluster would hang on it, not exit on its configuration.
+const unreachableKubeconfig = `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`
+
+func runController(ctx context.Context, t *testing.T, bin string, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "fence-controller"), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &exit) && ctx.Err() == nil:
+		return exit.ExitCode(), stdout.String(), stderr.String()
+	}
+	t.Fatalf("fence-controller %v: %v\n%s", args, err, stderr.String())
+	return 0, "", ""
+}
