@@ -51,6 +51,13 @@ bench: deps build
 	$(GO) test -run '^$$' -bench IncidentFloor -benchtime 3x ./test/sim/
 	$(GO) test -run '^$$' -bench CrashAtLeaderStart -benchtime 1x ./test/sim/
 
+# Each fuzz target for FUZZTIME (default 60s) from its seed corpus; `make test` runs the
+# seeds alone. A crasher lands in testdata/fuzz/ and becomes a test case.
+FUZZTIME ?= 60s
+.PHONY: fuzz
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./pkg/apis/fencing/v1alpha1/
+
 proto:
 	hack/proto.sh
 

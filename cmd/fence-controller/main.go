@@ -23,6 +23,7 @@ func main() {
 	}
 	var o controller.AppOptions
 	validate := flag.Bool("validate-config", false, "check the --config file and exit")
+	validateAgents := flag.Bool("validate-agents", true, "with --validate-config, also ask each agent to check its parameters (needs pluginDir's binaries, and remote agents to answer)")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
@@ -50,7 +51,7 @@ func main() {
 	}
 
 	if *validate {
-		warnings, err := controller.ValidateConfig(context.Background(), o.ConfigPath)
+		warnings, err := controller.ValidateConfig(context.Background(), o.ConfigPath, *validateAgents)
 		for _, w := range warnings {
 			fmt.Fprintln(os.Stderr, "warning:", w)
 		}

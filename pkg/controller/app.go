@@ -101,7 +101,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	// incident. A remote agent that is down may come up later.
 	problems := ValidateAgents(ctx, cfg, host)
 	for _, u := range problems.Unreachable {
-		klog.InfoS("Remote agent not reachable at start; its parameters are checked at its first call", "error", u)
+		klog.InfoS("Agent did not answer at start; its parameters are checked at its first call", "error", u)
 	}
 	if err := problems.Err(); err != nil {
 		return fmt.Errorf("config: %w", err)

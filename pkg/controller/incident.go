@@ -282,6 +282,25 @@ func lastStepIs(nf *v1alpha1.NodeFence, typ, contains string) bool {
 	return len(tl) > 0 && tl[len(tl)-1].Type == typ && strings.Contains(tl[len(tl)-1].Message, contains)
 }
 
+// lastUnfenceFailure is the message of agent's latest UnfenceFailed step since its last
+// successful Unfence, or "".
+func lastUnfenceFailure(nf *v1alpha1.NodeFence, agent string) string {
+	prefix := "agent " + agent + " "
+	tl := nf.Status.Timeline
+	for i := len(tl) - 1; i >= 0; i-- {
+		if !strings.HasPrefix(tl[i].Message, prefix) {
+			continue
+		}
+		switch tl[i].Type {
+		case stepUnfenceFailed:
+			return tl[i].Message
+		case "Unfenced":
+			return ""
+		}
+	}
+	return ""
+}
+
 func lastAttempt(nf *v1alpha1.NodeFence) *v1alpha1.Attempt {
 	if len(nf.Status.Attempts) == 0 {
 		return nil
@@ -414,7 +433,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			// Nothing is released on a failed Unfence, whatever was read back after it:
 			// the try is retried with backoff, and the timeline records each new state
 			// read back, not every try.
-			if key, msg := unfenceFailure(at.Agent, "Unfence", res, err); !lastStepIs(nf, stepUnfenceFailed, key) {
+			if key, msg := unfenceFailure(at.Agent, "Unfence", res, err); !strings.HasPrefix(lastUnfenceFailure(nf, at.Agent), key) {
 				addStep(&nf.Status, c.now(), stepUnfenceFailed, msg)
 				if serr := c.save(ctx, nf); serr != nil {
 					err = errors.Join(err, serr)

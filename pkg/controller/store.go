@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -194,6 +196,7 @@ func (s *store) writeStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch i
 		return nil, fmt.Errorf("write incident %s at epoch %d, stored epoch is %d: %w", nf.Name, epoch, nf.Status.Epoch, ErrStaleEpoch)
 	}
 	nf.Status.Epoch, nf.Status.Leader = epoch, leader
+	clampStatus(&nf.Status)
 	u, err := toUnstructured(nf)
 	if err != nil {
 		return nil, err
@@ -263,4 +266,42 @@ func (s *store) factsForNode(node string) []facts {
 		out = append(out, factsOf(o))
 	}
 	return out
+}
+
+// maxText is how much free text (a message, evidence, an error) the controller writes in
+// one field: a quarter of the CRD's limit, so that a whole status stays far inside the
+// API server's limit on an object's size.
+const maxText = 8192
+
+// clampStatus cuts what the controller writes to the CRD's limits: a status the API
+// server refuses would stop the incident where it stands, for the sake of a long message
+// or an agent's odd error kind.
+func clampStatus(st *v1alpha1.NodeFenceStatus) {
+	st.Message = clampText(st.Message, maxText)
+	for i := range st.Timeline {
+		st.Timeline[i].Message = clampText(st.Timeline[i].Message, maxText)
+	}
+	trimTimeline(st)
+	for i := range st.Attempts {
+		a := &st.Attempts[i]
+		a.Evidence, a.Error = clampText(a.Evidence, maxText), clampText(a.Error, maxText)
+		a.ErrorKind, a.PowerState = clampText(a.ErrorKind, 64), clampText(a.PowerState, 32)
+	}
+}
+
+// clampText cuts s to at most limit bytes of valid UTF-8, saying so when it cuts.
+func clampText(s string, limit int) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= limit {
+		return s
+	}
+	cut := "... (cut)"
+	if limit <= len(cut) {
+		cut = ""
+	}
+	end := limit - len(cut)
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + cut
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -248,6 +249,52 @@ const stepUnfenceFailed = "UnfenceFailed"
 
 func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
 	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})
+	trimTimeline(st)
+}
+
+// timelineBudget bounds the text of a timeline, well inside the API server's limit on
+// an object's size.
+const timelineBudget = 256 << 10
+
+// trimTimeline keeps a timeline within the CRD's count and the text budget: a status the
+// API server refuses would stop the incident where it stands. What goes is the oldest
+// step that is neither the first nor the last of its type, so every fact read back from
+// the timeline (when the incident was detected, when its first fence started, the latest
+// of each kind of step) stays.
+func trimTimeline(st *v1alpha1.NodeFenceStatus) {
+	for len(st.Timeline) > v1alpha1.MaxTimelineSteps || timelineText(st.Timeline) > timelineBudget {
+		i := oldestDroppable(st.Timeline)
+		if i < 0 {
+			return
+		}
+		st.Timeline = slices.Delete(st.Timeline, i, i+1)
+	}
+}
+
+func timelineText(tl []v1alpha1.Step) int {
+	n := 0
+	for _, s := range tl {
+		n += len(s.Type) + len(s.Message)
+	}
+	return n
+}
+
+// oldestDroppable is the index of the oldest step that is neither the first nor the last
+// of its type, or -1.
+func oldestDroppable(tl []v1alpha1.Step) int {
+	first, last := map[string]int{}, map[string]int{}
+	for i, s := range tl {
+		if _, ok := first[s.Type]; !ok {
+			first[s.Type] = i
+		}
+		last[s.Type] = i
+	}
+	for i, s := range tl {
+		if first[s.Type] != i && last[s.Type] != i {
+			return i
+		}
+	}
+	return -1
 }
 
 // event records an event on the node and on the incident. An incident's events wait for

@@ -18,11 +18,13 @@ const agentCheckTimeout = 15 * time.Second
 
 // AgentProblems are what the configured agents said of their parameters at load.
 type AgentProblems struct {
-	// Invalid are parameters an agent refused, or a local agent that could not be
-	// started: the configuration cannot fence.
+	// Invalid are what an agent refused for good (Permanent): its parameters, a binary
+	// whose checksum does not match, a script that is not there. The configuration
+	// cannot fence with them.
 	Invalid []error
-	// Unreachable are remote agents that did not answer: reported, not fatal, since a
-	// remote agent may start after the controller.
+	// Unreachable are agents that did not answer (a remote agent down, a local one slow
+	// to start): reported, not fatal, so that a passing fault does not keep the
+	// controller from starting, and checked again at their first call.
 	Unreachable []error
 }
 
@@ -41,7 +43,7 @@ func ValidateAgents(ctx context.Context, cfg *v1alpha1.Config, agents AgentSourc
 			continue
 		}
 		err = fmt.Errorf("agents[%d] (%s): %w", i, a.Name, err)
-		if a.Address != "" && plugin.KindOf(err) != plugin.KindPermanent {
+		if plugin.KindOf(err) != plugin.KindPermanent {
 			out.Unreachable = append(out.Unreachable, err)
 			continue
 		}
@@ -64,17 +66,17 @@ func validateAgent(ctx context.Context, agents AgentSource, a v1alpha1.Agent) er
 	return agent.Validate(ctx, params)
 }
 
-// ValidateConfig is --validate-config: the file decoded and validated, then every agent
-// asked about its parameters, without a cluster. It returns the warnings to print (the
+// ValidateConfig is --validate-config: the file decoded and validated, then, with
+// checkAgents, every agent asked about its parameters, without a cluster. It returns the warnings to print (the
 // unversioned form, remote agents that did not answer) and the error that makes the file
 // unusable.
-func ValidateConfig(ctx context.Context, path string) ([]string, error) {
+func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	cfg, warnings, err := v1alpha1.DecodeConfig(data)
-	if err != nil {
+	if err != nil || !checkAgents {
 		return warnings, err
 	}
 	// The agents' own launch logs would bury the verdict on stderr.
@@ -85,7 +87,7 @@ func ValidateConfig(ctx context.Context, path string) ([]string, error) {
 	defer host.Close()
 	problems := ValidateAgents(ctx, cfg, host)
 	for _, u := range problems.Unreachable {
-		warnings = append(warnings, fmt.Sprintf("%v (remote agent not checked)", u))
+		warnings = append(warnings, fmt.Sprintf("%v (agent not checked)", u))
 	}
 	if err := problems.Err(); err != nil {
 		return warnings, fmt.Errorf("config: %w", err)

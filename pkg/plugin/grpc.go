@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -158,8 +159,17 @@ func (c *grpcClient) Unfence(ctx context.Context, req Request) (Result, error) {
 // outcome is unknown. It still matches context.DeadlineExceeded or context.Canceled.
 func callError(ctx context.Context, method string, req Request, err error) error {
 	err = fromStatus(err)
-	if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-		return fmt.Errorf("%s %s (node %s): %w before the agent answered; the outcome is unknown", method, req.Target, req.Node, ctxErr)
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return err
 	}
-	return err
+	// gRPC's own timer can fire a moment before the context's: a deadline that has
+	// passed counts as the caller's even while ctx.Err() is still nil.
+	ctxErr := ctx.Err()
+	if d, ok := ctx.Deadline(); ctxErr == nil && ok && !time.Now().Before(d) {
+		ctxErr = context.DeadlineExceeded
+	}
+	if ctxErr == nil {
+		return err
+	}
+	return fmt.Errorf("%s %s (node %s): %w before the agent answered; the outcome is unknown", method, req.Target, req.Node, ctxErr)
 }

@@ -50,11 +50,14 @@ func personClient(t *testing.T, ctx context.Context, c *Cluster, name string, ru
 	return dyn
 }
 
-func nodeFenceRequest(name, node string, force bool) *unstructured.Unstructured {
+// personName is the user name of personClient's person.
+func personName(name string) string { return "system:serviceaccount:" + Namespace + ":" + name }
+
+func nodeFenceRequest(name, node, requestedBy string, force bool) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "NodeFence",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"nodeName": node, "requestedBy": "a person", "reason": "test"},
+		"spec":     map[string]any{"nodeName": node, "requestedBy": requestedBy, "reason": "test"},
 	}}
 	if force {
 		u.SetAnnotations(map[string]string{v1alpha1.ForceAnnotation: "true"})
@@ -69,36 +72,7 @@ func TestForceNeedsPermission(t *testing.T) {
 	defer cancel()
 	h := rbacHarness(t, ctx)
 	c := h.Cluster
-	var policies []*unstructured.Unstructured
-	for _, obj := range renderedObjects(t) {
-		if strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy") {
-			policies = append(policies, obj)
-		}
-	}
-	if len(policies) != 2 {
-		t.Fatalf("rendered manifests hold %d ValidatingAdmissionPolicy objects, want the policy and its binding", len(policies))
-	}
-	admin, err := dynamicClient(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plural := map[string]string{"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
-		"ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
-	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
-		gvr := plural[kind]
-		for _, obj := range policies {
-			if obj.GetKind() != kind {
-				continue
-			}
-			data, _ := obj.MarshalJSON()
-			force := true
-			_, err := admin.Resource(admissionGVR(gvr)).Patch(ctx, obj.GetName(), types.ApplyPatchType, data,
-				metav1.PatchOptions{FieldManager: "force-test", Force: &force})
-			if err != nil {
-				t.Fatalf("apply %s: %v", obj.GetName(), err)
-			}
-		}
-	}
+	applyAdmissionPolicies(t, ctx, c)
 	create := rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"nodefences"}, Verbs: []string{"create", "update", "get"}}
 	forceRule := rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"nodefences/force"}, Verbs: []string{"create"}}
 	operator := personClient(t, ctx, c, "operator", []rbacv1.PolicyRule{create})
@@ -106,18 +80,18 @@ func TestForceNeedsPermission(t *testing.T) {
 	nodefences := func(d dynamic.Interface) dynamic.ResourceInterface { return d.Resource(v1alpha1.Resource) }
 
 	// The policy takes a moment to be loaded by the API server: poll until it denies.
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := nodefences(operator).Create(ctx, nodeFenceRequest("forced-by-operator", "node-1", true), metav1.CreateOptions{DryRun: []string{"All"}})
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := nodefences(operator).Create(ctx, nodeFenceRequest("forced-by-operator", "node-1", personName("operator"), true), metav1.CreateOptions{DryRun: []string{"All"}})
 		return err != nil && strings.Contains(err.Error(), "nodefences/force"), nil
 	})
 	if err != nil {
-		_, cerr := nodefences(operator).Create(ctx, nodeFenceRequest("forced-by-operator", "node-1", true), metav1.CreateOptions{DryRun: []string{"All"}})
+		_, cerr := nodefences(operator).Create(ctx, nodeFenceRequest("forced-by-operator", "node-1", personName("operator"), true), metav1.CreateOptions{DryRun: []string{"All"}})
 		t.Fatalf("an operator without nodefences/force could set the force annotation (last answer: %v)", cerr)
 	}
-	if _, err := nodefences(operator).Create(ctx, nodeFenceRequest("plain", "node-1", false), metav1.CreateOptions{DryRun: []string{"All"}}); err != nil {
+	if _, err := nodefences(operator).Create(ctx, nodeFenceRequest("plain", "node-1", personName("operator"), false), metav1.CreateOptions{DryRun: []string{"All"}}); err != nil {
 		t.Errorf("operator's plain request refused: %v", err)
 	}
-	if _, err := nodefences(oncall).Create(ctx, nodeFenceRequest("forced-by-oncall", "node-1", true), metav1.CreateOptions{DryRun: []string{"All"}}); err != nil {
+	if _, err := nodefences(oncall).Create(ctx, nodeFenceRequest("forced-by-oncall", "node-1", personName("oncall"), true), metav1.CreateOptions{DryRun: []string{"All"}}); err != nil {
 		t.Errorf("on-call's forced request refused: %v", err)
 	}
 }
@@ -174,4 +148,39 @@ func TestForceOverridesStormHold(t *testing.T) {
 
 func admissionGVR(resource string) schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: resource}
+}
+
+// applyAdmissionPolicies applies the chart's ValidatingAdmissionPolicies and their
+// bindings, from the rendered manifests, as cluster admin.
+func applyAdmissionPolicies(t *testing.T, ctx context.Context, c *Cluster) {
+	t.Helper()
+	var policies []*unstructured.Unstructured
+	for _, obj := range renderedObjects(t) {
+		if strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy") {
+			policies = append(policies, obj)
+		}
+	}
+	if len(policies) != 4 {
+		t.Fatalf("rendered manifests hold %d ValidatingAdmissionPolicy objects, want two policies (force, requestedBy) and their bindings", len(policies))
+	}
+	admin, err := dynamicClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plural := map[string]string{"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+		"ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		for _, obj := range policies {
+			if obj.GetKind() != kind {
+				continue
+			}
+			data, _ := obj.MarshalJSON()
+			force := true
+			_, err := admin.Resource(admissionGVR(plural[kind])).Patch(ctx, obj.GetName(), types.ApplyPatchType, data,
+				metav1.PatchOptions{FieldManager: "force-test", Force: &force})
+			if err != nil {
+				t.Fatalf("apply %s: %v", obj.GetName(), err)
+			}
+		}
+	}
 }

@@ -285,6 +285,9 @@ func (h *Harness) RewriteConfig(adjust func(*v1alpha1.Config)) error {
 
 func (h *Harness) saveConfig(cfg *v1alpha1.Config) error {
 	cfg.APIVersion, cfg.Kind = v1alpha1.ConfigAPIVersion, v1alpha1.ConfigKind
+	// Written out, an unset duration reads "0s", which the controller refuses as an
+	// explicit zero: the file carries the defaults instead.
+	cfg.Default()
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err

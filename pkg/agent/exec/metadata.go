@@ -60,6 +60,9 @@ func scriptKeys(ctx context.Context, script string) (name string, keys map[strin
 // checkKeys refuses the params and the target key that the script's metadata does not
 // list, naming each.
 func checkKeys(ctx context.Context, p params) error {
+	if !p.checkMetadata {
+		return nil
+	}
 	name, keys, ok := scriptKeys(ctx, p.script)
 	if !ok {
 		return nil

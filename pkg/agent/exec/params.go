@@ -21,6 +21,7 @@ const (
 	ParamTargetKey     = "target_key"
 	ParamVerifyTimeout = "verify_timeout"
 	ParamPollInterval  = "poll_interval"
+	ParamCheckMetadata = "check_metadata"
 	SecretPassword     = "password"
 )
 
@@ -41,6 +42,8 @@ var paramSpecs = []plugin.Param{
 		Description: "how long to poll action=status for the requested state after a power command"},
 	{Name: ParamPollInterval, Type: plugin.ParamDuration, Default: "500ms",
 		Description: "pause between action=status runs while verifying"},
+	{Name: ParamCheckMetadata, Type: plugin.ParamBool, Default: "true",
+		Description: "check the script's params against its action=metadata answer when the configuration is loaded; the script then runs with action=metadata alone on stdin (no target, no credentials). Set false for a script that does not implement metadata"},
 	{Name: SecretPassword, Type: plugin.ParamString, Secret: true,
 		Description: "device password, written to the script's stdin; other secrets are passed on stdin as given"},
 }
@@ -51,6 +54,7 @@ type params struct {
 	targetKey     string
 	verifyTimeout time.Duration
 	pollInterval  time.Duration
+	checkMetadata bool
 	// forward are the key=value pairs for the script besides action and target.
 	forward map[string]string
 	secrets map[string]string
@@ -70,6 +74,7 @@ func parseParams(in map[string]string) (params, error) {
 	}
 	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)
 	p.pollInterval = r.PositiveDuration(ParamPollInterval)
+	p.checkMetadata = r.Bool(ParamCheckMetadata)
 	// Every param the agent does not read itself is the script's, passed on as given;
 	// the target key must be known first, since no param may set it.
 	r.CheckNames(func(key, value string) error {

@@ -92,7 +92,7 @@ var badConfigs = map[string]struct {
 	"duration in words": {"cooldown: 10m", "cooldown: 10 minutes",
 		`config: policies[0].budget.cooldown: Invalid value: "10 minutes": not a duration: use a number and a unit, such as "90s", "10m" or "1h30m" (units ns, us, ms, s, m, h)`},
 	"duration as a number": {"timeout: 60s", "timeout: 60",
-		`config: policies[0].levels[0].timeout: Invalid value: 60: must be a duration such as "90s", "10m" or "1h30m"`},
+		`config: policies[0].levels[0].timeout: Invalid value: 60: must be a duration with its unit, such as "90s", "10m" or "1h30m" ("0s" for zero)`},
 	"retries as a word": {"retries: 1", "retries: three",
 		`config: policies[0].levels[0].retries: Invalid value: "three": must be a whole number`},
 	"retries as a fraction": {"retries: 1", "retries: 1.5",
@@ -147,6 +147,10 @@ var badConfigs = map[string]struct {
 		"config: agents[0].target: Required value: one of annotation, label or providerID: where the node's target is found"},
 	"sha256 not hex": {`sha256: "0000`, `sha256: "zzzz`,
 		`config: agents[0].sha256: Invalid value: "zzzz000000000000000000000000000000000000000000000000000000000000": must be 64 lower-case hex digits (or set address for a remote agent)`},
+	"duration a bare zero": {"leaderElection:", "detection: {expectedRenewInterval: 0}\nleaderElection:",
+		`config: detection.expectedRenewInterval: Invalid value: 0: must be a duration with its unit, such as "90s", "10m" or "1h30m" ("0s" for zero)`},
+	"param value not a string, never quoted": {"timeout: 30s", "timeout: 30s\n  params: {password: 123456}",
+		`config: agents[0].params[password]: Invalid value: "(not shown)": must be a string; quote it`},
 	"not a mapping": {"", "- just\n- a list\n",
 		"config: the file must be a YAML mapping of fields (apiVersion, kind, agents, policies, ...), not a list"},
 }
@@ -177,5 +181,29 @@ func TestBadConfigs(t *testing.T) {
 				t.Errorf("error:\n%s\nwant:\n%s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestGettingStartedConfig: the configuration docs/getting-started.md shows passes as
+// written, and the mistakes it shows give the error it prints.
+func TestGettingStartedConfig(t *testing.T) {
+	doc, err := os.ReadFile("../../../../docs/getting-started.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- checked by TestGettingStartedConfig")
+	if !ok {
+		t.Fatal("docs/getting-started.md lost its checked configuration")
+	}
+	_, rest, _ = strings.Cut(rest, "```yaml\n")
+	cfgText, rest, _ := strings.Cut(rest, "```")
+	if _, err := ParseConfig([]byte(cfgText)); err != nil {
+		t.Fatalf("the documented configuration is refused: %v", err)
+	}
+	_, rest, _ = strings.Cut(rest, "```\n")
+	shown, _, _ := strings.Cut(rest, "\n```")
+	bad := strings.Replace(strings.Replace(cfgText, "timeout: 60s", "timeout: 10 minutes", 1), `action: "Off"`, "action: Off", 1)
+	if _, err := ParseConfig([]byte(bad)); err == nil || err.Error() != shown {
+		t.Errorf("the documented mistakes give\n%v\nthe docs show\n%s", err, shown)
 	}
 }

@@ -199,11 +199,11 @@ func checkStruct(p *field.Path, v any, t reflect.Type) field.ErrorList {
 			errs = append(errs, field.Forbidden(child(p, key), unknownField(key, fields)))
 			continue
 		}
-		errs = append(errs, checkValue(child(p, key), m[key], ft)...)
-		if def, ok := noExplicitZeroes[key]; ok && isZeroNumber(m[key]) {
-			errs = append(errs, field.Invalid(child(p, key), 0,
-				fmt.Sprintf("an explicit 0 would be replaced by the default (%s); leave the field out, or set the value you mean", def)))
+		if vErrs := checkValue(child(p, key), m[key], ft); len(vErrs) > 0 {
+			errs = append(errs, vErrs...)
+			continue
 		}
+		errs = append(errs, explicitZero(child(p, key), key, m[key], ft)...)
 	}
 	return errs
 }
@@ -236,6 +236,14 @@ func checkMap(p *field.Path, v any, t reflect.Type) field.ErrorList {
 	}
 	var errs field.ErrorList
 	for _, key := range sortedKeys(m) {
+		if t == stringMapType {
+			// Values of params, labels and annotations are never quoted back: a
+			// password put in params by mistake must not reach a log.
+			if _, ok := m[key].(string); !ok {
+				errs = append(errs, field.TypeInvalid(p.Key(key), "(not shown)", "must be a string; quote it"))
+			}
+			continue
+		}
 		errs = append(errs, checkValue(p.Key(key), m[key], t.Elem())...)
 	}
 	return errs
@@ -271,19 +279,27 @@ func checkInt(p *field.Path, v any, t reflect.Type) field.ErrorList {
 func checkDuration(p *field.Path, v any) field.ErrorList {
 	s, ok := v.(string)
 	if !ok {
-		if n, isInt := integer(v); isInt && n == 0 {
-			s, ok = "0", true
-		}
+		return field.ErrorList{field.TypeInvalid(p, shortAny(v), `must be a duration with its unit, such as "90s", "10m" or "1h30m" ("0s" for zero)`)}
 	}
-	if !ok {
-		return field.ErrorList{field.TypeInvalid(p, shortAny(v), `must be a duration such as "90s", "10m" or "1h30m"`)}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
+	if _, err := time.ParseDuration(s); err != nil {
 		return field.ErrorList{field.Invalid(p, short(s), `not a duration: use a number and a unit, such as "90s", "10m" or "1h30m" (units ns, us, ms, s, m, h)`)}
 	}
-	if d == 0 {
-		return field.ErrorList{field.Invalid(p, s, "an explicit zero would be replaced by the default; leave the field out, or set the duration you mean")}
+	return nil
+}
+
+// explicitZero refuses 0 where Default would put its default in its place. Only
+// expectedRenewInterval means something by zero: unknown.
+func explicitZero(p *field.Path, key string, v any, t reflect.Type) field.ErrorList {
+	if t == durationType && key != "expectedRenewInterval" {
+		if s, ok := v.(string); ok {
+			if d, err := time.ParseDuration(s); err == nil && d == 0 {
+				return field.ErrorList{field.Invalid(p, s, "an explicit zero would be replaced by the default; leave the field out, or set the duration you mean")}
+			}
+		}
+	}
+	if def, ok := noExplicitZeroes[key]; ok && isZeroNumber(v) {
+		return field.ErrorList{field.Invalid(p, 0,
+			fmt.Sprintf("an explicit 0 would be replaced by the default (%s); leave the field out, or set the value you mean", def))}
 	}
 	return nil
 }

@@ -43,16 +43,17 @@ func TestParseConfigErrors(t *testing.T) {
 		extra string // appended to the policy, or a top-level block when it starts unindented
 		want  string
 	}{
-		"flap threshold of one":   {extra: "detection: {flapThreshold: 1}", want: "detection.flapThreshold: Invalid value: 1"},
-		"negative flap window":    {extra: "detection: {flapWindow: -1m}", want: "detection.flapWindow"},
-		"negative cooldown":       {extra: "  budget: {cooldown: -1s}", want: "policies[0].budget.cooldown"},
-		"negative rate":           {extra: "  budget: {rateLimit: {fencesPerMinute: -1}}", want: "policies[0].budget.rateLimit.fencesPerMinute"},
-		"burst without a rate":    {extra: "  budget: {rateLimit: {burst: 3}}", want: "policies[0].budget.rateLimit.burst"},
-		"bad exclude label":       {extra: "  excludeLabel: 'not a label!'", want: "policies[0].excludeLabel"},
-		"negative minWait":        {extra: "  minWait: -5s", want: "policies[0].minWait"},
-		"unknown budget field":    {extra: "  budget: {perzone: true}", want: `policies[0].budget.perzone: Forbidden: unknown field; did you mean "perZone"?`},
-		"rate with its own burst": {extra: "  budget: {rateLimit: {fencesPerMinute: 2, burst: 4}}"},
-		"rate, default burst":     {extra: "  budget: {rateLimit: {fencesPerMinute: 2}}"},
+		"flap threshold of one":      {extra: "detection: {flapThreshold: 1}", want: "detection.flapThreshold: Invalid value: 1"},
+		"negative flap window":       {extra: "detection: {flapWindow: -1m}", want: "detection.flapWindow"},
+		"negative cooldown":          {extra: "  budget: {cooldown: -1s}", want: "policies[0].budget.cooldown"},
+		"negative rate":              {extra: "  budget: {rateLimit: {fencesPerMinute: -1}}", want: "policies[0].budget.rateLimit.fencesPerMinute"},
+		"burst without a rate":       {extra: "  budget: {rateLimit: {burst: 3}}", want: "policies[0].budget.rateLimit.burst"},
+		"bad exclude label":          {extra: "  excludeLabel: 'not a label!'", want: "policies[0].excludeLabel"},
+		"negative minWait":           {extra: "  minWait: -5s", want: "policies[0].minWait"},
+		"unknown budget field":       {extra: "  budget: {perzone: true}", want: `policies[0].budget.perzone: Forbidden: unknown field; did you mean "perZone"?`},
+		"rate with its own burst":    {extra: "  budget: {rateLimit: {fencesPerMinute: 2, burst: 4}}"},
+		"rate, default burst":        {extra: "  budget: {rateLimit: {fencesPerMinute: 2}}"},
+		"renew interval 0s: unknown": {extra: "detection: {expectedRenewInterval: 0s}"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -34,10 +34,12 @@ type Config struct {
 type Detection struct {
 	// LeaseStaleAfter: a node whose kube-node-lease Lease was not renewed for this long is
 	// unhealthy. Kubelets renew every 10s, so the default of 30s is three missed renewals.
+	// From 1s to 1h.
 	LeaseStaleAfter metav1.Duration `json:"leaseStaleAfter,omitempty"`
 	// NotReadyAfter: a node whose Ready condition has been False or Unknown for this long is
 	// unhealthy, once its Lease (if it has one) has also been silent for the evidence
 	// floor: a kubelet that renews on its own cadence is alive, whatever Ready says.
+	// From 1s to 1h.
 	NotReadyAfter metav1.Duration `json:"notReadyAfter,omitempty"`
 	// ExpectedRenewInterval is how often your kubelets renew their node Lease (10s unless
 	// their nodeLeaseDurationSeconds was changed); leave it out when unknown. No node is
@@ -45,13 +47,13 @@ type Detection struct {
 	// own renewal periods as this replica measured them, or, before it has measured any
 	// (right after it starts or takes over), the Lease's leaseDurationSeconds, or three
 	// ExpectedRenewIntervals if that is longer. Neither LeaseStaleAfter, nor minWait, nor
-	// a workload rule goes below that floor.
+	// a workload rule goes below that floor. From 100ms to 1h, or 0s (unknown).
 	ExpectedRenewInterval metav1.Duration `json:"expectedRenewInterval,omitempty"`
 	// FlapWindow and FlapThreshold damp flapping: a node whose health went bad and came
 	// back FlapThreshold times within FlapWindow is reported Flapping, not Unhealthy, until
 	// the oldest of those recoveries leaves the window. A node that breaks and mends itself
 	// that often is better looked at by a person than power cycled again and again.
-	// Defaults: 10m and 3.
+	// Defaults: 10m and 3. FlapWindow from 1s to 24h, FlapThreshold from 2 to 100.
 	FlapWindow    metav1.Duration `json:"flapWindow,omitempty"`
 	FlapThreshold int32           `json:"flapThreshold,omitempty"`
 }
@@ -63,7 +65,8 @@ type LeaderElection struct {
 	// Namespace and Name of the Lease.
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
-	// LeaseDuration, RenewDeadline and RetryPeriod as in client-go's leaderelection.
+	// LeaseDuration, RenewDeadline and RetryPeriod as in client-go's leaderelection, each
+	// from 100ms to 10m, with RetryPeriod < RenewDeadline < LeaseDuration.
 	LeaseDuration metav1.Duration `json:"leaseDuration,omitempty"`
 	RenewDeadline metav1.Duration `json:"renewDeadline,omitempty"`
 	RetryPeriod   metav1.Duration `json:"retryPeriod,omitempty"`
@@ -91,12 +94,13 @@ type Agent struct {
 	SecretRef *SecretRef `json:"secretRef,omitempty"`
 	// Target says how to find the agent's target for a node.
 	Target TargetSource `json:"target"`
-	// Timeout bounds each call to this agent.
+	// Timeout bounds each call to this agent. From 100ms to 1h; default 30s.
 	Timeout metav1.Duration `json:"timeout,omitempty"`
 	// OnTimeout bounds each Unfence call (power on, storage access restored), as
 	// Pacemaker's pcmk_on_timeout does: a server can take longer to power on than off.
 	// Default: Timeout. An Unfence that fails or times out is read back with Status
-	// before anything else happens, so its outcome is recorded, never assumed.
+	// before anything else happens, so its outcome is recorded, never assumed. From 100ms
+	// to 1h.
 	OnTimeout metav1.Duration `json:"onTimeout,omitempty"`
 }
 
@@ -188,7 +192,8 @@ type Policy struct {
 	// MinWait is the floor below which tolerations and disruption budgets never shrink
 	// the wait. Default 5s. The detector never waits less than the node's evidence floor
 	// either (three of its own Lease renewal periods, or its Lease's duration until those
-	// are measured), so a short MinWait cannot make a healthy node look dead.
+	// are measured), so a short MinWait cannot make a healthy node look dead. From 100ms
+	// to 1h.
 	MinWait metav1.Duration `json:"minWait,omitempty"`
 }
 
@@ -198,27 +203,33 @@ type Level struct {
 	Agents []string `json:"agents"`
 	// Mode is all (default: every agent must verify) or any (one suffices).
 	Mode LevelMode `json:"mode,omitempty"`
-	// Timeout bounds one try of this level, from the Fence call to a verified state.
+	// Timeout bounds one try of this level, from the Fence call to a verified state. From
+	// 100ms to 1h; default 60s.
 	Timeout metav1.Duration `json:"timeout,omitempty"`
-	// Retries is how many times a failed try is repeated before escalating (default 1).
+	// Retries is how many times a failed try is repeated before escalating: 0 to 20,
+	// default 1.
 	Retries *int32 `json:"retries,omitempty"`
-	// Backoff is the wait before the first retry; it doubles with each retry.
+	// Backoff is the wait before the first retry; it doubles with each retry. From 1ms
+	// to 10m.
 	Backoff metav1.Duration `json:"backoff,omitempty"`
 }
 
 // Budget limits fencing so that a partition is not mistaken for many dead nodes.
 type Budget struct {
-	// MaxConcurrent is how many fencing operations may run at once.
+	// MaxConcurrent is how many fencing operations may run at once. From 1 to 10000;
+	// default 10.
 	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
 	// MaxUnhealthy is a count or a percentage of the nodes this policy selects; when more
-	// nodes are unhealthy, nothing is fenced (storm hold).
+	// nodes are unhealthy, nothing is fenced (storm hold). A count of 0 or more, or a
+	// percentage from 0% to 100%; default 40%.
 	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
 	// PerZone holds fencing of a node whose zone (label topology.kubernetes.io/zone) has
 	// no healthy node left: a dark zone is far more likely a network partition than every
 	// machine in it dying at once. Default true.
 	PerZone *bool `json:"perZone,omitempty"`
 	// Cooldown is how long after a fence of a node started that the same node may not be
-	// fenced again; a node that dies again that soon needs a person. Default 10m.
+	// fenced again; a node that dies again that soon needs a person. From 1s to 168h;
+	// default 10m.
 	Cooldown metav1.Duration `json:"cooldown,omitempty"`
 	// RateLimit bounds how fast fences start, across the cluster.
 	RateLimit RateLimit `json:"rateLimit,omitempty"`
@@ -231,8 +242,8 @@ type Budget struct {
 // 1/FencesPerMinute minutes.
 type RateLimit struct {
 	// FencesPerMinute refills the bucket; 0 (the default) means no rate limit, leaving
-	// maxConcurrent and maxUnhealthy as the bounds.
+	// maxConcurrent and maxUnhealthy as the bounds. At most 1000.
 	FencesPerMinute int32 `json:"fencesPerMinute,omitempty"`
-	// Burst is the bucket's size; default FencesPerMinute.
+	// Burst is the bucket's size; default FencesPerMinute, at most 1000.
 	Burst int32 `json:"burst,omitempty"`
 }

@@ -41,6 +41,10 @@ func (p Phase) Open() bool {
 // nodefences/force, which the chart's ValidatingAdmissionPolicy checks.
 const ForceAnnotation = "fencing.kubefence.io/force"
 
+// MaxTimelineSteps is the most steps an incident's timeline keeps: the first (why it
+// opened) and the latest others. The CRD refuses a longer one.
+const MaxTimelineSteps = 1000
+
 // RetryAnnotation, set to "true" on a Failed NodeFence, lets the controller open a new
 // automatic incident for its node. Without it, a node whose last incident failed gets no
 // new automatic incident until it shows a sign of life or a new boot: the fence devices
@@ -90,15 +94,23 @@ type NodeFence struct {
 	Status NodeFenceStatus `json:"status,omitempty"`
 }
 
-// NodeFenceSpec says which node to fence and why.
+// NodeFenceSpec says which node to fence and why. It cannot change once created: a
+// different request is a new NodeFence.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: create a new NodeFence for a different request"
 type NodeFenceSpec struct {
-	// NodeName is the node to fence.
+	// NodeName is the node to fence: a Node's name, a DNS subdomain.
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	NodeName string `json:"nodeName"`
 	// Reason is why fencing was requested, in words.
+	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Reason string `json:"reason,omitempty"`
-	// RequestedBy is "controller" for automatic incidents, or who asked for it.
+	// RequestedBy is "controller" for automatic incidents, or the user name of the person
+	// who created it; the chart's ValidatingAdmissionPolicy holds it to the requesting
+	// user's name, so that nobody can claim to be someone else.
+	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	RequestedBy string `json:"requestedBy,omitempty"`
 	// Action overrides the policy's action.
@@ -107,9 +119,12 @@ type NodeFenceSpec struct {
 	Action FenceAction `json:"action,omitempty"`
 }
 
-// NodeFenceStatus is the incident's state and history, written only by the leader.
+// NodeFenceStatus is the incident's state and history, written only by the leader. An
+// incident that ended (Recovered, Failed, Cancelled) keeps its phase.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.phase) || !(oldSelf.phase in ['Recovered', 'Failed', 'Cancelled']) || (has(self.phase) && self.phase == oldSelf.phase)",message="an incident that ended (Recovered, Failed, Cancelled) keeps its phase"
 type NodeFenceStatus struct {
 	// Phase is where the incident stands.
+	// +kubebuilder:validation:Enum=Pending;Fencing;Fenced;Remediated;Recovered;Held;Failed;Cancelled
 	// +optional
 	Phase Phase `json:"phase,omitempty"`
 	// Epoch is the fencing epoch of the leader that last wrote this status. A leader with
@@ -117,9 +132,11 @@ type NodeFenceStatus struct {
 	// +optional
 	Epoch int64 `json:"epoch,omitempty"`
 	// Leader is the identity of the replica that last wrote this status.
+	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Leader string `json:"leader,omitempty"`
 	// Policy is the name of the policy that governs this incident.
+	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Policy string `json:"policy,omitempty"`
 	// Level is the fencing level being tried or verified, starting at 1.
@@ -131,6 +148,7 @@ type NodeFenceStatus struct {
 	VerifiedLevel int32 `json:"verifiedLevel,omitempty"`
 	// BootID is the node's boot ID when the incident opened; a node that reports another
 	// one has been power cycled.
+	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	BootID string `json:"bootID,omitempty"`
 	// LeaseRenewTime is the renewTime of the node's Lease (the kubelet's clock) when the
@@ -140,28 +158,35 @@ type NodeFenceStatus struct {
 	// +optional
 	LeaseRenewTime *metav1.MicroTime `json:"leaseRenewTime,omitempty"`
 	// Attempts lists every agent call, oldest first.
+	// +kubebuilder:validation:MaxItems=5000
 	// +optional
 	Attempts []Attempt `json:"attempts,omitempty"`
 	// Remediation records what kubefence changed so that it can be undone exactly.
 	// +optional
 	Remediation Remediation `json:"remediation,omitempty"`
-	// Timeline lists each step of the incident with its time.
+	// Timeline lists each step of the incident with its time: the first step and the
+	// latest MaxTimelineSteps-1 others.
+	// +kubebuilder:validation:MaxItems=1000
 	// +optional
 	Timeline []Step `json:"timeline,omitempty"`
 	// Message explains the phase, e.g. why it is held or failed.
+	// +kubebuilder:validation:MaxLength=32768
 	// +optional
 	Message string `json:"message,omitempty"`
 	// Conditions follow Kubernetes conventions.
+	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // Attempt is one call of one agent at one level.
 type Attempt struct {
-	Level int32  `json:"level"`
+	Level int32 `json:"level"`
+	// +kubebuilder:validation:MaxLength=63
 	Agent string `json:"agent"`
 	// Try counts calls of this agent at this level, starting at 1.
-	Try   int32        `json:"try"`
+	Try int32 `json:"try"`
+	// +kubebuilder:validation:Enum=Fencing;Verifying;Verified;Failed
 	State AttemptState `json:"state"`
 	// Started is when the Fence call was issued.
 	Started metav1.MicroTime `json:"started"`
@@ -171,16 +196,20 @@ type Attempt struct {
 	// +optional
 	Finished *metav1.MicroTime `json:"finished,omitempty"`
 	// PowerState is the last state the agent read back: on, off or unknown.
+	// +kubebuilder:validation:MaxLength=32
 	// +optional
 	PowerState string `json:"powerState,omitempty"`
 	// Evidence is what the agent reported it did and read.
+	// +kubebuilder:validation:MaxLength=32768
 	// +optional
 	Evidence string `json:"evidence,omitempty"`
 	// Error is why the attempt failed.
+	// +kubebuilder:validation:MaxLength=32768
 	// +optional
 	Error string `json:"error,omitempty"`
 	// ErrorKind is the agent's error class: Retryable, Permanent, TargetUnreachable,
 	// Unsupported or AgentDied.
+	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	ErrorKind string `json:"errorKind,omitempty"`
 }
@@ -189,12 +218,18 @@ type Attempt struct {
 type Remediation struct {
 	// TaintsAdded lists the keys of the node taints kubefence added; only these are ever
 	// removed on recovery.
+	// +kubebuilder:validation:MaxItems=10000
+	// +kubebuilder:validation:items:MaxLength=512
 	// +optional
 	TaintsAdded []string `json:"taintsAdded,omitempty"`
 	// PodsDeleted lists namespace/name of pods kubefence force-deleted.
+	// +kubebuilder:validation:MaxItems=10000
+	// +kubebuilder:validation:items:MaxLength=512
 	// +optional
 	PodsDeleted []string `json:"podsDeleted,omitempty"`
 	// VolumeAttachmentsDeleted lists the VolumeAttachments kubefence deleted.
+	// +kubebuilder:validation:MaxItems=10000
+	// +kubebuilder:validation:items:MaxLength=512
 	// +optional
 	VolumeAttachmentsDeleted []string `json:"volumeAttachmentsDeleted,omitempty"`
 }
@@ -203,7 +238,9 @@ type Remediation struct {
 type Step struct {
 	Time metav1.MicroTime `json:"time"`
 	// Type names the step, e.g. Detected, FenceStarted, Verified, TaintAdded.
-	Type    string `json:"type"`
+	// +kubebuilder:validation:MaxLength=64
+	Type string `json:"type"`
+	// +kubebuilder:validation:MaxLength=32768
 	Message string `json:"message,omitempty"`
 }
 
