@@ -57,6 +57,7 @@ FUZZTIME ?= 60s
 .PHONY: fuzz
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./pkg/apis/fencing/v1alpha1/
+	$(GO) test -run '^$$' -fuzz '^FuzzStatusWithinCRD$$' -fuzztime $(FUZZTIME) ./pkg/controller/
 
 proto:
 	hack/proto.sh

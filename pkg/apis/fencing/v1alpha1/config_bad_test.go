@@ -1,9 +1,13 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 )
 
 // valid is a versioned configuration that passes; each bad case changes one thing.
@@ -206,4 +210,62 @@ func TestGettingStartedConfig(t *testing.T) {
 	if _, err := ParseConfig([]byte(bad)); err == nil || err.Error() != shown {
 		t.Errorf("the documented mistakes give\n%v\nthe docs show\n%s", err, shown)
 	}
+}
+
+// TestEveryFieldsWrongType: every field of a full configuration, given a value of the
+// wrong type, is refused with an error that names its full path, list index included.
+func TestEveryFieldsWrongType(t *testing.T) {
+	full := valid + "detection: {leaseStaleAfter: 30s, notReadyAfter: 30s, expectedRenewInterval: 10s, flapWindow: 10m, flapThreshold: 3}\n" +
+		"paused: false\ndryRun: false\npluginDir: /usr/libexec/kubefence/agents\n"
+	full = strings.Replace(full, "  timeout: 30s\n", "  timeout: 30s\n  onTimeout: 40s\n  binary: ipmi\n  params: {cipherSuite: '3'}\n", 1)
+	full = strings.Replace(full, "    retries: 1\n", "    retries: 1\n    backoff: 1s\n", 1)
+	full = strings.Replace(full, "  budget: {", "  remediation: Both\n  paused: false\n  dryRun: false\n  excludeLabel: example.com/skip\n"+
+		"  skipIfNothingToRelease: false\n  honorTolerations: true\n  honorDisruptionBudgets: true\n  minWait: 5s\n"+
+		"  nodeSelector: {matchLabels: {zone: a}}\n  budget: {perZone: true, controlPlaneOneAtATime: true, rateLimit: {fencesPerMinute: 2, burst: 2}, ", 1)
+	js, err := yaml.YAMLToJSON([]byte(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root map[string]any
+	if err := json.Unmarshal(js, &root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseConfig(js); err != nil {
+		t.Fatalf("the full configuration is refused: %v", err)
+	}
+	leaves := 0
+	var walk func(path string, v any, set func(any))
+	walk = func(path string, v any, set func(any)) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, child := range v {
+				p := k
+				if path != "" {
+					p = path + "." + k
+				}
+				walk(p, child, func(n any) { v[k] = n })
+			}
+		case []any:
+			for i, child := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), child, func(n any) { v[i] = n })
+			}
+		default:
+			if strings.Contains(path, ".params.") || strings.Contains(path, ".matchLabels.") {
+				path = path[:strings.LastIndex(path, ".")] + "[" + path[strings.LastIndex(path, ".")+1:] + "]"
+			}
+			leaves++
+			set([]any{"wrong", "type"})
+			out, _ := json.Marshal(root)
+			set(v)
+			_, err := ParseConfig(out)
+			if err == nil || !strings.Contains(err.Error(), path+":") {
+				t.Errorf("%s given a list: %v; want an error naming %s", path, err, path)
+			}
+		}
+	}
+	walk("", root, nil)
+	if leaves < 40 {
+		t.Errorf("only %d fields were tried", leaves)
+	}
+	t.Logf("%d fields, each refused with its path when given a value of the wrong type", leaves)
 }
