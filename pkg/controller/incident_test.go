@@ -39,13 +39,19 @@ func testController(t *testing.T, nf *v1alpha1.NodeFence, objs ...runtime.Object
 	t.Helper()
 	cfg := &v1alpha1.Config{}
 	cfg.Default()
+	return fixtureController(t, cfg, nil, nf, objs...)
+}
+
+// fixtureController is a controller on fake clients holding nf, with cfg and agents.
+func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents AgentSource, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
+	t.Helper()
 	u, err := toUnstructured(nf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{v1alpha1.Resource: "NodeFenceList"}, u)
-	c, err := New(Options{Config: cfg, Client: fake.NewClientset(objs...), Dynamic: dyn,
+	c, err := New(Options{Config: cfg, Client: fake.NewClientset(objs...), Dynamic: dyn, Agents: agents,
 		Recorder: record.NewFakeRecorder(10), Identity: "me"})
 	if err != nil {
 		t.Fatal(err)

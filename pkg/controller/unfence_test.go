@@ -10,11 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
@@ -78,18 +73,7 @@ func unfenceController(t *testing.T, nf *v1alpha1.NodeFence, agent plugin.Agent,
 	cfg := &v1alpha1.Config{Agents: []v1alpha1.Agent{{Name: "ipmi", Target: v1alpha1.TargetSource{Annotation: "bmc"},
 		OnTimeout: metav1.Duration{Duration: 50 * time.Millisecond}}}}
 	cfg.Default()
-	u, err := toUnstructured(nf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{v1alpha1.Resource: "NodeFenceList"}, u)
-	c, err := New(Options{Config: cfg, Client: fake.NewClientset(node), Dynamic: dyn, Agents: oneAgent{agent},
-		Recorder: record.NewFakeRecorder(10), Identity: "me"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return fixtureController(t, cfg, oneAgent{agent}, nf, node)
 }
 
 func rebootedNode(boot string) *corev1.Node {
