@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"k8s.io/klog/v2"
 
@@ -22,27 +21,14 @@ func main() {
 		os.Exit(check(os.Args[2:]))
 	}
 	var o controller.AppOptions
-	validate := flag.Bool("validate-config", false, "check the --config file and exit")
-	validateAgents := flag.Bool("validate-agents", true, "with --validate-config, also ask each agent to check its parameters (needs pluginDir's binaries, and remote agents to answer)")
-	showVersion := flag.Bool("version", false, "print the version and exit")
-	flag.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
-	flag.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
-	flag.StringVar(&o.ListenAddress, "listen-address", ":8080", "address of /healthz, /readyz and /metrics")
-	flag.IntVar(&o.Workers, "workers", controller.DefaultWorkers, "how many nodes are synced at once (each open incident holds one while it is driven)")
-	flag.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "the node this replica runs on (default $NODE_NAME, from the downward API's spec.nodeName); it is never fenced, nor is any node whose replica renews its identity Lease")
-	flag.BoolVar(&o.ReadyOnlyWhenLeader, "ready-only-when-leader", false, "report ready only while leader")
-	flag.DurationVar(&o.IdentityLeaseDuration, "identity-lease-duration", time.Hour, "how long an unrenewed replica identity Lease lives before the leader collects it")
-	flag.DurationVar(&o.IdentityRenewInterval, "identity-renew-interval", 10*time.Second, "how often each replica renews its identity Lease")
-	flag.DurationVar(&o.TargetInterval, "target-check-interval", controller.DefaultTargetInterval, "how often the leader reads every node's first-level fence device (kubefence_target_up)")
-	leaderCondition := flag.Bool("leader-pod-condition", false, "set the "+string(controller.LeaderCondition)+
-		" condition on this replica's pod (POD_NAMESPACE, POD_NAME from the downward API); use it as a readiness gate")
+	f := o.AddFlags(flag.CommandLine)
 	klog.InitFlags(nil)
 	flag.Parse()
-	if *showVersion {
+	if f.Version {
 		fmt.Println(buildinfo.String("fence-controller"))
 		return
 	}
-	if *leaderCondition {
+	if f.LeaderCondition {
 		o.LeaderPod = &controller.PodRef{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")}
 		if o.LeaderPod.Namespace == "" || o.LeaderPod.Name == "" {
 			fmt.Fprintln(os.Stderr, "--leader-pod-condition needs POD_NAMESPACE and POD_NAME in the environment")
@@ -50,8 +36,8 @@ func main() {
 		}
 	}
 
-	if *validate {
-		warnings, err := controller.ValidateConfig(context.Background(), o.ConfigPath, *validateAgents)
+	if f.Validate {
+		warnings, err := controller.ValidateConfig(context.Background(), o.ConfigPath, f.ValidateAgents)
 		for _, w := range warnings {
 			fmt.Fprintln(os.Stderr, "warning:", w)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,6 +47,29 @@ type AppOptions struct {
 	NodeName string
 	// TargetInterval is how often the leader reads every fence device.
 	TargetInterval time.Duration
+	// QPS and Burst bound the client's requests to the API server; zero means
+	// DefaultQPS and DefaultBurst.
+	QPS   float32
+	Burst int
+}
+
+// The client's default request budget. client-go's own (5 per second) would queue the
+// dozen requests of an incident behind each other, and those of a hundred simultaneous
+// incidents for seconds. Fencing is latency-critical and rare; the disruption budget
+// (maxConcurrent, storm hold) bounds the burst, and API Priority and Fairness protects the
+// API server. A hundred incidents at once take about 1,500 requests (docs/benchmarks.md).
+const (
+	DefaultQPS   = 500
+	DefaultBurst = 1000
+)
+
+func parseQPS(s string, qps *float32) error {
+	v, err := strconv.ParseFloat(s, 32)
+	if err != nil || v <= 0 {
+		return fmt.Errorf("want a number of requests per second above 0, got %q", s)
+	}
+	*qps = float32(v)
+	return nil
 }
 
 // LoadConfig reads and validates the configuration file.
@@ -76,11 +100,13 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err != nil {
 		return err
 	}
-	// client-go's default of 5 requests per second would queue the dozen requests of an
-	// incident behind each other, and those of a hundred simultaneous incidents for
-	// seconds. Fencing is latency-critical and rare; the budget (maxConcurrent, storm hold)
-	// bounds the burst and API Priority and Fairness protects the API server.
-	rc.QPS, rc.Burst = 500, 1000
+	rc.QPS, rc.Burst = o.QPS, o.Burst
+	if rc.QPS <= 0 {
+		rc.QPS = DefaultQPS
+	}
+	if rc.Burst <= 0 {
+		rc.Burst = DefaultBurst
+	}
 	// No API request may hang the incident it serves: after an API server restart a
 	// request on a half-open connection would otherwise wait for TCP to give up.
 	rc.Timeout = 30 * time.Second

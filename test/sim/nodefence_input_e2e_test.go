@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,13 @@ func TestNodeFenceInputRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = unstructured.SetNestedField(nf.Object, string(phase), "status", "phase")
+		if i == 0 {
+			// One level, tried and failed: the controller moves Level past the last one.
+			now := time.Now().UTC().Format(time.RFC3339Nano)
+			_ = unstructured.SetNestedField(nf.Object, int64(2), "status", "level")
+			_ = unstructured.SetNestedSlice(nf.Object, []any{map[string]any{"level": int64(1), "agent": "ipmi", "try": int64(1),
+				"state": "Failed", "started": now, "deadline": now}}, "status", "attempts")
+		}
 		_, err = nodefences.UpdateStatus(ctx, nf, metav1.UpdateOptions{})
 		switch {
 		case i == 0 && err != nil:
@@ -85,6 +93,33 @@ func TestNodeFenceInputRefused(t *testing.T) {
 			t.Errorf("Failed back to Pending answered %v; want it refused", err)
 		}
 	}
+	checkPrinterColumns(t, ctx, c, "mine", map[string]string{"Node": "node-1", "Phase": "Failed", "Level": "1",
+		"Agent": "ipmi", "Reason": "test", "RequestedBy": me})
+}
+
+// checkPrinterColumns reads NodeFence name as kubectl get does (a Table) and compares
+// the cells of want.
+func checkPrinterColumns(t *testing.T, ctx context.Context, c *Cluster, name string, want map[string]string) {
+	t.Helper()
+	var table metav1.Table
+	err := c.Client.CoreV1().RESTClient().Get().AbsPath("/apis", v1alpha1.GroupName, "v1alpha1", "nodefences", name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").Do(ctx).Into(&table)
+	if err != nil {
+		t.Fatalf("get %s as a table: %v", name, err)
+	}
+	if len(table.Rows) != 1 {
+		t.Fatalf("%d rows", len(table.Rows))
+	}
+	got := map[string]string{}
+	for i, col := range table.ColumnDefinitions {
+		got[col.Name] = fmt.Sprint(table.Rows[0].Cells[i])
+	}
+	for col, v := range want {
+		if got[col] != v {
+			t.Errorf("column %s = %q, want %q (all: %v)", col, got[col], v, got)
+		}
+	}
+	t.Logf("kubectl get nodefences: %v", got)
 }
 
 func withReason(u *unstructured.Unstructured, reason string) *unstructured.Unstructured {

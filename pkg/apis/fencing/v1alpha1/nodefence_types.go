@@ -81,7 +81,10 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Level",type=integer,JSONPath=`.status.level`
+// +kubebuilder:printcolumn:name="Level",type=integer,JSONPath=`.status.attempts[-1:].level`,description="The last level tried"
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.attempts[-1:].agent`,description="The agent of the last call"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`
+// +kubebuilder:printcolumn:name="RequestedBy",type=string,JSONPath=`.spec.requestedBy`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 

@@ -1,0 +1,38 @@
+package controller
+
+import (
+	"flag"
+	"os"
+	"time"
+)
+
+// AddFlags registers the controller's flags on fs, with their defaults, as Kubernetes
+// components' options do. What the flags leave for main (version, validation, the leader
+// pod condition) is returned in Flags.
+func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.BoolVar(&f.Validate, "validate-config", false, "check the --config file and exit")
+	fs.BoolVar(&f.ValidateAgents, "validate-agents", true, "with --validate-config, also ask each agent to check its parameters (needs pluginDir's binaries, and remote agents to answer)")
+	fs.BoolVar(&f.Version, "version", false, "print the version and exit")
+	fs.BoolVar(&f.LeaderCondition, "leader-pod-condition", false, "set the "+string(LeaderCondition)+
+		" condition on this replica's pod (POD_NAMESPACE, POD_NAME from the downward API); use it as a readiness gate")
+	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
+	fs.StringVar(&o.ListenAddress, "listen-address", ":8080", "address of /healthz, /readyz and /metrics")
+	fs.IntVar(&o.Workers, "workers", DefaultWorkers, "how many nodes are synced at once (each open incident holds one while it is driven)")
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "the node this replica runs on (default $NODE_NAME, from the downward API's spec.nodeName); it is never fenced, nor is any node whose replica renews its identity Lease")
+	fs.BoolVar(&o.ReadyOnlyWhenLeader, "ready-only-when-leader", false, "report ready only while leader")
+	fs.DurationVar(&o.IdentityLeaseDuration, "identity-lease-duration", time.Hour, "how long an unrenewed replica identity Lease lives before the leader collects it")
+	fs.DurationVar(&o.IdentityRenewInterval, "identity-renew-interval", 10*time.Second, "how often each replica renews its identity Lease")
+	fs.DurationVar(&o.TargetInterval, "target-check-interval", DefaultTargetInterval, "how often the leader reads every node's first-level fence device (kubefence_target_up)")
+	fs.Func("kube-api-qps", "requests per second to the API server, sustained (default 500)", func(s string) error {
+		return parseQPS(s, &o.QPS)
+	})
+	fs.IntVar(&o.Burst, "kube-api-burst", DefaultBurst, "requests to the API server in a burst")
+	return f
+}
+
+// Flags are the command-line switches that main acts on itself.
+type Flags struct {
+	Validate, ValidateAgents, Version, LeaderCondition bool
+}
