@@ -316,6 +316,8 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	go c.monitorTargets(ctx, c.opts.TargetInterval)
 	// At take-over and then regularly, find what a dead predecessor left behind.
 	go wait.UntilWithContext(ctx, c.reconcileOrphans, time.Minute)
+	// Ended incidents are kept as history, within the configured retention.
+	go wait.UntilWithContext(ctx, c.pruneHistory, historyInterval)
 	// Leases that stop changing produce no events: look at every node regularly.
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		nodes, err := c.nodes.List(everything())

@@ -310,7 +310,7 @@ func checkAccessReviews(t *testing.T, ctx context.Context, sa kubernetes.Interfa
 		"delete nodes":                   {authorizationv1.ResourceAttributes{Verb: "delete", Resource: "nodes"}, false},
 		"create pods":                    {authorizationv1.ResourceAttributes{Namespace: "default", Verb: "create", Resource: "pods"}, false},
 		"evict pods":                     {authorizationv1.ResourceAttributes{Namespace: "default", Verb: "create", Resource: "pods", Subresource: "eviction"}, false},
-		"delete NodeFences":              {authorizationv1.ResourceAttributes{Group: v1alpha1.GroupName, Verb: "delete", Resource: "nodefences"}, false},
+		"delete NodeFences (retention)":  {authorizationv1.ResourceAttributes{Group: v1alpha1.GroupName, Verb: "delete", Resource: "nodefences"}, true},
 		"update NodeFence specs":         {authorizationv1.ResourceAttributes{Group: v1alpha1.GroupName, Verb: "update", Resource: "nodefences"}, false},
 		"write Leases outside":           {authorizationv1.ResourceAttributes{Namespace: NodeLeaseNamespace, Group: "coordination.k8s.io", Verb: "update", Resource: "leases"}, false},
 		"create VolumeAttachments":       {authorizationv1.ResourceAttributes{Group: "storage.k8s.io", Verb: "create", Resource: "volumeattachments"}, false},

@@ -17,17 +17,19 @@ import (
 // narrow enough to catch a unit slip (292 years, a 1ns timeout, a million retries).
 // docs/configuration.md lists them.
 const (
-	MinCallTimeout   = 100 * time.Millisecond
-	MaxCallTimeout   = time.Hour
-	MaxDetection     = time.Hour
-	MaxFlapWindow    = 24 * time.Hour
-	MaxCooldown      = 7 * 24 * time.Hour
-	MaxBackoff       = 10 * time.Minute
-	MaxLeaderTiming  = 10 * time.Minute
-	MaxLevelRetries  = 20
-	MaxFlapThreshold = 100
-	MaxConcurrent    = 10000
-	MaxFencesPerMin  = 1000
+	MinCallTimeout    = 100 * time.Millisecond
+	MaxCallTimeout    = time.Hour
+	MaxDetection      = time.Hour
+	MaxFlapWindow     = 24 * time.Hour
+	MaxCooldown       = 7 * 24 * time.Hour
+	MaxBackoff        = 10 * time.Minute
+	MaxLeaderTiming   = 10 * time.Minute
+	MaxLevelRetries   = 20
+	MaxFlapThreshold  = 100
+	MaxConcurrent     = 10000
+	MaxFencesPerMin   = 1000
+	MaxHistoryAge     = 365 * 24 * time.Hour
+	MaxHistoryPerNode = 1000
 )
 
 // within checks lo <= d <= hi.

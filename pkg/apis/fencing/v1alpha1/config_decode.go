@@ -138,7 +138,7 @@ var (
 	intOrStringType  = reflect.TypeFor[intstr.IntOrString]()
 	stringMapType    = reflect.TypeFor[map[string]string]()
 	noExplicitZeroes = map[string]string{
-		"maxConcurrent": "10", "flapThreshold": "3", "burst": "fencesPerMinute",
+		"maxConcurrent": "10", "flapThreshold": "3", "burst": "fencesPerMinute", "keepPerNode": "10",
 	}
 )
 

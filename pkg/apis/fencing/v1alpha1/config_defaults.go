@@ -13,22 +13,24 @@ import (
 
 // Defaults that hold when the file leaves a field empty.
 const (
-	DefaultLeaseStaleAfter = 30 * time.Second
-	DefaultNotReadyAfter   = 30 * time.Second
-	DefaultAgentTimeout    = 30 * time.Second
-	DefaultLevelTimeout    = 60 * time.Second
-	DefaultLevelBackoff    = 2 * time.Second
-	DefaultLevelRetries    = 1
-	DefaultMaxConcurrent   = 10
-	DefaultMaxUnhealthy    = "40%"
-	DefaultPluginDir       = "/usr/libexec/kubefence/agents"
-	DefaultLeaseNamespace  = "kubefence-system"
-	DefaultLeaseName       = "kubefence-controller"
-	DefaultFlapWindow      = 10 * time.Minute
-	DefaultFlapThreshold   = 3
-	DefaultCooldown        = 10 * time.Minute
-	DefaultMinWait         = 5 * time.Second
-	DefaultExcludeLabel    = "fencing.kubefence.io/exclude"
+	DefaultLeaseStaleAfter    = 30 * time.Second
+	DefaultNotReadyAfter      = 30 * time.Second
+	DefaultAgentTimeout       = 30 * time.Second
+	DefaultHistoryMaxAge      = 30 * 24 * time.Hour
+	DefaultHistoryKeepPerNode = 10
+	DefaultLevelTimeout       = 60 * time.Second
+	DefaultLevelBackoff       = 2 * time.Second
+	DefaultLevelRetries       = 1
+	DefaultMaxConcurrent      = 10
+	DefaultMaxUnhealthy       = "40%"
+	DefaultPluginDir          = "/usr/libexec/kubefence/agents"
+	DefaultLeaseNamespace     = "kubefence-system"
+	DefaultLeaseName          = "kubefence-controller"
+	DefaultFlapWindow         = 10 * time.Minute
+	DefaultFlapThreshold      = 3
+	DefaultCooldown           = 10 * time.Minute
+	DefaultMinWait            = 5 * time.Second
+	DefaultExcludeLabel       = "fencing.kubefence.io/exclude"
 )
 
 func defaultBool(b **bool, v bool) {
@@ -68,6 +70,10 @@ func (c *Config) Default() {
 	defaultDuration(&le.LeaseDuration, 15*time.Second)
 	defaultDuration(&le.RenewDeadline, 10*time.Second)
 	defaultDuration(&le.RetryPeriod, 2*time.Second)
+	defaultDuration(&c.History.MaxAge, DefaultHistoryMaxAge)
+	if c.History.KeepPerNode == 0 {
+		c.History.KeepPerNode = DefaultHistoryKeepPerNode
+	}
 	for i := range c.Agents {
 		defaultDuration(&c.Agents[i].Timeout, DefaultAgentTimeout)
 		defaultDuration(&c.Agents[i].OnTimeout, c.Agents[i].Timeout.Duration)
@@ -140,6 +146,9 @@ func (c *Config) Validate() field.ErrorList {
 		errs = append(errs, intWithin(d.Child("flapThreshold"), int64(c.Detection.FlapThreshold), 2, MaxFlapThreshold)...)
 	}
 	errs = append(errs, c.LeaderElection.validate(field.NewPath("leaderElection"))...)
+	h := field.NewPath("history")
+	errs = append(errs, within(h.Child("maxAge"), c.History.MaxAge, time.Hour, MaxHistoryAge)...)
+	errs = append(errs, intWithin(h.Child("keepPerNode"), int64(c.History.KeepPerNode), 1, MaxHistoryPerNode)...)
 	agents := map[string]bool{}
 	for i, a := range c.Agents {
 		p := field.NewPath("agents").Index(i)

@@ -28,6 +28,20 @@ type Config struct {
 	// DryRun runs every policy in shadow mode: decisions are made and reported as
 	// WouldFence, and nothing is fenced or released.
 	DryRun bool `json:"dryRun,omitempty"`
+	// History says how long the incidents the controller opened are kept once they ended.
+	History History `json:"history,omitempty"`
+}
+
+// History is the retention of ended incidents, as a Job's TTL: the leader deletes an
+// ended NodeFence that the controller opened once it is older than MaxAge or beyond the
+// newest KeepPerNode of its node. The newest ended incident of each node always stays (a
+// Failed one holds new automatic incidents back), open incidents are never touched, and
+// neither are NodeFences that a person created.
+type History struct {
+	// MaxAge is how long an ended incident is kept. From 1h to 8760h; default 720h (30 days).
+	MaxAge metav1.Duration `json:"maxAge,omitempty"`
+	// KeepPerNode is how many ended incidents are kept per node. From 1 to 1000; default 10.
+	KeepPerNode int32 `json:"keepPerNode,omitempty"`
 }
 
 // Detection sets the evidence that makes a node unhealthy.
