@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/buildinfo"
@@ -22,8 +24,13 @@ func main() {
 	}
 	var o controller.AppOptions
 	f := o.AddFlags(flag.CommandLine)
-	klog.InitFlags(nil)
+	logging := logsapi.NewLoggingConfiguration()
+	logsapi.AddGoFlags(logging, flag.CommandLine)
 	flag.Parse()
+	if err := logsapi.ValidateAndApply(logging, nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	if f.Version {
 		fmt.Println(buildinfo.String("fence-controller"))
 		return

@@ -223,7 +223,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 }
 
 func newAgentHost(cfg *v1alpha1.Config) (*plugin.Host, error) {
-	return plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: agentSpecs(cfg)})
+	return plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: agentSpecs(cfg), Logger: pluginLogger()})
 }
 
 func agentSpecs(cfg *v1alpha1.Config) map[string]plugin.AgentSpec {
