@@ -155,6 +155,12 @@ var badConfigs = map[string]struct {
 		`config: detection.expectedRenewInterval: Invalid value: 0: must be a duration with its unit, such as "90s", "10m" or "1h30m" ("0s" for zero)`},
 	"param value not a string, never quoted": {"timeout: 30s", "timeout: 30s\n  params: {password: 123456}",
 		`config: agents[0].params[password]: Invalid value: "(not shown)": must be a string; quote it`},
+	"agent without a name": {"- name: ipmi\n  sha256", "- sha256",
+		`config: [agents[0].name: Required value: the name policies give this agent, policies[0].levels[0].agents[0]: Not found: "ipmi"]`},
+	"policy without a name": {"- name: default\n  action", "- action",
+		"config: policies[0].name: Required value"},
+	"level without agents": {"- agents: [ipmi]\n", "- agents: []\n",
+		"config: policies[0].levels[0].agents: Required value: at least one agent"},
 	"not a mapping": {"", "- just\n- a list\n",
 		"config: the file must be a YAML mapping of fields (apiVersion, kind, agents, policies, ...), not a list"},
 }

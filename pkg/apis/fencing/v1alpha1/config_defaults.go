@@ -201,7 +201,10 @@ func (le *LeaderElection) validate(p *field.Path) field.ErrorList {
 
 func (a *Agent) validate(p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if !agentName.MatchString(a.Name) {
+	switch {
+	case a.Name == "":
+		errs = append(errs, field.Required(p.Child("name"), "the name policies give this agent"))
+	case !agentName.MatchString(a.Name):
 		errs = append(errs, field.Invalid(p.Child("name"), a.Name, "must match "+agentName.String()))
 	}
 	if a.Binary != "" && !agentName.MatchString(a.Binary) {
