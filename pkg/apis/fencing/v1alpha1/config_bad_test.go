@@ -161,6 +161,8 @@ var badConfigs = map[string]struct {
 		"config: policies[0].name: Required value"},
 	"level without agents": {"- agents: [ipmi]\n", "- agents: []\n",
 		"config: policies[0].levels[0].agents: Required value: at least one agent"},
+	"eleven levels": {"  - agents: [ipmi]\n", strings.Repeat("  - agents: [ipmi]\n", 11),
+		"config: policies[0].levels: Too many: 11: must have at most 10 items"},
 	"not a mapping": {"", "- just\n- a list\n",
 		"config: the file must be a YAML mapping of fields (apiVersion, kind, agents, policies, ...), not a list"},
 }

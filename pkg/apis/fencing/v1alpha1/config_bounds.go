@@ -30,6 +30,10 @@ const (
 	MaxFencesPerMin   = 1000
 	MaxHistoryAge     = 365 * 24 * time.Hour
 	MaxHistoryPerNode = 1000
+	// MaxLevels and MaxLevelAgents keep an incident's attempts (levels x agents x
+	// (MaxLevelRetries+1), at most 2,100) well inside the NodeFence CRD's 5,000.
+	MaxLevels      = 10
+	MaxLevelAgents = 10
 )
 
 // within checks lo <= d <= hi.

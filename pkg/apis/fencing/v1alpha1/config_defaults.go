@@ -292,6 +292,9 @@ func (pol *Policy) validate(p *field.Path, agents map[string]bool) field.ErrorLi
 	if len(pol.Levels) == 0 {
 		errs = append(errs, field.Required(p.Child("levels"), "at least one level"))
 	}
+	if len(pol.Levels) > MaxLevels {
+		errs = append(errs, field.TooMany(p.Child("levels"), len(pol.Levels), MaxLevels))
+	}
 	for i, l := range pol.Levels {
 		errs = append(errs, l.validate(p.Child("levels").Index(i), agents)...)
 	}
@@ -325,6 +328,9 @@ func (l *Level) validate(p *field.Path, agents map[string]bool) field.ErrorList 
 	var errs field.ErrorList
 	if len(l.Agents) == 0 {
 		errs = append(errs, field.Required(p.Child("agents"), "at least one agent"))
+	}
+	if len(l.Agents) > MaxLevelAgents {
+		errs = append(errs, field.TooMany(p.Child("agents"), len(l.Agents), MaxLevelAgents))
 	}
 	for i, a := range l.Agents {
 		if !agents[a] {

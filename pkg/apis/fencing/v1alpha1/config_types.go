@@ -173,7 +173,7 @@ type Policy struct {
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 	// Action is Off (default) or Reboot.
 	Action FenceAction `json:"action,omitempty"`
-	// Levels are tried in order until one is verified.
+	// Levels are tried in order until one is verified; at most 10.
 	Levels []Level `json:"levels"`
 	// Remediation is how workloads are released after a verified fence.
 	Remediation RemediationStrategy `json:"remediation,omitempty"`
@@ -213,7 +213,7 @@ type Policy struct {
 
 // Level is one fencing level: a set of agents tried together.
 type Level struct {
-	// Agents are names from Config.Agents.
+	// Agents are names from Config.Agents; at most 10.
 	Agents []string `json:"agents"`
 	// Mode is all (default: every agent must verify) or any (one suffices).
 	Mode LevelMode `json:"mode,omitempty"`
