@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -41,6 +42,10 @@ type AppOptions struct {
 	IdentityRenewInterval time.Duration
 	// LeaderPod, when set, is this replica's own pod: it gets the LeaderCondition.
 	LeaderPod *PodRef
+	// PodUID is the UID of this replica's own pod (POD_UID from the downward API), with
+	// PodName: the pod then owns the replica's identity Lease, and the garbage collector
+	// removes the Lease with the pod (an uninstall leaves none behind).
+	PodNamespace, PodName, PodUID string
 	// Workers is how many nodes are synced at once; zero means DefaultWorkers.
 	Workers int
 	// NodeName is the node this replica runs on; see Options.NodeName.
@@ -164,7 +169,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	health.SetSynced()
 	klog.InfoS("Caches synced", "identity", identity)
 
-	ids := &IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity,
+	ids := &IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity, Owner: podOwner(o, cfg.LeaderElection.Namespace),
 		Component: "controller", Node: o.NodeName, Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
 		Metrics: c.Metrics(), Now: time.Now}
 	go ids.Run(ctx)
@@ -301,4 +306,14 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// podOwner is the owner reference of this replica's pod, or nil outside a pod. An owner
+// must be in its dependent's namespace: the garbage collector deletes a Lease whose owner
+// it cannot find there, which would hide a live replica.
+func podOwner(o AppOptions, leaseNamespace string) *metav1.OwnerReference {
+	if o.PodName == "" || o.PodUID == "" || o.PodNamespace != leaseNamespace {
+		return nil
+	}
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: o.PodName, UID: types.UID(o.PodUID)}
 }

@@ -33,6 +33,9 @@ type IdentityLeases struct {
 	// Node is the node the replica runs on, set as the Lease's NodeLabel: the leader never
 	// fences a node whose replica renews. Empty outside a pod.
 	Node string
+	// Owner, when set, owns the Lease: the replica's pod, so that the garbage collector
+	// removes the Lease with it. It must be in Namespace.
+	Owner *metav1.OwnerReference
 	// Duration is how long a Lease lives without renewal before it is collected.
 	Duration time.Duration
 	// RenewInterval is how often the Lease is renewed.
@@ -78,7 +81,7 @@ func (l *IdentityLeases) Renew(ctx context.Context, identity string) error {
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace, Labels: l.labels(nil)},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace, Labels: l.labels(nil), OwnerReferences: l.owners(identity)},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &identity, LeaseDurationSeconds: &secs,
 				AcquireTime: &now, RenewTime: &now},
 		}
@@ -163,4 +166,13 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// owners are the owner references of identity's Lease: this replica's pod, when it is
+// known, for this replica's own Lease.
+func (l *IdentityLeases) owners(identity string) []metav1.OwnerReference {
+	if l.Owner == nil || identity != l.Identity {
+		return nil
+	}
+	return []metav1.OwnerReference{*l.Owner}
 }
