@@ -36,9 +36,9 @@ func main() {
 		return
 	}
 	if f.LeaderCondition {
-		o.LeaderPod = &controller.PodRef{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME")}
+		o.LeaderPod = &controller.PodRef{Namespace: o.PodNamespace, Name: o.PodName}
 		if o.LeaderPod.Namespace == "" || o.LeaderPod.Name == "" {
-			fmt.Fprintln(os.Stderr, "--leader-pod-condition needs POD_NAMESPACE and POD_NAME in the environment")
+			fmt.Fprintln(os.Stderr, "--leader-pod-condition needs the pod's namespace and name (POD_NAMESPACE and POD_NAME, or --pod-namespace and --pod-name)")
 			os.Exit(1)
 		}
 	}

@@ -140,7 +140,7 @@ func (a *agentCaller) invoke(ctx context.Context, name, method string, req plugi
 // unfence undoes what an agent's verified attempt did: powers the node on, restores
 // storage access.
 func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *corev1.Node, epoch int64) (plugin.Result, error) {
-	notCalled := plugin.Result{State: plugin.StateUnknown, Evidence: "not called"}
+	notCalled := plugin.Result{State: plugin.StateUnknown, Evidence: "nothing read back: the call was never made"}
 	req, cfg, err := a.request(ctx, at.Agent, node, epoch)
 	if err != nil {
 		return notCalled, err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -67,15 +66,6 @@ const (
 	DefaultQPS   = 500
 	DefaultBurst = 1000
 )
-
-func parseQPS(s string, qps *float32) error {
-	v, err := strconv.ParseFloat(s, 32)
-	if err != nil || v <= 0 {
-		return fmt.Errorf("want a number of requests per second above 0, got %q", s)
-	}
-	*qps = float32(v)
-	return nil
-}
 
 // LoadConfig reads and validates the configuration file.
 func LoadConfig(path string) (*v1alpha1.Config, error) {

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"flag"
+	"fmt"
 	"os"
+	"strconv"
 	"time"
 )
 
@@ -38,4 +40,13 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 // Flags are the command-line switches that main acts on itself.
 type Flags struct {
 	Validate, ValidateAgents, Version, LeaderCondition bool
+}
+
+func parseQPS(s string, qps *float32) error {
+	v, err := strconv.ParseFloat(s, 32)
+	if err != nil || v <= 0 {
+		return fmt.Errorf("want a number of requests per second above 0, got %q", s)
+	}
+	*qps = float32(v)
+	return nil
 }

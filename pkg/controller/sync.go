@@ -249,7 +249,6 @@ const stepUnfenceFailed = "UnfenceFailed"
 
 func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
 	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})
-	trimTimeline(st)
 }
 
 // timelineBudget bounds the text of a timeline, well inside the API server's limit on
@@ -262,11 +261,13 @@ const timelineBudget = 256 << 10
 // the timeline (when the incident was detected, when its first fence started, the latest
 // of each kind of step) stays.
 func trimTimeline(st *v1alpha1.NodeFenceStatus) {
-	for len(st.Timeline) > v1alpha1.MaxTimelineSteps || timelineText(st.Timeline) > timelineBudget {
+	text := timelineText(st.Timeline)
+	for len(st.Timeline) > v1alpha1.MaxTimelineSteps || text > timelineBudget {
 		i := oldestDroppable(st.Timeline)
 		if i < 0 {
 			return
 		}
+		text -= len(st.Timeline[i].Type) + len(st.Timeline[i].Message)
 		st.Timeline = slices.Delete(st.Timeline, i, i+1)
 	}
 }

@@ -182,6 +182,7 @@ func TestTimelineKeepsFirstAndLatest(t *testing.T) {
 	for i := range v1alpha1.MaxTimelineSteps + 5 {
 		addStep(&st, t0.Add(time.Duration(i+1)*time.Second), stepUnfenceFailed, fmt.Sprint(i))
 	}
+	clampStatus(&st) // as every status write does
 	if len(st.Timeline) != v1alpha1.MaxTimelineSteps {
 		t.Fatalf("%d steps, want %d", len(st.Timeline), v1alpha1.MaxTimelineSteps)
 	}
@@ -202,6 +203,7 @@ func TestTimelineKeepsFirstAndLatest(t *testing.T) {
 	for range 100 {
 		addStep(&big, t0, stepUnfenceFailed, strings.Repeat("x", 8000))
 	}
+	clampStatus(&big)
 	if n := timelineText(big.Timeline); n > timelineBudget || big.Timeline[0].Type != stepDetected {
 		t.Errorf("timeline text %d bytes (budget %d), first step %s", n, timelineBudget, big.Timeline[0].Type)
 	}

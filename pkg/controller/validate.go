@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -36,9 +37,17 @@ func (p AgentProblems) Err() error { return errors.Join(p.Invalid...) }
 // or a secret passed as a parameter is refused when the configuration is loaded, not at
 // the first fence. Each problem names the agent's field path and the agent.
 func ValidateAgents(ctx context.Context, cfg *v1alpha1.Config, agents AgentSource) AgentProblems {
+	// All at once: a start that waited for each unreachable agent's timeout in turn
+	// would hold back leader election by minutes when a datacenter is dark.
+	errs := make([]error, len(cfg.Agents))
+	var wg sync.WaitGroup
+	for i, a := range cfg.Agents {
+		wg.Go(func() { errs[i] = validateAgent(ctx, agents, a) })
+	}
+	wg.Wait()
 	var out AgentProblems
 	for i, a := range cfg.Agents {
-		err := validateAgent(ctx, agents, a)
+		err := errs[i]
 		if err == nil {
 			continue
 		}

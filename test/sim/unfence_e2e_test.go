@@ -75,11 +75,11 @@ func TestTimedOutOnThroughIncident(t *testing.T) {
 			t.Fatalf("deadline %s: %v", d, err)
 		}
 		claim := claimedState(step)
+		if claim == "" {
+			t.Errorf("deadline %s: power on recorded without a state read back: %s", d, step.Message)
+		}
 		if step.Type == "UnfenceFailed" {
 			timedOut++
-			if claim == "" {
-				t.Errorf("deadline %s: a failed power on recorded without a state read back: %s", d, step.Message)
-			}
 			if claim == "off" {
 				// The machine stays off, so no later call for it runs: anything left is the
 				// timed-out call's.
