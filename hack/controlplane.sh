@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler once, from the Go module
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet once, from the Go module
 # proxy, in throw-away modules under .cache/ (neither k8s.io/kubernetes nor etcd enters kubefence's
 # own go.mod).
 # Usage: hack/controlplane.sh [BINDIR]   (default: .cache/controlplane/v1.36.3/bin)
@@ -16,7 +16,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${KUBEFENCE_CACHE:-$root/.cache}
 work=$cache/controlplane/$KUBE_VERSION
 bin=${1:-$work/bin}
-cmds=(kube-apiserver kube-controller-manager kube-scheduler)
+cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+# Every binary reports its version, as a release does: without it they say
+# v0.0.0-master+$Format:%H$, kubelets register as v0.0.0, and helm refuses a chart with a
+# kubeVersion constraint.
+minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
 export GOFLAGS=-mod=mod GOWORK=off
 
 if [ ! -x "$bin/etcd" ]; then
@@ -33,7 +38,10 @@ if [ ! -x "$bin/etcd" ]; then
 fi
 
 missing=()
-for c in "${cmds[@]}"; do [ -x "$bin/$c" ] || missing+=("$c"); done
+for c in "${cmds[@]}"; do
+  # A binary built before the version stamp is rebuilt (only its link step runs again).
+  if [ ! -x "$bin/$c" ] || ! "$bin/$c" --version 2>/dev/null | grep -qx "Kubernetes $KUBE_VERSION"; then missing+=("$c"); fi
+done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "control plane $KUBE_VERSION with etcd $("$bin/etcd" --version | head -1 | awk '{print $3}'): cached in $bin"
   exit 0
@@ -66,11 +74,14 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
 go mod tidy >/dev/null 2>&1 || true
 for c in "${missing[@]}"; do
-  go build -trimpath -ldflags='-s -w' -o "$bin/$c.tmp" "k8s.io/kubernetes/cmd/$c"
+  # kubelet needs cgo (as in a release); the others are built the same way so they share
+  # the build cache.
+  CGO_ENABLED=1 go build -trimpath -ldflags="$ldflags" -o "$bin/$c.tmp" "k8s.io/kubernetes/cmd/$c"
   mv "$bin/$c.tmp" "$bin/$c"
 done
 echo "control plane $KUBE_VERSION: built into $bin"
