@@ -4,6 +4,9 @@ BIN      := $(CURDIR)/bin
 CACHE    := $(CURDIR)/.cache
 PKGS     := ./...
 TEST_TIMEOUT ?= 25m
+# Static binaries, as in the image; the tests build with the same setting so that the
+# real-node test's image build (test/realnode) reuses their compile cache.
+export CGO_ENABLED := 0
 
 .PHONY: all build deps test unit lint demo bench proto generate clean
 
@@ -91,12 +94,16 @@ test: test-deploy
 docs:
 	$(GO) run ./hack/configdoc -in pkg/apis/fencing/v1alpha1/config_types.go -out docs/configuration.md
 
-# Needs a Docker engine with BuildKit; none runs on the development machines.
+# The one kubefence image, without a container engine (hack/images, go-containerregistry):
+# the binaries built static and stamped, this machine's ipmitool with its libraries, from
+# scratch. Tagged $(IMAGE):<chart appVersion> (what the chart pulls by default) and
+# $(IMAGE):$(VERSION). Writes $(BIN)/kubefence-image.tar (docker load, ctr images import);
+# PUSH=1 pushes to $(IMAGE) instead (docker login's credentials), INSECURE=1 over plain HTTP.
+PUSH     ?=
+INSECURE ?=
 images:
-	@docker info >/dev/null 2>&1 || { echo "make images: no Docker engine answers (docker info failed); nothing built"; exit 1; }
-	docker build --build-arg VERSION=$(VERSION) --target kubefence -t $(IMAGE):$(VERSION) .
-	docker build --build-arg VERSION=$(VERSION) --target ipmitool -t $(IMAGE):$(VERSION)-ipmitool .
-	@id=$$(docker create $(IMAGE):$(VERSION)) && docker cp $$id:/usr/libexec/kubefence/agents/SHA256SUMS - | tar -xO; docker rm $$id >/dev/null
+	$(GO) run ./hack/images -version=$(VERSION) -revision=$(shell git rev-parse HEAD 2>/dev/null) \
+		$(if $(PUSH),-push $(IMAGE),-repo $(IMAGE) -out $(BIN)/kubefence-image.tar) $(if $(INSECURE),-insecure)
 
 # Randomized scenarios on the simulated cluster: run i uses seed SEED+i; a failing seed
 # replays with RUNS=1. Every run is judged by the invariant checker (test/sim/invariants.go).

@@ -2,6 +2,7 @@ package ipmi
 
 import (
 	"context"
+	"slices"
 
 	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -15,15 +16,20 @@ const Name = "ipmi"
 type Agent struct {
 	// clients makes a PowerClient per provider name.
 	clients map[string]ClientFunc
-	version string
+	// usesIpmitool is true while the IPMI client is NewIpmitoolClient, which runs the
+	// ipmitool binary: Validate then requires it.
+	usesIpmitool bool
+	version      string
 }
 
 // Option configures an Agent.
 type Option func(*Agent)
 
 // WithClientFunc replaces how the agent connects to a BMC over IPMI (default
-// NewIpmitoolClient).
-func WithClientFunc(f ClientFunc) Option { return func(a *Agent) { a.clients[ProviderIPMI] = f } }
+// NewIpmitoolClient); Validate then no longer looks for ipmitool.
+func WithClientFunc(f ClientFunc) Option {
+	return func(a *Agent) { a.clients[ProviderIPMI], a.usesIpmitool = f, false }
+}
 
 // WithRedfishClientFunc replaces how the agent connects to a BMC over Redfish
 // (default NewRedfishClient).
@@ -37,8 +43,9 @@ func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
 // New returns a BMC agent.
 func New(opts ...Option) *Agent {
 	a := &Agent{
-		clients: map[string]ClientFunc{ProviderIPMI: NewIpmitoolClient, ProviderRedfish: NewRedfishClient},
-		version: "dev",
+		clients:      map[string]ClientFunc{ProviderIPMI: NewIpmitoolClient, ProviderRedfish: NewRedfishClient},
+		usesIpmitool: true,
+		version:      "dev",
 	}
 	for _, o := range opts {
 		o(a)
@@ -55,10 +62,20 @@ func (a *Agent) Describe(context.Context) (plugin.Description, error) {
 }
 
 // Validate checks non-secret parameters without contacting any BMC. The error names
-// every bad parameter.
+// every bad parameter. When the parameters use the ipmi provider, the ipmitool binary
+// must be in PATH: a configuration that could not fence is refused when it is loaded,
+// not at the first fence.
 func (a *Agent) Validate(_ context.Context, params map[string]string) error {
-	_, err := parseParams(params)
-	return err
+	p, err := parseParams(params)
+	if err != nil {
+		return err
+	}
+	if a.usesIpmitool && slices.Contains(p.providers, ProviderIPMI) {
+		if _, err := lookIpmitool(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Fence powers the target off, on, or off-then-on, and succeeds only when it has read

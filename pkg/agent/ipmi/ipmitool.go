@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 // PowerClient is a connection to one BMC. The method set is bmclib's (*bmclib.Client):
@@ -52,11 +54,25 @@ type ClientFunc func(c Conn) (PowerClient, error)
 // password goes into a 0600 temporary file passed with -f and removed on Close.
 // The user name has no such option in ipmitool and is on its command line.
 func NewIpmitoolClient(c Conn) (PowerClient, error) {
-	path, err := exec.LookPath("ipmitool")
+	path, err := lookIpmitool()
 	if err != nil {
-		return nil, fmt.Errorf("find ipmitool (apt-get install ipmitool): %w", err)
+		return nil, err
 	}
 	return &ipmitoolClient{conn: c, path: path}, nil
+}
+
+// lookIpmitool finds ipmitool in PATH. Its error is permanent (installing a binary is
+// not something a retry does) and says what the agent needs and how to get it.
+func lookIpmitool() (string, error) {
+	path, err := exec.LookPath("ipmitool")
+	if err != nil {
+		return "", plugin.Errorf(plugin.KindPermanent,
+			"agent %q: provider %s needs the ipmitool binary, not found in PATH (%s): "+
+				"use the kubefence image, which carries it, or install ipmitool (e.g. apt-get install ipmitool); "+
+				"a BMC that speaks Redfish can use %s=%s instead",
+			Name, ProviderIPMI, os.Getenv("PATH"), ParamProtocol, ProviderRedfish)
+	}
+	return path, nil
 }
 
 type ipmitoolClient struct {

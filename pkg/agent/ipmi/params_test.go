@@ -3,6 +3,8 @@ package ipmi
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +12,19 @@ import (
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
+// ipmitoolInPath puts a stand-in ipmitool first in PATH for the test, so that Validate
+// accepts the ipmi provider whether or not the machine has ipmitool.
+func ipmitoolInPath(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ipmitool"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+}
+
 func TestValidate(t *testing.T) {
+	ipmitoolInPath(t)
 	tests := map[string]struct {
 		params map[string]string
 		// wantErr lists substrings the error must hold; none means valid.
@@ -191,5 +205,58 @@ func TestDescribe(t *testing.T) {
 		if defaults[k] != v {
 			t.Errorf("default of %s = %q, want %q", k, defaults[k], v)
 		}
+	}
+}
+
+// TestValidateNeedsIpmitool: a configuration that reaches BMCs with ipmitool is refused
+// at load when the binary is not in PATH, with an error that names the agent, the
+// tool and how to get it, rather than failing at the first fence.
+func TestValidateNeedsIpmitool(t *testing.T) {
+	empty := t.TempDir()
+	ipmitoolInPath(t)
+	withTool := os.Getenv("PATH")
+	tests := map[string]struct {
+		path   string
+		agent  *Agent
+		params map[string]string
+		// wantErr is false when Validate must accept.
+		wantErr bool
+	}{
+		"default protocol, no ipmitool": {path: empty, agent: New(), wantErr: true},
+		"ipmi as fallback, no ipmitool": {path: empty, agent: New(), params: map[string]string{ParamProviders: "redfish,ipmi"}, wantErr: true},
+		"explicit ipmi, no ipmitool":    {path: empty, agent: New(), params: map[string]string{ParamProtocol: "ipmi"}, wantErr: true},
+		"redfish needs no ipmitool":     {path: empty, agent: New(), params: map[string]string{ParamProtocol: "redfish"}},
+		"ipmitool in PATH":              {path: withTool, agent: New()},
+		"client replaced":               {path: empty, agent: fakeAgent(&fakeClient{})},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("PATH", tc.path)
+			err := tc.agent.Validate(context.Background(), tc.params)
+			if !tc.wantErr {
+				if err != nil {
+					t.Fatalf("rejected: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted without ipmitool in PATH")
+			}
+			if plugin.KindOf(err) != plugin.KindPermanent {
+				t.Errorf("kind %s, want Permanent: %v", plugin.KindOf(err), err)
+			}
+			for _, want := range []string{`agent "ipmi"`, "provider ipmi needs the ipmitool binary", "not found in PATH (" + tc.path + ")",
+				"use the kubefence image, which carries it, or install ipmitool", "protocol=redfish"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q lacks %q", err, want)
+				}
+			}
+		})
+	}
+	// At a fence, the same error, still permanent: no retry installs a binary.
+	t.Setenv("PATH", empty)
+	_, err := New().Status(context.Background(), fakeRequest(nil))
+	if plugin.KindOf(err) != plugin.KindPermanent || !strings.Contains(err.Error(), "needs the ipmitool binary") {
+		t.Errorf("status without ipmitool: %v (kind %s), want a Permanent error naming ipmitool", err, plugin.KindOf(err))
 	}
 }

@@ -14,6 +14,7 @@ import (
 )
 
 func TestValidateProviders(t *testing.T) {
+	ipmitoolInPath(t)
 	tests := map[string]struct {
 		params  map[string]string
 		wantErr []string
