@@ -11,6 +11,13 @@ command -v tgtd >/dev/null && command -v iscsi-readcapacity16 >/dev/null || need
 command -v fence_ipmilan >/dev/null || need+=(fence-agents)
 # promtool, for the unit tests of the chart's alerts (deploy/render/alerts_test.go).
 command -v promtool >/dev/null || need+=(prometheus)
+# The real-node cluster (test/realnode): each node's container runtime, CNI bridge, the
+# kube-proxy stand-in's DNAT rule, and a busybox for its workloads.
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+command -v iptables >/dev/null || need+=(iptables)
+[ -x /bin/busybox ] || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   if [ "$(id -u)" != 0 ]; then sudo=sudo; else sudo=; fi
@@ -18,3 +25,14 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 "$root/hack/controlplane.sh"
+# helm, as a user installs the chart (test/realnode); built from the Helm version that
+# deploy/render pins, so chart rendering and installs agree.
+helm=$root/.cache/bin/helm
+if [ ! -x "$helm" ]; then
+  echo "helm: building (once; about 2 minutes cold)"
+  mkdir -p "$root/.cache/bin"
+  helm_version=$(cd "$root/deploy/render" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
+  (cd "$root/deploy/render" && GOFLAGS=-mod=mod go build -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" -o "$helm.tmp" helm.sh/helm/v3/cmd/helm)
+  mv "$helm.tmp" "$helm"
+fi

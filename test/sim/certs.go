@@ -29,11 +29,14 @@ type pki struct {
 	saPub      string // its public half: verifies them
 	tokenFile  string // static token file for --token-auth-file
 	token      string // bearer token of a system:masters user
+	// nodeTokens are the kubelets' bearer tokens by node name (system:node:<name>).
+	nodeTokens map[string]string
 }
 
-// writePKI creates a CA, an apiserver serving certificate for loopback and the in-cluster
-// names, a service-account key pair and an admin token under dir.
-func writePKI(dir string) (*pki, error) {
+// writePKI creates a CA, an apiserver serving certificate for loopback, addr and the
+// in-cluster names, a service-account key pair, an admin token and one token per node
+// under dir.
+func writePKI(dir, addr string, nodes []string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create pki dir: %w", err)
 	}
@@ -53,13 +56,13 @@ func writePKI(dir string) (*pki, error) {
 	if err := os.WriteFile(p.caCert, p.caPEM, 0o600); err != nil {
 		return nil, fmt.Errorf("write ca cert: %w", err)
 	}
-	if err := writeServingCert(p, caKey, caCert); err != nil {
+	if err := writeServingCert(p, caKey, caCert, addr); err != nil {
 		return nil, err
 	}
 	if err := writeServiceAccountKeys(p); err != nil {
 		return nil, err
 	}
-	if err := writeToken(p); err != nil {
+	if err := writeTokens(p, nodes); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -90,7 +93,7 @@ func newCA() (crypto.Signer, *x509.Certificate, error) {
 	return key, cert, nil
 }
 
-func writeServingCert(p *pki, caKey crypto.Signer, ca *x509.Certificate) error {
+func writeServingCert(p *pki, caKey crypto.Signer, ca *x509.Certificate, addr string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return fmt.Errorf("generate apiserver key: %w", err)
@@ -106,6 +109,9 @@ func writeServingCert(p *pki, caKey crypto.Signer, ca *x509.Certificate) error {
 			"kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		// 10.0.0.1 is the first address of --service-cluster-ip-range: the kubernetes Service.
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+	}
+	if ip := net.ParseIP(addr); ip != nil && !ip.IsLoopback() {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
 	if err != nil {
@@ -143,17 +149,33 @@ func writeServiceAccountKeys(p *pki) error {
 	return nil
 }
 
-func writeToken(p *pki) error {
-	b := make([]byte, 24)
-	if _, err := rand.Read(b); err != nil {
-		return fmt.Errorf("generate token: %w", err)
+func writeTokens(p *pki, nodes []string) error {
+	var err error
+	if p.token, err = newToken(); err != nil {
+		return err
 	}
-	p.token = hex.EncodeToString(b)
-	line := fmt.Sprintf("%s,kubefence-sim-admin,kubefence-sim-admin,\"system:masters\"\n", p.token)
-	if err := os.WriteFile(p.tokenFile, []byte(line), 0o600); err != nil {
+	lines := fmt.Sprintf("%s,kubefence-sim-admin,kubefence-sim-admin,\"system:masters\"\n", p.token)
+	p.nodeTokens = make(map[string]string, len(nodes))
+	for _, n := range nodes {
+		tok, err := newToken()
+		if err != nil {
+			return err
+		}
+		p.nodeTokens[n] = tok
+		lines += fmt.Sprintf("%s,system:node:%s,node-%s,\"system:nodes\"\n", tok, n, n)
+	}
+	if err := os.WriteFile(p.tokenFile, []byte(lines), 0o600); err != nil {
 		return fmt.Errorf("write token file: %w", err)
 	}
 	return nil
+}
+
+func newToken() (string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }
 
 func pemBlock(typ string, der []byte) []byte {

@@ -59,6 +59,15 @@ type Options struct {
 	// Restarted, if set, hears of every restart of kube-controller-manager or
 	// kube-scheduler after the process exited on its own (see superviseComponent).
 	Restarted func(name string, exit error)
+	// Address is the IP kube-apiserver serves and advertises on; default 127.0.0.1. Real
+	// kubelets in network namespaces reach it on an address of the test's own bridge.
+	Address string
+	// NodeTokens lists the nodes that get a static bearer token of their own, as
+	// system:node:<name> in system:nodes, so the Node authorizer admits their kubelets;
+	// read them with NodeToken.
+	NodeTokens []string
+	// APIServerArgs are extra kube-apiserver flags.
+	APIServerArgs []string
 }
 
 func (o *Options) setDefaults() {
@@ -73,6 +82,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
+	}
+	if o.Address == "" {
+		o.Address = "127.0.0.1"
 	}
 }
 
@@ -147,7 +159,7 @@ func (c *Cluster) start(ctx context.Context, b binaries) error {
 	if err := os.MkdirAll(c.logDir, 0o700); err != nil {
 		return fmt.Errorf("create log dir: %w", err)
 	}
-	p, err := writePKI(filepath.Join(c.dir, "pki"))
+	p, err := writePKI(filepath.Join(c.dir, "pki"), c.opts.Address, c.opts.NodeTokens)
 	if err != nil {
 		return err
 	}
@@ -212,6 +224,15 @@ func (c *Cluster) ensureDefaultServiceAccount(ctx context.Context) error {
 	}
 	return nil
 }
+
+// NodeToken is the bearer token of node's kubelet (Options.NodeTokens), or "".
+func (c *Cluster) NodeToken(node string) string { return c.pki.nodeTokens[node] }
+
+// CAPEM is the certificate authority that signed kube-apiserver's serving certificate.
+func (c *Cluster) CAPEM() []byte { return c.pki.caPEM }
+
+// Host is kube-apiserver's URL.
+func (c *Cluster) Host() string { return c.host }
 
 // Node returns the simulated node called name, or nil.
 func (c *Cluster) Node(name string) *Node {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -58,6 +59,9 @@ func findBinaries(binDir, etcd string) (binaries, error) {
 	return b, nil
 }
 
+// ModuleRoot is the directory holding kubefence's go.mod, found from the working directory.
+func ModuleRoot() (string, error) { return moduleRoot() }
+
 // moduleRoot walks up from the working directory to the directory holding go.mod.
 func moduleRoot() (string, error) {
 	dir, err := os.Getwd()
@@ -108,11 +112,12 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, authz string) error {
 	if err != nil {
 		return err
 	}
-	c.host = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	addr := c.opts.Address
+	c.host = "https://" + net.JoinHostPort(addr, strconv.Itoa(ports[0]))
 	args := []string{
 		"--etcd-servers=" + c.etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + addr,
+		"--advertise-address=" + addr,
 		"--secure-port=" + strconv.Itoa(ports[0]),
 		"--cert-dir=" + filepath.Join(c.dir, "apiserver-certs"),
 		"--tls-cert-file=" + c.pki.serverCert,
@@ -127,6 +132,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin, authz string) error {
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 	}
+	args = append(args, c.opts.APIServerArgs...)
 	p, err := c.launch("kube-apiserver", bin, args)
 	if err != nil {
 		return err

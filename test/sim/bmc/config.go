@@ -34,7 +34,7 @@ const (
 const lanConfTemplate = `name "kubefence-sim"
 set_working_mc 0x20
   startlan 1
-    addr 127.0.0.1 %d
+    addr %s %d
     priv_limit admin
     allowed_auths_callback none md2 md5 straight
     allowed_auths_user none md2 md5 straight
@@ -70,8 +70,11 @@ STATE=%q
 LOG=%q
 IGNORE_OFF=%d
 OFF_DELAY=%s
+OFF_HOOK=%q
 log() { printf '%%s %%s %s\n' "$(date +%%s.%%N)" "$1" >> "$LOG"; }
 setpower() { printf '%%s\n' "$1" > "$STATE.tmp.$$" && mv -f "$STATE.tmp.$$" "$STATE"; }
+# The hook cuts the machine's power before the BMC reports it off.
+poweroff() { if [ -n "$OFF_HOOK" ]; then "$OFF_HOOK"; fi; setpower 0; log off; }
 case "$1" in get|set) ;; *) shift ;; esac
 op=$1
 shift
@@ -93,9 +96,9 @@ set)
 				elif [ "$OFF_DELAY" != 0 ]; then
 					# A slow BMC: it acknowledges now and cuts power later.
 					log off-requested
-					(sleep "$OFF_DELAY"; setpower 0; log off) </dev/null >/dev/null 2>&1 &
+					(sleep "$OFF_DELAY"; poweroff) </dev/null >/dev/null 2>&1 &
 				else
-					setpower 0; log off
+					poweroff
 				fi
 			else
 				setpower 1; log on
@@ -143,11 +146,11 @@ func writeConfig(opts IPMIOptions, port int) error {
 		content string
 		mode    os.FileMode
 	}{
-		{lanConfFile, fmt.Sprintf(lanConfTemplate, port, guid, script, opts.User, opts.Password), 0o600},
+		{lanConfFile, fmt.Sprintf(lanConfTemplate, opts.Address, port, guid, script, opts.User, opts.Password), 0o600},
 		{emuFile, emuContent, 0o600},
 		{chassisFile, fmt.Sprintf(chassisScriptTemplate,
 			filepath.Join(opts.Dir, powerFile), filepath.Join(opts.Dir, eventsFile), ignore,
-			offDelay(opts.OffDelay), sourceBMC), 0o700},
+			offDelay(opts.OffDelay), opts.OffHook, sourceBMC), 0o700},
 		// ipmitool reads the password from this file (-f) so it never shows on argv.
 		{passwordFile, opts.Password, 0o600},
 	}

@@ -38,6 +38,11 @@ type IPMIOptions struct {
 	// OffDelay makes a slow BMC: it acknowledges "power off" at once (logged as
 	// off-requested) and cuts power after this delay (logged as off).
 	OffDelay time.Duration
+	// Address is the IPv4 address the BMC listens on; default 127.0.0.1.
+	Address string
+	// OffHook, if set, is an executable the BMC runs (without arguments) when it cuts
+	// power, before it records the power off: a real node's power supply.
+	OffHook string
 }
 
 // IPMISim is one running ipmi_sim process serving a BMC on 127.0.0.1.
@@ -74,6 +79,15 @@ func StartIPMI(ctx context.Context, opts IPMIOptions) (*IPMISim, error) {
 		return nil, fmt.Errorf("start ipmi sim: %w", err)
 	}
 	opts.Dir = dir
+	if opts.Address == "" {
+		opts.Address = "127.0.0.1"
+	}
+	if net.ParseIP(opts.Address).To4() == nil {
+		return nil, fmt.Errorf("start ipmi sim: Address %q is not an IPv4 address", opts.Address)
+	}
+	if strings.ContainsAny(opts.OffHook, " \t\n\"\\$`") {
+		return nil, fmt.Errorf("start ipmi sim: OffHook %q contains a space, quote or shell character", opts.OffHook)
+	}
 	if opts.User == "" {
 		opts.User = "admin"
 	}
@@ -116,7 +130,7 @@ func checkTools() error {
 
 // startOnce starts ipmi_sim on one port and waits until it answers or exits.
 func startOnce(ctx context.Context, opts IPMIOptions) (*IPMISim, error) {
-	port, err := freeUDPPort()
+	port, err := freeUDPPort(opts.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +222,7 @@ func (s *IPMISim) Stop() error {
 }
 
 // Host is the address the BMC listens on.
-func (s *IPMISim) Host() string { return "127.0.0.1" }
+func (s *IPMISim) Host() string { return s.opts.Address }
 
 // Port is the UDP port the BMC listens on.
 func (s *IPMISim) Port() int { return s.port }
@@ -225,9 +239,9 @@ func (s *IPMISim) PID() int { return s.cmd.Process.Pid }
 // Dir is the directory holding this BMC's configuration, state and logs.
 func (s *IPMISim) Dir() string { return s.opts.Dir }
 
-// freeUDPPort asks the kernel for a free UDP port on 127.0.0.1 and releases it.
-func freeUDPPort() (int, error) {
-	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+// freeUDPPort asks the kernel for a free UDP port on addr and releases it.
+func freeUDPPort(addr string) (int, error) {
+	conn, err := net.ListenPacket("udp", net.JoinHostPort(addr, "0"))
 	if err != nil {
 		return 0, fmt.Errorf("find free udp port: %w", err)
 	}
