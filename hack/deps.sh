@@ -36,3 +36,22 @@ if [ ! -x "$helm" ]; then
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" -o "$helm.tmp" helm.sh/helm/v3/cmd/helm)
   mv "$helm.tmp" "$helm"
 fi
+# The kubernetes-csi external-attacher, beside the real-node cluster's control plane
+# (test/realnode): Kubernetes' own attach path for the test's CSI driver. Built in a
+# throw-away module so that it stays out of kubefence's go.mod.
+ATTACHER_VERSION=${ATTACHER_VERSION:-v4.13.0}
+attacher=$root/.cache/bin/csi-attacher
+if [ ! -x "$attacher" ]; then
+  echo "csi-attacher $ATTACHER_VERSION: building (once; about 4 minutes cold)"
+  src=$root/.cache/csi-attacher-src
+  mkdir -p "$src" "$root/.cache/bin"
+  (
+    cd "$src"
+    printf 'module kubefence.local/csiattacher\n\ngo 1.25\n\nrequire github.com/kubernetes-csi/external-attacher/v4 %s\n' "$ATTACHER_VERSION" >go.mod
+    printf '//go:build tools\n\npackage csiattacher\n\nimport _ "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher"\n' >tools.go
+    GOFLAGS=-mod=mod GOWORK=off go mod tidy >/dev/null 2>&1 || true
+    GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$attacher.tmp" \
+      github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
+  )
+  mv "$attacher.tmp" "$attacher"
+fi

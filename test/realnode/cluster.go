@@ -59,9 +59,12 @@ type Cluster struct {
 	bridge *bridge
 	reg    *http.Server
 	logf   func(format string, args ...any)
-	cancel context.CancelFunc
-	loops  sync.WaitGroup
-	stop   sync.Once
+	// attachLog is the CSI driver's record of attaches and detaches.
+	attachLog string
+	daemons   []func() // stop the host processes beside the control plane
+	cancel    context.CancelFunc
+	loops     sync.WaitGroup
+	stop      sync.Once
 }
 
 // Start brings up the cluster and waits until every node is Ready. On failure it stops
@@ -120,7 +123,11 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err := c.startRegistry(); err != nil {
 		return err
 	}
-	if err := c.pushTestImages(ctx, root, opts.Dir); err != nil {
+	bin := filepath.Join(opts.Dir, "bin")
+	if err := buildTools(ctx, root, bin); err != nil {
+		return err
+	}
+	if err := c.pushTestImages(ctx, bin); err != nil {
 		return err
 	}
 	names := make([]string, opts.Nodes)
@@ -141,6 +148,9 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := c.startCSIController(ctx, root); err != nil {
+		return err
+	}
 	_, portStr, _ := net.SplitHostPort(c.Host()[len("https://"):])
 	apiPort, _ := strconv.Atoi(portStr)
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -148,7 +158,8 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	for i, name := range names {
 		n := &Node{Name: name, IP: nodeIP(i), index: i, dir: filepath.Join(opts.Dir, "nodes", name),
 			cfg: nodeConfig{apiServer: c.Host(), apiPort: apiPort, caPEM: c.CAPEM(), token: c.NodeToken(name),
-				registry: c.Registry, bridge: bridgeName, kubeletBin: kubelet, logf: opts.Logf}}
+				registry: c.Registry, bridge: bridgeName, kubeletBin: kubelet, csiDriver: filepath.Join(bin, "csidriver"),
+				logf: opts.Logf}}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return err
 		}
@@ -305,6 +316,9 @@ func (c *Cluster) Stop() error {
 				errs = append(errs, err)
 			}
 			n.removeCgroups()
+		}
+		for i := len(c.daemons) - 1; i >= 0; i-- {
+			c.daemons[i]()
 		}
 		for _, b := range c.bmcs {
 			errs = append(errs, b.Stop())

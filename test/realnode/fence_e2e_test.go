@@ -2,8 +2,10 @@ package realnode
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +13,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubefence/kubefence/hack/images/imagebuild"
 	"github.com/kubefence/kubefence/test/sim"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
@@ -23,9 +29,12 @@ import (
 // when the test fails.
 func startCluster(t *testing.T, n int) *Cluster {
 	t.Helper()
-	// ipmi_sim's configuration names paths that must not contain spaces; t.TempDir has
-	// none, but its length grows with the test name, which is fine here.
-	dir := t.TempDir()
+	// A short directory: unix socket paths under it (containerd's, the kubelet's plugin
+	// registration) must stay within 108 bytes.
+	dir, err := os.MkdirTemp("", "kfrn")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	c, err := Start(ctx, Options{Dir: dir, Nodes: n, Logf: t.Logf})
@@ -42,6 +51,9 @@ func startCluster(t *testing.T, n int) *Cluster {
 		}
 		if err := c.Stop(); err != nil {
 			t.Errorf("stop cluster: %v", err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove cluster files: %v", err)
 		}
 	})
 	return c
@@ -118,7 +130,8 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 	}
 }
 
-// statefulSet is one replica of busybox that prefers node.
+// statefulSet is one replica of busybox with a volume of the test's CSI driver (the
+// claim data-NAME-0, bound in advance to the volume NAME-data), preferring node.
 func statefulSet(name, node string) *appsv1.StatefulSet {
 	labels := map[string]string{"app": name}
 	return &appsv1.StatefulSet{
@@ -130,21 +143,36 @@ func statefulSet(name, node string) *appsv1.StatefulSet {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					TerminationGracePeriodSeconds: ptr.To[int64](5),
-					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-						PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
-							Weight: 100,
-							Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
-								Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}},
-						}},
-					}},
+					Affinity:                      prefer(node),
 					Containers: []corev1.Container{{
 						Name: "app", Image: BusyboxImage,
-						Command: []string{"/bin/sh", "-c", "while true; do sleep 1; done"},
+						Command:      []string{"/bin/sh", "-c", "while true; do date >> /data/log; sleep 1; done"},
+						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 					}},
 				},
 			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
+				ObjectMeta: metav1.ObjectMeta{Name: "data"},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					StorageClassName: ptr.To(StorageClass),
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+						corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				},
+			}},
 		},
 	}
+}
+
+// prefer is a node affinity for node, preferred but not required, so the pod can move.
+func prefer(node string) *corev1.Affinity {
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100,
+			Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
+				Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}},
+		}},
+	}}
 }
 
 // runningPod returns the pod called name when it runs (all containers started), else nil.
@@ -171,87 +199,330 @@ func startedAt(p *corev1.Pod) time.Time {
 	return time.Time{}
 }
 
-// TestDeadNodeFencedOnRealNodes: the chart installed with its defaults on three real
-// nodes; the node running a StatefulSet's pod dies (every process at once, its BMC still
-// on). kubefence powers it off through ipmi_sim with the image's own IPMI agent, and the
-// pod runs on another node, started only after the power-off. Powered on again, the node
-// boots with a new boot ID, is released and takes pods again.
-func TestDeadNodeFencedOnRealNodes(t *testing.T) {
+// TestFencingOnRealNodes is a user's story on three real nodes, one cluster throughout:
+//
+//   - the chart installed with its defaults (and the BMC Secret and node annotations of
+//     getting-started), the image built from this tree;
+//   - a StatefulSet pod with a single-attach CSI volume, attached by Kubernetes' own
+//     path (KCM's attach-detach controller, the external-attacher);
+//   - rounds: its node dies (every process at once, BMC still on) with the default
+//     remediation, then, after a helm upgrade to a new image tag, with OutOfServiceTaint
+//     only, then with Direct only; its node hangs (frozen); the leader's own node dies.
+//
+// In every round kubefence powers the node off through ipmi_sim with the image's agent;
+// the pod starts on another node only after that power-off, and the volume is detached
+// from the dead node only after it too; powered on again, the node comes back with a new
+// boot ID, is released and runs pods. At the end helm uninstall leaves what the docs say.
+func TestFencingOnRealNodes(t *testing.T) {
 	c := startCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	install(t, ctx, c)
-
-	leader := leaderNode(t, ctx, c)
-	var target string
-	for _, n := range c.Nodes() {
-		if n.Name != leader {
-			target = n.Name
-			break
+	if err := c.CreateVolume(ctx, "web-data", "default", "data-web-0"); err != nil {
+		t.Fatal(err)
+	}
+	first := otherThan(c, leaderNode(t, ctx, c))
+	if _, err := c.Client.AppsV1().StatefulSets("default").Create(ctx, statefulSet("web", first), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rounds := []struct {
+		name    string
+		upgrade []string // helm upgrade arguments before the round
+		hang    bool
+		leader  bool
+	}{
+		{name: "dead node, default remediation"},
+		{name: "dead node, OutOfServiceTaint after an upgrade to a new tag", upgrade: []string{
+			"--set", "image.tag=" + upgradeTag, "-f", remediationValues(t, "OutOfServiceTaint")}},
+		{name: "dead node, Direct", upgrade: []string{"--reuse-values", "-f", remediationValues(t, "Direct")}},
+		{name: "hung node", hang: true},
+		{name: "the leader's node dies", leader: true},
+	}
+	for _, r := range rounds {
+		if !t.Run(r.name, func(t *testing.T) {
+			if r.upgrade != nil {
+				upgrade(t, ctx, c, r.upgrade)
+			}
+			leader := leaderNode(t, ctx, c)
+			target := otherThan(c, leader)
+			if r.leader {
+				target = leader
+			}
+			fenceRound(t, ctx, c, target, r.hang)
+		}) {
+			return
 		}
 	}
-	t.Logf("leader runs on %s; %s will die", leader, target)
-	if _, err := c.Client.AppsV1().StatefulSets("default").Create(ctx, statefulSet("web", target), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, ctx, "web-0 running on "+target, func() (bool, error) {
-		p := runningPod(ctx, c, "default", "web-0")
-		return p != nil && p.Spec.NodeName == target, nil
-	})
-	oldBoot := c.Node(target).BootID()
+	uninstall(t, ctx, c)
+}
 
-	crashed := time.Now()
-	if err := c.Crash(ctx, target); err != nil {
+// upgradeTag is a second tag of the same image, pushed before the upgrade round.
+const upgradeTag = "0.1.0-upgrade"
+
+// remediationValues writes a values file whose one policy releases workloads with
+// strategy. Its cooldown is 30s instead of 10m: the rounds fence each of the three nodes
+// again within minutes, which the default cooldown rightly holds for a person.
+func remediationValues(t *testing.T, strategy string) string {
+	p := filepath.Join(t.TempDir(), "values.yaml")
+	v := "policies:\n- name: default\n  remediation: " + strategy + "\n  budget: {cooldown: 30s}\n  levels:\n  - agents: [ipmi]\n"
+	if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s crashed at %s", target, crashed.Format(time.RFC3339Nano))
+	return p
+}
+
+func upgrade(t *testing.T, ctx context.Context, c *Cluster, args []string) {
+	t.Helper()
+	if slices.Contains(args, "image.tag="+upgradeTag) {
+		if err := c.Retag(ctx, ChartImage, imageAppVersion(t), upgradeTag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := sim.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Helm(ctx, append([]string{"upgrade", Release, filepath.Join(root, "deploy", "helm", "kubefence"),
+		"-n", Namespace, "--wait", "--timeout", "5m"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("helm upgrade %v: %s", args, firstLines(out, 4))
+	if slices.Contains(args, "image.tag="+upgradeTag) {
+		pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && !strings.HasSuffix(p.Spec.Containers[0].Image, ":"+upgradeTag) {
+				t.Fatalf("after the upgrade pod %s runs %s, want tag %s", p.Name, p.Spec.Containers[0].Image, upgradeTag)
+			}
+		}
+	}
+}
+
+// otherThan is the first node that is not node.
+func otherThan(c *Cluster, node string) string {
+	for _, n := range c.Nodes() {
+		if n.Name != node {
+			return n.Name
+		}
+	}
+	return ""
+}
+
+// fenceRound moves web-0 to target, kills (or freezes) target and checks what happened.
+func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target string, hang bool) {
+	moveWeb(t, ctx, c, target)
+	oldBoot := c.Node(target).BootID()
+	began := time.Now()
+	if hang {
+		if err := c.Node(target).Freeze(); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := c.Crash(ctx, target); err != nil {
+		t.Fatal(err)
+	}
 	var moved *corev1.Pod
 	waitFor(t, ctx, "web-0 running on another node", func() (bool, error) {
 		moved = runningPod(ctx, c, "default", "web-0")
 		return moved != nil && moved.Spec.NodeName != target, nil
 	})
-	started := startedAt(moved)
-	off := firstOff(t, c.BMC(target))
-	t.Logf("web-0 runs on %s, started %s after the crash; %s powered off through its BMC %s after the crash",
-		moved.Spec.NodeName, started.Sub(crashed).Round(100*time.Millisecond), target, off.Sub(crashed).Round(100*time.Millisecond))
-	if !off.Before(started) {
-		t.Fatalf("web-0 started on %s at %s, before %s's BMC powered it off at %s", moved.Spec.NodeName, started, target, off)
+	if hang {
+		// Thawed now, a node that was not powered off would run web-0 a second time.
+		if err := c.Node(target).Thaw(); err != nil {
+			t.Fatal(err)
+		}
 	}
+	started := startedAt(moved)
+	off := offSince(t, c.BMC(target), began)
+	detached, attached := volumeMoves(t, c, "web-data", target, moved.Spec.NodeName, began)
+	t.Logf("%s fenced: BMC off %s after the failure, volume detached from it %s, attached to %s %s, web-0 started there %s",
+		target, since(began, off), since(began, detached), moved.Spec.NodeName, since(began, attached), since(began, started))
+	if !off.Before(started) || !off.Before(detached) {
+		t.Fatalf("%s's BMC cut power at %s, after web-0 started elsewhere (%s) or its volume was detached (%s)",
+			target, off.Format(time.RFC3339Nano), started.Format(time.RFC3339Nano), detached.Format(time.RFC3339Nano))
+	}
+	if pids := c.Node(target).Processes(); len(pids) != 0 {
+		t.Fatalf("%s was fenced but processes %v of it still run", target, pids)
+	}
+	checkAttachments(t, ctx, c, "web-data", moved.Spec.NodeName)
+	nf := nodeFence(t, ctx, c, target)
+	t.Logf("NodeFence %s: phase %s", nf.GetName(), phaseOf(nf))
 
-	// An operator powers the node back on, as the BMC's owner would.
+	// The operator powers the node on again, as its BMC's owner would.
 	if err := c.BMC(target).SetPower(true); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, target+" Ready with a new boot ID", func() (bool, error) {
+	waitFor(t, ctx, target+" back, Ready, with a new boot ID and no taint", func() (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
 		return nodeReady(n) && n.Status.NodeInfo.BootID != oldBoot && len(n.Spec.Taints) == 0, nil
 	})
-	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "back", Namespace: "default"},
-		Spec: corev1.PodSpec{NodeName: target, TerminationGracePeriodSeconds: ptr.To[int64](1),
-			Containers: []corev1.Container{{Name: "app", Image: BusyboxImage, Command: []string{"/bin/sh", "-c", "sleep 3600"}}}}}
-	if _, err := c.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{}); err != nil {
+	t.Logf("%s released %s after the failure", target, since(began, time.Now()))
+}
+
+func since(from, to time.Time) string { return to.Sub(from).Round(100 * time.Millisecond).String() }
+
+// moveWeb makes web-0 run on node (its volume follows through the attach path).
+func moveWeb(t *testing.T, ctx context.Context, c *Cluster, node string) {
+	t.Helper()
+	if p := runningPod(ctx, c, "default", "web-0"); p != nil && p.Spec.NodeName == node {
+		return
+	}
+	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,"preference":{"matchFields":[{"key":"metadata.name","operator":"In","values":[%q]}]}}]}}}}}}`, node)
+	if _, err := c.Client.AppsV1().StatefulSets("default").Patch(ctx, "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "a pod running on "+target+" again", func() (bool, error) {
-		return runningPod(ctx, c, "default", "back") != nil, nil
+	waitFor(t, ctx, "web-0 running on "+node, func() (bool, error) {
+		p := runningPod(ctx, c, "default", "web-0")
+		return p != nil && p.Spec.NodeName == node, nil
 	})
 }
 
-// firstOff is when the BMC first cut power on a request over IPMI.
-func firstOff(t *testing.T, b *bmc.IPMISim) time.Time {
+// offSince is when the BMC first cut power on a request over IPMI after from.
+func offSince(t *testing.T, b *bmc.IPMISim, from time.Time) time.Time {
 	t.Helper()
 	events, err := b.Events()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range events {
-		if e.Action == bmc.ActionOff && e.Source == "bmc" {
+		if e.Action == bmc.ActionOff && e.Source == "bmc" && e.Time.After(from) {
 			return e.Time
 		}
 	}
-	t.Fatalf("the BMC never powered off: events %v", events)
+	t.Fatalf("the BMC did not power off after %s: events %v", from, events)
 	return time.Time{}
+}
+
+// volumeMoves finds, in the driver's own log after from, the detach of vol from the dead
+// node and its attach to the new one; the storage never held it for both.
+func volumeMoves(t *testing.T, c *Cluster, vol, dead, now string, from time.Time) (detached, attached time.Time) {
+	t.Helper()
+	log, err := c.Attachments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range log {
+		if a.Volume != vol || a.Time.Before(from) {
+			continue
+		}
+		switch {
+		case a.Action == "detach" && a.Node == dead && detached.IsZero():
+			detached = a.Time
+		case a.Action == "attach" && a.Node == now && !detached.IsZero() && attached.IsZero():
+			attached = a.Time
+		}
+	}
+	if detached.IsZero() || attached.IsZero() {
+		t.Fatalf("the driver's log has no detach of %s from %s followed by an attach to %s after %s: %+v", vol, dead, now, from, log)
+	}
+	return detached, attached
+}
+
+// checkAttachments: the only VolumeAttachment of vol is on node, and attached.
+func checkAttachments(t *testing.T, ctx context.Context, c *Cluster, vol, node string) {
+	t.Helper()
+	waitFor(t, ctx, "one attached VolumeAttachment of "+vol+" on "+node, func() (bool, error) {
+		vas, err := c.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		var on []string
+		ok := false
+		for _, va := range vas.Items {
+			if va.Spec.Source.PersistentVolumeName == nil || *va.Spec.Source.PersistentVolumeName != vol {
+				continue
+			}
+			on = append(on, va.Spec.NodeName)
+			ok = va.Spec.NodeName == node && va.Status.Attached
+		}
+		return ok && len(on) == 1, fmt.Errorf("attachments of %s: %v", vol, on)
+	})
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "; ")
+}
+
+// imageAppVersion is the chart's appVersion, the tag install pushed.
+func imageAppVersion(t *testing.T) string {
+	root, err := sim.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := imagebuild.ChartAppVersion(filepath.Join(root, imagebuild.ChartFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// nodeFence is node's newest NodeFence; the test fails when there is none.
+func nodeFence(t *testing.T, ctx context.Context, c *Cluster, node string) unstructured.Unstructured {
+	t.Helper()
+	nfs, err := c.NodeFences(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nfs) == 0 {
+		t.Fatalf("no NodeFence for %s", node)
+	}
+	return nfs[len(nfs)-1]
+}
+
+func phaseOf(nf unstructured.Unstructured) string {
+	p, _, _ := unstructured.NestedString(nf.Object, "status", "phase")
+	return p
+}
+
+// uninstall removes the release and checks what stays, as getting-started documents: the
+// CRD with every NodeFence, the leader Lease and the credential Secret; no Deployment,
+// no replica's identity Lease.
+func uninstall(t *testing.T, ctx context.Context, c *Cluster) {
+	t.Helper()
+	out, err := c.Helm(ctx, "uninstall", Release, "-n", Namespace, "--wait", "--timeout", "5m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("helm uninstall: %s", firstLines(out, 2))
+	waitFor(t, ctx, "the controller's pods gone", func() (bool, error) {
+		pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0, err
+	})
+	var all int
+	for _, n := range c.Nodes() {
+		nfs, err := c.NodeFences(ctx, n.Name)
+		if err != nil {
+			t.Fatalf("after uninstall the NodeFences cannot be listed: %v", err)
+		}
+		all += len(nfs)
+	}
+	if all == 0 {
+		t.Fatal("after uninstall no NodeFence is left, though every round had an incident")
+	}
+	if _, err := c.Client.CoordinationV1().Leases(Namespace).Get(ctx, controllerName, metav1.GetOptions{}); err != nil {
+		t.Errorf("the leader Lease, which uninstall leaves on purpose: %v", err)
+	}
+	if _, err := c.Client.CoreV1().Secrets(Namespace).Get(ctx, BMCSecret, metav1.GetOptions{}); err != nil {
+		t.Errorf("the BMC Secret, which the user created: %v", err)
+	}
+	waitFor(t, ctx, "no identity Lease left", func() (bool, error) {
+		leases, err := c.Client.CoordinationV1().Leases(Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		var names []string
+		for _, l := range leases.Items {
+			if l.Name != controllerName {
+				names = append(names, l.Name)
+			}
+		}
+		return len(names) == 0, fmt.Errorf("leases left: %v", names)
+	})
+	t.Logf("after uninstall: %d NodeFences, the leader Lease and the Secret remain", all)
 }

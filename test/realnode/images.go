@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -25,16 +24,10 @@ const (
 // imageEpoch is the modification time of every file of the test images.
 var imageEpoch = time.Unix(0, 0)
 
-// pushTestImages builds the pause image from test/realnode/pause and a busybox image from
-// Debian's busybox-static, and pushes both to the registry under the names pods use.
-func (c *Cluster) pushTestImages(ctx context.Context, root, dir string) error {
+// pushTestImages packs the pause binary of dir (buildTools) and Debian's busybox-static
+// as images and pushes both to the registry under the names pods use.
+func (c *Cluster) pushTestImages(ctx context.Context, dir string) error {
 	bin := filepath.Join(dir, "pause")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./test/realnode/pause")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("build pause: %w: %s", err, out)
-	}
 	pause := imagebuild.NewTree(imageEpoch)
 	if err := pause.HostFile("/pause", bin, 0o755); err != nil {
 		return err

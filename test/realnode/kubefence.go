@@ -6,17 +6,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/kubefence/kubefence/hack/images/imagebuild"
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/test/sim"
 )
 
@@ -132,4 +137,39 @@ func (c *Cluster) PrepareBMCAccess(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Retag gives the image repo:from in the cluster's registry the tag to as well.
+func (c *Cluster) Retag(ctx context.Context, repo, from, to string) error {
+	src, err := name.NewTag(c.Registry+"/"+repo+":"+from, name.Insecure)
+	if err != nil {
+		return err
+	}
+	desc, err := remote.Get(src, remote.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("retag %s: %w", src, err)
+	}
+	return remote.Tag(src.Context().Tag(to), desc, remote.WithContext(ctx))
+}
+
+// NodeFences lists the NodeFences of node, oldest first.
+func (c *Cluster) NodeFences(ctx context.Context, node string) ([]unstructured.Unstructured, error) {
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	list, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []unstructured.Unstructured
+	for _, nf := range list.Items {
+		if n, _, _ := unstructured.NestedString(nf.Object, "spec", "nodeName"); n == node {
+			out = append(out, nf)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].GetCreationTimestamp().Time.Before(out[j].GetCreationTimestamp().Time)
+	})
+	return out, nil
 }

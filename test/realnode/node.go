@@ -38,6 +38,7 @@ type nodeConfig struct {
 	registry   string // host:port of the local registry
 	bridge     string
 	kubeletBin string
+	csiDriver  string // the CSI driver's binary, run in node mode
 	logf       func(format string, args ...any)
 }
 
@@ -406,6 +407,8 @@ mount --bind %[7]s /var/log/pods
 mount --bind %[8]s /var/log/containers
 mount --bind %[9]s /run/netns
 containerd --config %[10]s > %[11]s/containerd-$boot.log 2>&1 &
+%[18]s -mode node -node-id %[1]s -endpoint %[17]s/plugins/%[19]s/csi.sock \
+	-registration-dir %[17]s/plugins_registry > %[11]s/csidriver-$boot.log 2>&1 &
 i=0
 until [ -S %[12]s ]; do
 	i=$((i+1)); [ $i -lt 600 ] || { echo "containerd did not create %[12]s"; exit 1; }
@@ -417,7 +420,7 @@ wait
 `, n.Name, cgroupRoot, n.cgroup(), mounts.String(), n.path("boot_id"), n.path("run/cni"),
 		n.path("pod-logs"), n.path("containers-logs"), n.path("run/netns"), n.path("containerd.toml"),
 		n.path("logs"), sock, n.cfg.kubeletBin, n.path("kubelet.yaml"), n.path("kubeconfig"), n.IP,
-		n.path("kubelet"))
+		n.path("kubelet"), n.cfg.csiDriver, CSIDriver)
 }
 
 func (n *Node) containerdConfig() string {

@@ -150,7 +150,7 @@ func startOnce(ctx context.Context, opts IPMIOptions) (*IPMISim, error) {
 	cmd.Dir = opts.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A process group of its own lets Stop kill ipmi_sim and any chassis script it runs.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("run ipmi_sim: %w", err)
 	}
