@@ -136,7 +136,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	var sink record.EventSink = &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}
 	if *cfg.LeaderElection.Enabled {
 		guard = &LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
-		sink = confirmedSink{EventSink: sink, confirmed: guard.Confirmed}
+		sink = confirmedSink{events: client.CoreV1().Events(""), until: guard.ConfirmedUntil}
 	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(sink)

@@ -1,9 +1,12 @@
 package controller
 
 import (
+	"context"
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/record"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 // confirmedSink sends an Event only while a leader Lease check passed within the renew
@@ -11,30 +14,45 @@ import (
 // sends Events from a queue of its own: a leader paused after it queued one (SIGSTOP, a
 // frozen VM) would otherwise send it on waking, after a standby took over. Such an
 // Event is dropped; the refusal is a StatusError, which the broadcaster does not retry.
+// Each request carries the confirmation's end as its deadline, so a replica paused
+// between the check and the send abandons the request on waking instead of sending it.
 type confirmedSink struct {
-	record.EventSink
-	confirmed func() bool
+	events typedcorev1.EventInterface
+	// until is when the last Lease check stops vouching for this replica.
+	until func() time.Time
+}
+
+// send runs one request under the confirmation's deadline, or refuses it.
+func (s confirmedSink) send(do func(ctx context.Context) (*corev1.Event, error)) (*corev1.Event, error) {
+	until := s.until()
+	if !time.Now().Before(until) {
+		return nil, errUnconfirmed()
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	defer cancel()
+	e, err := do(ctx)
+	if err != nil && ctx.Err() != nil {
+		return nil, errUnconfirmed()
+	}
+	return e, err
 }
 
 func (s confirmedSink) Create(e *corev1.Event) (*corev1.Event, error) {
-	if !s.confirmed() {
-		return nil, errUnconfirmed()
-	}
-	return s.EventSink.Create(e)
+	return s.send(func(ctx context.Context) (*corev1.Event, error) {
+		return s.events.CreateWithEventNamespaceWithContext(ctx, e)
+	})
 }
 
 func (s confirmedSink) Update(e *corev1.Event) (*corev1.Event, error) {
-	if !s.confirmed() {
-		return nil, errUnconfirmed()
-	}
-	return s.EventSink.Update(e)
+	return s.send(func(ctx context.Context) (*corev1.Event, error) {
+		return s.events.UpdateWithEventNamespaceWithContext(ctx, e)
+	})
 }
 
 func (s confirmedSink) Patch(old *corev1.Event, data []byte) (*corev1.Event, error) {
-	if !s.confirmed() {
-		return nil, errUnconfirmed()
-	}
-	return s.EventSink.Patch(old, data)
+	return s.send(func(ctx context.Context) (*corev1.Event, error) {
+		return s.events.PatchWithEventNamespaceWithContext(ctx, old, data)
+	})
 }
 
 func errUnconfirmed() error {

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/buildinfo"
@@ -53,21 +58,61 @@ func (s *countingSink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) {
 // process is paused; on waking it goes out only if a Lease check passed within the renew
 // deadline, and the refusal is one the broadcaster does not retry.
 func TestConfirmedSinkDropsUnconfirmed(t *testing.T) {
-	inner := &countingSink{}
-	ok := false
-	s := confirmedSink{EventSink: inner, confirmed: func() bool { return ok }}
-	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e"}}
+	client := fake.NewSimpleClientset()
+	until := time.Now().Add(-time.Second)
+	s := confirmedSink{events: client.CoreV1().Events(""), until: func() time.Time { return until }}
+	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "default"}}
 	_, err := s.Create(ev)
-	var status *apierrors.StatusError
-	if err == nil || inner.creates != 0 {
-		t.Fatalf("unconfirmed: err %v, %d sent", err, inner.creates)
+	sent := func() int {
+		l, _ := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+		return len(l.Items)
+	}
+	if err == nil || sent() != 0 {
+		t.Fatalf("unconfirmed: err %v, %d sent", err, sent())
 	}
 	if !apierrors.IsServiceUnavailable(err) {
-		t.Errorf("refusal %T %v is not a StatusError the broadcaster gives up on (%T)", err, err, status)
+		t.Errorf("refusal %T %v is not a StatusError the broadcaster gives up on", err, err)
 	}
-	ok = true
-	if _, err := s.Create(ev); err != nil || inner.creates != 1 {
-		t.Errorf("confirmed: err %v, %d sent", err, inner.creates)
+	until = time.Now().Add(time.Minute)
+	if _, err := s.Create(ev); err != nil || sent() != 1 {
+		t.Errorf("confirmed: err %v, %d sent", err, sent())
+	}
+}
+
+// TestConfirmedSinkRequestEndsWithConfirmation: the request itself carries the
+// confirmation's end as its deadline, so a replica paused between the check and the send
+// abandons it on waking. Here the API server holds the request until the client gives up.
+func TestConfirmedSinkRequestEndsWithConfirmation(t *testing.T) {
+	seen, release := make(chan struct{}, 1), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before Close, which waits for the handler
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(300 * time.Millisecond)
+	s := confirmedSink{events: client.CoreV1().Events(""), until: func() time.Time { return until }}
+	_, err = s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "default"}})
+	select {
+	case <-seen:
+	default:
+		t.Fatal("the request never reached the server")
+	}
+	if !apierrors.IsServiceUnavailable(err) {
+		t.Fatalf("a request outliving its confirmation returned %v, want the unconfirmed refusal", err)
+	}
+	if time.Now().Before(until) {
+		t.Fatalf("the request ended before its deadline %s", until)
 	}
 }
 

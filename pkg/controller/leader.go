@@ -190,10 +190,14 @@ func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) erro
 
 // Confirmed reports whether a check passed within the renew deadline: a replica paused
 // longer than that (SIGSTOP, a frozen VM) may have been replaced while it slept.
-func (g *LeaseGuard) Confirmed() bool {
+func (g *LeaseGuard) Confirmed() bool { return time.Now().Before(g.ConfirmedUntil()) }
+
+// ConfirmedUntil is when the last passed check stops vouching for this replica: the
+// deadline of any request that relies on it.
+func (g *LeaseGuard) ConfirmedUntil() time.Time {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return time.Now().Before(g.confirmedUntil)
+	return g.confirmedUntil
 }
 
 // judge returns ErrStaleEpoch when lease is no longer this replica's at epoch, and
