@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -35,7 +36,10 @@ import (
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
-const bridgeName = "kfbr0"
+const (
+	bridgeName = "kfbr0"
+	lockFile   = "/run/kubefence-realnode.lock"
+)
 
 // Options configure Start.
 type Options struct {
@@ -54,6 +58,7 @@ type Cluster struct {
 	Registry string
 
 	dir    string
+	lock   *os.File // held from Start to Stop
 	nodes  []*Node
 	bmcs   []*bmc.IPMISim
 	bridge *bridge
@@ -77,6 +82,17 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		opts.Logf = func(string, ...any) {}
 	}
 	c := &Cluster{logf: opts.Logf, dir: opts.Dir}
+	// One real-node cluster per machine at a time: bridge, addresses, namespaces and
+	// cgroups have fixed names. A second run waits here until the first has stopped.
+	lock, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("lock %s: %w", lockFile, err)
+	}
+	c.lock = lock
 	if err := c.start(ctx, opts); err != nil {
 		return nil, errors.Join(fmt.Errorf("start real-node cluster: %w", err), c.Stop())
 	}
@@ -329,8 +345,14 @@ func (c *Cluster) Stop() error {
 		if c.Cluster != nil {
 			errs = append(errs, c.Cluster.Stop())
 		}
+		for _, n := range c.nodes {
+			_ = run(ctx, "ip", "netns", "del", n.netns()) // left by a boot that failed half-way
+		}
 		if c.bridge != nil {
 			errs = append(errs, c.bridge.remove(ctx))
+		}
+		if c.lock != nil {
+			c.lock.Close() // releases the flock
 		}
 	})
 	return errors.Join(errs...)

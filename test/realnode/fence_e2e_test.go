@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -35,28 +36,52 @@ func startCluster(t *testing.T, n int) *Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	c, err := Start(ctx, Options{Dir: dir, Nodes: n, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var c *Cluster
 	t.Cleanup(func() {
-		if t.Failed() {
-			keep := filepath.Join(os.TempDir(), "kubefence-realnode-"+strings.ReplaceAll(t.Name(), "/", "_"))
-			_ = os.RemoveAll(keep)
-			if err := os.CopyFS(keep, os.DirFS(dir)); err == nil {
-				t.Logf("cluster files kept in %s", keep)
+		if c != nil {
+			if err := c.Stop(); err != nil {
+				t.Errorf("stop cluster: %v", err)
 			}
 		}
-		if err := c.Stop(); err != nil {
-			t.Errorf("stop cluster: %v", err)
+		if t.Failed() {
+			// 0700: the copy holds the BMC passwords and the cluster's keys.
+			if keep, err := os.MkdirTemp("", "kubefence-realnode-failed-"); err == nil {
+				t.Logf("cluster files kept in %s (%v)", keep, copyRegular(dir, keep))
+			}
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			t.Errorf("remove cluster files: %v", err)
 		}
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if c, err = Start(ctx, Options{Dir: dir, Nodes: n, Logf: t.Logf}); err != nil {
+		t.Fatal(err)
+	}
 	return c
+}
+
+// copyRegular copies the regular files and directories under src into dst (sockets and
+// the like are left out).
+func copyRegular(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o700)
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return nil
+			}
+			return os.WriteFile(target, b, 0o600)
+		}
+		return nil
+	})
 }
 
 // install builds and pushes the image, then installs the chart with its defaults.
@@ -226,18 +251,20 @@ func TestFencingOnRealNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	rounds := []struct {
-		name    string
-		upgrade []string // helm upgrade arguments before the round
-		hang    bool
-		leader  bool
+		name     string
+		upgrade  []string // helm upgrade arguments before the round
+		strategy string   // the remediation the NodeFence must record
+		hang     bool
+		leader   bool
 	}{
-		{name: "dead node, default remediation"},
-		{name: "dead node, OutOfServiceTaint after an upgrade to a new tag", upgrade: []string{
+		{name: "dead node, default remediation", strategy: "Both"},
+		{name: "dead node, OutOfServiceTaint after an upgrade to a new tag", strategy: "OutOfServiceTaint", upgrade: []string{
 			"--set", "image.tag=" + upgradeTag, "-f", remediationValues(t, "OutOfServiceTaint")}},
-		{name: "dead node, Direct", upgrade: []string{"--reuse-values", "-f", remediationValues(t, "Direct")}},
-		{name: "hung node", hang: true},
-		{name: "the leader's node dies", leader: true},
+		{name: "dead node, Direct", strategy: "Direct", upgrade: []string{"--reuse-values", "-f", remediationValues(t, "Direct")}},
+		{name: "hung node", strategy: "Direct", hang: true},
+		{name: "the leader's node dies", strategy: "Direct", leader: true},
 	}
+	var fences []string
 	for _, r := range rounds {
 		if !t.Run(r.name, func(t *testing.T) {
 			if r.upgrade != nil {
@@ -248,12 +275,12 @@ func TestFencingOnRealNodes(t *testing.T) {
 			if r.leader {
 				target = leader
 			}
-			fenceRound(t, ctx, c, target, r.hang)
+			fences = append(fences, fenceRound(t, ctx, c, target, r.strategy, r.hang))
 		}) {
 			return
 		}
 	}
-	uninstall(t, ctx, c)
+	uninstall(t, ctx, c, fences)
 }
 
 // upgradeTag is a second tag of the same image, pushed before the upgrade round.
@@ -311,13 +338,14 @@ func otherThan(c *Cluster, node string) string {
 	return ""
 }
 
-// fenceRound moves web-0 to target, kills (or freezes) target and checks what happened.
-func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target string, hang bool) {
+// fenceRound moves web-0 to target, kills (or freezes) target and checks what happened;
+// it returns the round's NodeFence.
+func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target, strategy string, hang bool) string {
 	moveWeb(t, ctx, c, target)
 	oldBoot := c.Node(target).BootID()
 	began := time.Now()
 	if hang {
-		if err := c.Node(target).Freeze(); err != nil {
+		if err := c.Node(target).Freeze(ctx); err != nil {
 			t.Fatal(err)
 		}
 	} else if err := c.Crash(ctx, target); err != nil {
@@ -339,16 +367,24 @@ func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target string, ha
 	detached, attached := volumeMoves(t, c, "web-data", target, moved.Spec.NodeName, began)
 	t.Logf("%s fenced: BMC off %s after the failure, volume detached from it %s, attached to %s %s, web-0 started there %s",
 		target, since(began, off), since(began, detached), moved.Spec.NodeName, since(began, attached), since(began, started))
-	if !off.Before(started) || !off.Before(detached) {
-		t.Fatalf("%s's BMC cut power at %s, after web-0 started elsewhere (%s) or its volume was detached (%s)",
-			target, off.Format(time.RFC3339Nano), started.Format(time.RFC3339Nano), detached.Format(time.RFC3339Nano))
+	// The storage's own log has nanoseconds; the kubelet's StartedAt only seconds.
+	if !off.Before(detached) || !off.Before(attached) || !off.Before(started.Add(time.Second)) {
+		t.Fatalf("%s's BMC cut power at %s, after its volume was detached (%s) or attached elsewhere (%s) or web-0 started elsewhere (%s)",
+			target, off.Format(time.RFC3339Nano), detached.Format(time.RFC3339Nano), attached.Format(time.RFC3339Nano), started.Format(time.RFC3339))
 	}
-	if pids := c.Node(target).Processes(); len(pids) != 0 {
-		t.Fatalf("%s was fenced but processes %v of it still run", target, pids)
+	if hang {
+		if pids := c.Node(target).Processes(); len(pids) != 0 {
+			t.Fatalf("%s was fenced but processes %v of it still run", target, pids)
+		}
 	}
 	checkAttachments(t, ctx, c, "web-data", moved.Spec.NodeName)
 	nf := nodeFence(t, ctx, c, target)
-	t.Logf("NodeFence %s: phase %s", nf.GetName(), phaseOf(nf))
+	if nf.GetCreationTimestamp().Time.Before(began.Add(-time.Second)) {
+		t.Fatalf("%s's newest NodeFence %s is from %s, before this round", target, nf.GetName(), nf.GetCreationTimestamp())
+	}
+	if step := remediatedStep(nf); !strings.HasPrefix(step, "strategy "+strategy+":") {
+		t.Fatalf("NodeFence %s remediated with %q, want strategy %s", nf.GetName(), step, strategy)
+	}
 
 	// The operator powers the node on again, as its BMC's owner would.
 	if err := c.BMC(target).SetPower(true); err != nil {
@@ -362,6 +398,33 @@ func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target string, ha
 		return nodeReady(n) && n.Status.NodeInfo.BootID != oldBoot && len(n.Spec.Taints) == 0, nil
 	})
 	t.Logf("%s released %s after the failure", target, since(began, time.Now()))
+	waitFor(t, ctx, "NodeFence "+nf.GetName()+" Recovered", func() (bool, error) {
+		nfs, err := c.NodeFences(ctx, target)
+		return err == nil && len(nfs) > 0 && nfs[len(nfs)-1].GetName() == nf.GetName() && phaseOf(nfs[len(nfs)-1]) == "Recovered", err
+	})
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "back-" + nf.GetName(), Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: target, TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{Name: "app", Image: BusyboxImage, Command: []string{"/bin/sh", "-c", "sleep 3600"}}}}}
+	if _, err := c.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "a pod running on "+target+" again", func() (bool, error) {
+		return runningPod(ctx, c, "default", probe.Name) != nil, nil
+	})
+	return nf.GetName()
+}
+
+// remediatedStep is the message of the NodeFence's Remediated timeline step.
+func remediatedStep(nf unstructured.Unstructured) string {
+	steps, _, _ := unstructured.NestedSlice(nf.Object, "status", "timeline")
+	for _, s := range steps {
+		m, _ := s.(map[string]any)
+		if m["type"] == "Remediated" {
+			msg, _ := m["message"].(string)
+			return msg
+		}
+	}
+	return ""
 }
 
 func since(from, to time.Time) string { return to.Sub(from).Round(100 * time.Millisecond).String() }
@@ -375,6 +438,13 @@ func moveWeb(t *testing.T, ctx context.Context, c *Cluster, node string) {
 	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,"preference":{"matchFields":[{"key":"metadata.name","operator":"In","values":[%q]}]}}]}}}}}}`, node)
 	if _, err := c.Client.AppsV1().StatefulSets("default").Patch(ctx, "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// When the template already preferred node (an earlier round's target), the patch
+	// changes nothing and rolls nothing: delete the pod so it is placed again.
+	if p, err := c.Client.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{}); err == nil && p.Spec.NodeName != node {
+		if err := c.Client.CoreV1().Pods("default").Delete(ctx, "web-0", metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			t.Fatal(err)
+		}
 	}
 	waitFor(t, ctx, "web-0 running on "+node, func() (bool, error) {
 		p := runningPod(ctx, c, "default", "web-0")
@@ -481,9 +551,9 @@ func phaseOf(nf unstructured.Unstructured) string {
 }
 
 // uninstall removes the release and checks what stays, as getting-started documents: the
-// CRD with every NodeFence, the leader Lease and the credential Secret; no Deployment,
-// no replica's identity Lease.
-func uninstall(t *testing.T, ctx context.Context, c *Cluster) {
+// CRD with every NodeFence (fences names them), the leader Lease and the credential
+// Secret; no pod, no replica's identity Lease.
+func uninstall(t *testing.T, ctx context.Context, c *Cluster, fences []string) {
 	t.Helper()
 	out, err := c.Helm(ctx, "uninstall", Release, "-n", Namespace, "--wait", "--timeout", "5m")
 	if err != nil {
@@ -494,17 +564,22 @@ func uninstall(t *testing.T, ctx context.Context, c *Cluster) {
 		pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0, err
 	})
-	var all int
+	left := map[string]bool{}
 	for _, n := range c.Nodes() {
 		nfs, err := c.NodeFences(ctx, n.Name)
 		if err != nil {
 			t.Fatalf("after uninstall the NodeFences cannot be listed: %v", err)
 		}
-		all += len(nfs)
+		for _, nf := range nfs {
+			left[nf.GetName()] = true
+		}
 	}
-	if all == 0 {
-		t.Fatal("after uninstall no NodeFence is left, though every round had an incident")
+	for _, f := range fences {
+		if !left[f] {
+			t.Errorf("NodeFence %s is gone after uninstall; the history must stay", f)
+		}
 	}
+	all := len(left)
 	if _, err := c.Client.CoordinationV1().Leases(Namespace).Get(ctx, controllerName, metav1.GetOptions{}); err != nil {
 		t.Errorf("the leader Lease, which uninstall leaves on purpose: %v", err)
 	}

@@ -92,6 +92,12 @@ func (c *Cluster) PushKubefence(ctx context.Context) (string, error) {
 	if err := imagebuild.BuildBinaries(ctx, "go", root, bin, version, revision, false, &log); err != nil {
 		return "", fmt.Errorf("%w: %s", err, log.String())
 	}
+	if plant := os.Getenv(PlantEnv); plant != "" {
+		if err := buildPlanted(ctx, root, bin, plant); err != nil {
+			return "", err
+		}
+		version += "-planted-" + plant
+	}
 	opts := imagebuild.Options{BinDir: bin, Version: version, Revision: revision, Created: created}
 	img, err := imagebuild.Build(opts)
 	if err != nil {
@@ -114,6 +120,26 @@ func (c *Cluster) PushKubefence(ctx context.Context) (string, error) {
 			imagebuild.MB(sum.Compressed), imagebuild.MB(sum.Uncompressed), sum.Layers)
 	}
 	return out.String(), nil
+}
+
+// PlantEnv names a planted bug (test/sim.PlantedBugs) to build into the image's
+// controller, so that a test shows it catches the bug (make chaos-realnode PLANT=nofloor).
+const PlantEnv = "KUBEFENCE_REALNODE_PLANT"
+
+// buildPlanted rebuilds bin/fence-controller with the named bug planted.
+func buildPlanted(ctx context.Context, root, bin, plant string) error {
+	ov, err := sim.PlantOverlay(filepath.Join(bin, "..", "plant"), plant)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-overlay", ov, "-ldflags", "-s -w",
+		"-o", filepath.Join(bin, "fence-controller"), "./cmd/fence-controller")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build fence-controller with planted bug %s: %w: %s", plant, err, out)
+	}
+	return nil
 }
 
 // PrepareBMCAccess creates the BMC credentials Secret and annotates every node with its

@@ -66,10 +66,15 @@ func newBridge(ctx context.Context, name string) (*bridge, error) {
 		}
 	}
 	b := &bridge{name: name}
+	// Nothing from the nodes leaves the bridge: the host routes none of their packets
+	// elsewhere (a containerd falling back from the local registry to docker.io, a DNS
+	// query), whatever the host's ip_forward says.
+	_ = run(ctx, "iptables", "-D", "FORWARD", "-i", name, "!", "-o", name, "-j", "DROP")
 	steps := [][]string{
 		{"ip", "link", "add", name, "address", bridgeMAC, "type", "bridge"},
 		{"ip", "addr", "add", bridgeCIDR, "dev", name},
 		{"ip", "link", "set", name, "up"},
+		{"iptables", "-I", "FORWARD", "-i", name, "!", "-o", name, "-j", "DROP"},
 	}
 	for _, s := range steps {
 		if err := run(ctx, s[0], s[1:]...); err != nil {
@@ -80,6 +85,7 @@ func newBridge(ctx context.Context, name string) (*bridge, error) {
 }
 
 func (b *bridge) remove(ctx context.Context) error {
+	_ = run(ctx, "iptables", "-D", "FORWARD", "-i", b.name, "!", "-o", b.name, "-j", "DROP")
 	if _, err := net.InterfaceByName(b.name); err != nil {
 		return nil
 	}

@@ -131,15 +131,16 @@ func (n *Node) boot(ctx context.Context) error {
 // node is off the network at once, as a machine without power is.
 func (n *Node) reap(cmd *exec.Cmd, done chan struct{}) {
 	err := cmd.Wait()
-	_ = os.Remove(n.path("init.pid"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_ = run(ctx, "ip", "netns", "del", n.netns())
+	// Cleared at once: from here on the PID may belong to another process.
 	n.mu.Lock()
 	if n.proc == cmd {
 		n.proc = nil
 	}
 	n.mu.Unlock()
+	_ = os.Remove(n.path("init.pid"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = run(ctx, "ip", "netns", "del", n.netns())
 	n.cfg.logf("realnode: %s is off (%v)", n.Name, err)
 	close(done)
 }
@@ -158,7 +159,7 @@ func (n *Node) powerOff(ctx context.Context) error {
 		_ = syscall.Kill(init, syscall.SIGKILL)
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	_ = n.setFreezer("THAWED")
+	n.thawAll()
 	select {
 	case <-exited:
 	case <-ctx.Done():
@@ -201,9 +202,13 @@ func (n *Node) recordInit(ctx context.Context, unshare int) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
+		// Written only once the init has joined the node's freezer cgroup, which the
+		// power-off hook checks before it kills.
 		pid, err := n.initPID(unshare)
 		if err == nil {
-			return os.WriteFile(n.path("init.pid"), []byte(strconv.Itoa(pid)), 0o600)
+			if err = n.inCgroup(pid); err == nil {
+				return os.WriteFile(n.path("init.pid"), []byte(strconv.Itoa(pid)), 0o600)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -221,12 +226,20 @@ func (n *Node) writeOffHook() (string, error) {
 	path := n.path("power-off.sh")
 	freezer := filepath.Join(cgroupRoot, "freezer", n.cgroup())
 	script := fmt.Sprintf(`#!/bin/sh
-pid=$(cat %[1]s 2>/dev/null) || exit 0
-grep -q ':freezer:/%[2]s$' /proc/$pid/cgroup 2>/dev/null || exit 0
-kill -KILL "$pid" 2>/dev/null
-echo THAWED > %[3]s/freezer.state 2>/dev/null
+# Cuts the power of node %[2]s: kills every process in its freezer cgroup (its init first,
+# which ends its PID namespace), thaws the subtree so frozen processes can die, and fails
+# (so the BMC does not report off) if any process is left after 10s.
+pid=$(cat %[1]s 2>/dev/null)
+if [ -n "$pid" ] && grep -q ':freezer:/%[2]s$' /proc/$pid/cgroup 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; fi
+for f in $(find %[3]s -name cgroup.procs); do
+	for p in $(cat "$f"); do kill -KILL "$p" 2>/dev/null; done
+done
+find %[3]s -name freezer.state | while read -r f; do echo THAWED > "$f" 2>/dev/null; done
 i=0
-while kill -0 "$pid" 2>/dev/null && [ $i -lt 1000 ]; do i=$((i+1)); sleep 0.01; done
+while [ -n "$(find %[3]s -name cgroup.procs -exec cat {} +)" ]; do
+	i=$((i+1)); [ $i -lt 1000 ] || exit 1
+	sleep 0.01
+done
 exit 0
 `, n.path("init.pid"), n.cgroup(), freezer)
 	return path, os.WriteFile(path, []byte(script), 0o700)
@@ -243,8 +256,49 @@ func (n *Node) removeCgroups() {
 	}
 }
 
-// Freeze stops every process of the node where it stands: a hung machine. Thaw resumes it.
-func (n *Node) Freeze() error { return n.setFreezer("FROZEN") }
+// Freeze stops every process of the node where it stands, a hung machine, and returns once
+// the kernel reports the whole cgroup FROZEN. Thaw resumes it.
+func (n *Node) Freeze(ctx context.Context) error {
+	if err := n.setFreezer("FROZEN"); err != nil {
+		return err
+	}
+	p := filepath.Join(cgroupRoot, "freezer", n.cgroup(), "freezer.state")
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.TrimSpace(string(b)) == "FROZEN" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: freezer state %q: %w", n.Name, b, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// thawAll thaws every cgroup of the node's freezer subtree (a pod frozen on its own too).
+func (n *Node) thawAll() {
+	_ = filepath.WalkDir(filepath.Join(cgroupRoot, "freezer", n.cgroup()), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "freezer.state" {
+			_ = os.WriteFile(p, []byte("THAWED"), 0o644)
+		}
+		return nil
+	})
+}
+
+// inCgroup reports whether pid is in the node's freezer cgroup.
+func (n *Node) inCgroup(pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(b), ":freezer:/"+n.cgroup()+"\n") {
+		return fmt.Errorf("pid %d is not yet in freezer:/%s", pid, n.cgroup())
+	}
+	return nil
+}
 
 // Thaw resumes a frozen node.
 func (n *Node) Thaw() error { return n.setFreezer("THAWED") }

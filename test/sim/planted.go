@@ -30,39 +30,51 @@ var PlantedBugs = map[string]PlantedBug{
 		To:   "obs := assess(st, node.Name, ready, now, leaseStaleAfter, notReadyAfter, 0*floor)"},
 }
 
-// BuildPlantedBinaries is BuildScenarioBinaries with the named bug planted in the
-// controller. It fails if the bug's line is no longer in the source, rather than build an
-// unchanged controller that would make the check pass for nothing.
-func BuildPlantedBinaries(ctx context.Context, dir, name string) error {
+// PlantOverlay writes into dir the patched source and the `go build -overlay` file that
+// plant the named bug, and returns the overlay file's path. It fails if the bug's line is
+// no longer in the source exactly once.
+func PlantOverlay(dir, name string) (string, error) {
 	bug, ok := PlantedBugs[name]
 	if !ok {
-		return fmt.Errorf("no planted bug %q", name)
+		return "", fmt.Errorf("no planted bug %q", name)
 	}
 	root, err := moduleRoot()
 	if err != nil {
-		return err
+		return "", err
 	}
 	src := filepath.Join(root, bug.File)
 	b, err := os.ReadFile(src)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if strings.Count(string(b), bug.From) != 1 {
-		return fmt.Errorf("planted bug %s: %s no longer holds the line %q once", name, bug.File, bug.From)
+		return "", fmt.Errorf("planted bug %s: %s no longer holds the line %q once", name, bug.File, bug.From)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return "", err
 	}
 	patched := filepath.Join(dir, "planted-"+filepath.Base(bug.File))
 	if err := os.WriteFile(patched, []byte(strings.Replace(string(b), bug.From, bug.To, 1)), 0o644); err != nil {
-		return err
+		return "", err
 	}
 	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {src: patched}})
 	if err != nil {
-		return err
+		return "", err
 	}
 	ov := filepath.Join(dir, "overlay.json")
-	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+	return ov, os.WriteFile(ov, overlay, 0o644)
+}
+
+// BuildPlantedBinaries is BuildScenarioBinaries with the named bug planted in the
+// controller. It fails if the bug's line is no longer in the source, rather than build an
+// unchanged controller that would make the check pass for nothing.
+func BuildPlantedBinaries(ctx context.Context, dir, name string) error {
+	ov, err := PlantOverlay(dir, name)
+	if err != nil {
+		return err
+	}
+	root, err := moduleRoot()
+	if err != nil {
 		return err
 	}
 	if err := BuildScenarioBinaries(ctx, dir); err != nil {

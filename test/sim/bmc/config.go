@@ -74,7 +74,7 @@ OFF_HOOK=%q
 log() { printf '%%s %%s %s\n' "$(date +%%s.%%N)" "$1" >> "$LOG"; }
 setpower() { printf '%%s\n' "$1" > "$STATE.tmp.$$" && mv -f "$STATE.tmp.$$" "$STATE"; }
 # The hook cuts the machine's power before the BMC reports it off.
-poweroff() { if [ -n "$OFF_HOOK" ]; then "$OFF_HOOK"; fi; setpower 0; log off; }
+poweroff() { if [ -n "$OFF_HOOK" ]; then "$OFF_HOOK" || { log off-failed; exit 1; }; fi; setpower 0; log off; }
 case "$1" in get|set) ;; *) shift ;; esac
 op=$1
 shift

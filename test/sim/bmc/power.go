@@ -20,6 +20,8 @@ const (
 	ActionIgnoredOff = "ignored-off"
 	// ActionOffRequested: a slow BMC (OffDelay) accepted power off; ActionOff follows.
 	ActionOffRequested = "off-requested"
+	// ActionOffFailed: the OffHook failed; power stays on and the request fails.
+	ActionOffFailed = "off-failed"
 )
 
 // PowerEvent is one line of the BMC's power log.
