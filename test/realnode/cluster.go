@@ -16,10 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,10 +25,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/registry"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubefence/kubefence/hack/images/imagebuild"
 	"github.com/kubefence/kubefence/test/sim"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
@@ -62,8 +59,9 @@ type Cluster struct {
 	nodes  []*Node
 	bmcs   []*bmc.IPMISim
 	bridge *bridge
-	reg    *http.Server
-	logf   func(format string, args ...any)
+	// stopRegistry ends the registry (hack/images' own) and returns its error.
+	stopRegistry func() error
+	logf         func(format string, args ...any)
 	// attachLog is the CSI driver's record of attaches and detaches.
 	attachLog string
 	daemons   []func() // stop the host processes beside the control plane
@@ -210,8 +208,10 @@ func (c *Cluster) startRegistry() error {
 		return fmt.Errorf("registry: %w", err)
 	}
 	c.Registry = l.Addr().String()
-	c.reg = &http.Server{Handler: registry.New(registry.Logger(discardLogger())), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = c.reg.Serve(l) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- imagebuild.ServeRegistry(ctx, l, nil) }()
+	c.stopRegistry = func() error { cancel(); return <-done }
 	return nil
 }
 
@@ -339,8 +339,8 @@ func (c *Cluster) Stop() error {
 		for _, b := range c.bmcs {
 			errs = append(errs, b.Stop())
 		}
-		if c.reg != nil {
-			errs = append(errs, c.reg.Close())
+		if c.stopRegistry != nil {
+			errs = append(errs, c.stopRegistry())
 		}
 		if c.Cluster != nil {
 			errs = append(errs, c.Cluster.Stop())
@@ -357,5 +357,3 @@ func (c *Cluster) Stop() error {
 	})
 	return errors.Join(errs...)
 }
-
-func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
