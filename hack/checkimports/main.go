@@ -1,0 +1,122 @@
+// Command checkimports fails when a package imports, directly or through others, what
+// the design says it must not (make lint). Each rule names the packages it covers, the
+// import paths they must not depend on, the exceptions, and why; the rules follow the
+// package table of DESIGN.md.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+)
+
+// rule forbids the packages under Dir (relative to the module) every dependency that
+// matches Forbidden, unless it matches Allowed. $MOD in a pattern is the module path.
+type rule struct {
+	Dir       string
+	Forbidden string
+	Allowed   string
+	Why       string
+}
+
+var rules = []rule{
+	{Dir: "pkg/apis", Forbidden: `^$MOD/(pkg|cmd|test)/`, Allowed: `^$MOD/pkg/apis(/|$)`, Why: "API types stand alone"},
+	{Dir: "pkg/policy", Forbidden: `^(k8s\.io/client-go|$MOD/pkg/(plugin|fencer|remediate|controller|detector))(/|$)`, Why: "policy is pure decisions"},
+	{Dir: "pkg/detector", Forbidden: `^$MOD/pkg/(plugin|fencer|remediate)(/|$)`, Why: "the detector only observes"},
+	{Dir: "pkg/plugin", Forbidden: `^(k8s\.io/|$MOD/pkg/(controller|detector|policy|fencer|remediate|apis)(/|$))`, Why: "the agent contract knows no Kubernetes"},
+	{Dir: "pkg/agent", Forbidden: `^(k8s\.io/|$MOD/pkg/(controller|detector|policy|fencer|remediate|apis)(/|$))`, Why: "agents know no Kubernetes"},
+	{Dir: "pkg/remediate", Forbidden: `^$MOD/pkg/plugin(/|$)`, Why: "storage and pod cleanup never triggers fencing"},
+	{Dir: "pkg/fencer", Forbidden: `^$MOD/pkg/(controller|remediate)(/|$)`, Why: "the state machine does not reach into its wiring"},
+	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
+}
+
+// pkgDeps is a package and its transitive dependencies, as go list reports them.
+type pkgDeps struct {
+	Path string
+	Deps []string
+}
+
+// violations applies the rules to pkgs of module mod.
+func violations(mod string, rs []rule, pkgs []pkgDeps) ([]string, error) {
+	var out []string
+	for _, r := range rs {
+		forbidden, err := regexp.Compile(strings.ReplaceAll(r.Forbidden, "$MOD", regexp.QuoteMeta(mod)))
+		if err != nil {
+			return nil, fmt.Errorf("rule for %s: forbidden: %w", r.Dir, err)
+		}
+		var allowed *regexp.Regexp
+		if r.Allowed != "" {
+			if allowed, err = regexp.Compile(strings.ReplaceAll(r.Allowed, "$MOD", regexp.QuoteMeta(mod))); err != nil {
+				return nil, fmt.Errorf("rule for %s: allowed: %w", r.Dir, err)
+			}
+		}
+		dir := mod + "/" + r.Dir
+		for _, p := range pkgs {
+			if p.Path != dir && !strings.HasPrefix(p.Path, dir+"/") {
+				continue
+			}
+			for _, d := range p.Deps {
+				if d == p.Path || strings.HasPrefix(d, p.Path+"/") || !forbidden.MatchString(d) || (allowed != nil && allowed.MatchString(d)) {
+					continue
+				}
+				out = append(out, fmt.Sprintf("%s imports %s: %s", strings.TrimPrefix(p.Path, mod+"/"), d, r.Why))
+			}
+		}
+	}
+	return out, nil
+}
+
+func main() {
+	mod, err := goOutput("list", "-m")
+	if err != nil {
+		fatal(err)
+	}
+	mod = strings.TrimSpace(mod)
+	list, err := goOutput("list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "./...")
+	if err != nil {
+		fatal(err)
+	}
+	var pkgs []pkgDeps
+	sc := bufio.NewScanner(strings.NewReader(list))
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 0 {
+			pkgs = append(pkgs, pkgDeps{Path: f[0], Deps: f[1:]})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		fatal(err)
+	}
+	v, err := violations(mod, rules, pkgs)
+	if err != nil {
+		fatal(err)
+	}
+	for _, line := range v {
+		fmt.Println("checkimports:", line)
+	}
+	if len(v) > 0 {
+		os.Exit(1)
+	}
+	fmt.Printf("checkimports: all %d import rules hold over %d packages\n", len(rules), len(pkgs))
+}
+
+func goOutput(args ...string) (string, error) {
+	var stderr bytes.Buffer
+	cmd := exec.Command("go", args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "checkimports:", err)
+	os.Exit(2)
+}
