@@ -39,10 +39,22 @@ unit:
 lint:
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	../shared/tools/check-imports
+	$(GO) run ./hack/checkimports
 
 demo: deps build
 	$(GO) run ./test/sim/cmd/demo -bin $(BIN)
+
+# The same story on three real kubelet nodes (test/realnode), kubefence built into its
+# image and installed with helm; needs root, takes about 4 minutes here.
+.PHONY: demo-cluster bench-realnode
+demo-cluster: deps build
+	$(GO) run ./test/realnode/cmd/demo
+
+# Recovery on real nodes, RUNS failures per profile (default and fast), p50 and p99;
+# writes docs/benchmarks.md's real-node section.
+RUNS ?= 5
+bench-realnode: deps build
+	$(GO) run ./test/realnode/cmd/demo -runs $(RUNS) -profiles default,fast -report docs/benchmarks.md
 
 # Benchmarks with the iteration counts that keep each under a minute here; figures are
 # recorded in the issue notes and docs with the command that produced them.

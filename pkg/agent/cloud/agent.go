@@ -3,9 +3,7 @@ package cloud
 import (
 	"context"
 	"fmt"
-	"maps"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -27,7 +25,8 @@ type SelfFunc func(ctx context.Context) (string, error)
 // Agent fences nodes by stopping their cloud instance through the cloud's API. It keeps
 // no state between calls, so calls for different targets may run at once.
 type Agent struct {
-	version            string
+	// Base gives the agent its Describe.
+	agentkit.Base
 	defaultCredentials CredentialsFunc
 	self               SelfFunc
 }
@@ -36,7 +35,7 @@ type Agent struct {
 type Option func(*Agent)
 
 // WithVersion sets the version Describe reports.
-func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
+func WithVersion(v string) Option { return func(a *Agent) { a.SetVersion(v) } }
 
 // WithDefaultCredentials replaces the AWS default credential chain, used when a request
 // carries no access key. Tests use it so that nothing is read from the environment.
@@ -50,7 +49,11 @@ func WithSelf(f SelfFunc) Option { return func(a *Agent) { a.self = f } }
 
 // New returns a cloud agent.
 func New(opts ...Option) *Agent {
-	a := &Agent{version: "dev", defaultCredentials: defaultChain, self: selfFromIMDS}
+	a := &Agent{
+		Base:               agentkit.NewBase(Name, agentkit.PowerActions, paramSpecs),
+		defaultCredentials: defaultChain,
+		self:               selfFromIMDS,
+	}
 	for _, o := range opts {
 		o(a)
 	}
@@ -58,12 +61,6 @@ func New(opts ...Option) *Agent {
 }
 
 var _ plugin.Agent = (*Agent)(nil)
-
-// Describe lists the actions and parameters, with defaults and which are secret.
-func (a *Agent) Describe(context.Context) (plugin.Description, error) {
-	actions := []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}
-	return agentkit.Describe(Name, a.version, actions, paramSpecs), nil
-}
 
 // Validate checks non-secret parameters without calling any cloud API. The error
 // names every bad parameter.
@@ -74,64 +71,34 @@ func (a *Agent) Validate(_ context.Context, params map[string]string) error {
 
 // Fence stops, starts, or stops-then-starts the target instance, and succeeds only
 // when it has read the resulting state back from the cloud. Already being in the
-// state is success; a terminated instance counts as off.
+// state is success; a terminated instance counts as off. With lock=true an off locks
+// the OpenStack server once it is verified off, and an on unlocks it first.
 func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Action) (plugin.Result, error) {
-	switch action {
-	case plugin.ActionOff, plugin.ActionOn, plugin.ActionReboot:
-	default:
-		return unknown(), plugin.Errorf(plugin.KindUnsupported, "action %q is not supported; want off, reboot or on", action)
+	if err := a.Supports(action); err != nil {
+		return agentkit.Unknown(), err
 	}
 	s, err := a.open(ctx, req, action)
 	if err != nil {
-		return unknown(), err
+		return agentkit.Unknown(), err
 	}
-	switch action {
-	case plugin.ActionOff:
-		if err = s.ensure(ctx, plugin.StateOff); err == nil && s.afterOff != nil {
-			err = s.afterOff(ctx)
-		}
-	case plugin.ActionOn:
-		err = s.on(ctx)
-	case plugin.ActionReboot:
-		// A reboot that never saw the instance stopped proves nothing, so it is
-		// verified off before it is started.
-		if err = s.ensure(ctx, plugin.StateOff); err == nil {
-			err = s.ensure(ctx, plugin.StateOn)
-		}
-	}
-	return s.result(), err
+	err = agentkit.Power(ctx, s, action)
+	return s.Result(s.state), err
 }
 
 // Status reads the instance state once and maps it to on, off or unknown.
 func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
 	s, err := a.open(ctx, req, plugin.ActionOn)
 	if err != nil {
-		return unknown(), err
+		return agentkit.Unknown(), err
 	}
-	if _, err := s.read(ctx); err != nil {
-		return s.result(), err
-	}
-	return s.result(), nil
+	_, err = s.read(ctx)
+	return s.Result(s.state), err
 }
 
 // Unfence starts the instance and verifies it is running; with lock=true it first
 // unlocks an OpenStack server.
 func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
-	s, err := a.open(ctx, req, plugin.ActionOn)
-	if err != nil {
-		return unknown(), err
-	}
-	err = s.on(ctx)
-	return s.result(), err
-}
-
-func (s *session) on(ctx context.Context) error {
-	if s.beforeOn != nil {
-		if err := s.beforeOn(ctx); err != nil {
-			return err
-		}
-	}
-	return s.ensure(ctx, plugin.StateOn)
+	return a.Fence(ctx, req, plugin.ActionOn)
 }
 
 // open parses the request and connects to the provider its target names.
@@ -147,7 +114,7 @@ func (a *Agent) open(ctx context.Context, req plugin.Request, action plugin.Acti
 	if err != nil {
 		return nil, err
 	}
-	s := &session{p: p, state: plugin.StateUnknown, secrets: secretValues(req.Secrets)}
+	s := &session{Evidence: agentkit.NewEvidence(agentkit.Values(req.Secrets)...), p: p, state: plugin.StateUnknown}
 	switch t.provider {
 	case providerAWS:
 		err = a.openAWS(ctx, s, t, req, action)
@@ -216,15 +183,3 @@ func parseTarget(providerID string) (target, error) {
 // regionOf derives the region from an availability zone: us-east-1a → us-east-1,
 // us-west-2-lax-1a (a Local Zone) → us-west-2.
 func regionOf(zone string) string { return awsRegion.FindString(zone) }
-
-func secretValues(secrets map[string]string) []string {
-	var vs []string
-	for _, k := range slices.Sorted(maps.Keys(secrets)) {
-		if v := secrets[k]; v != "" {
-			vs = append(vs, v)
-		}
-	}
-	return vs
-}
-
-func unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -80,7 +81,7 @@ func (a *Agent) openAWS(ctx context.Context, s *session, t target, req plugin.Re
 	if s.p.endpoint != "" {
 		where = s.p.endpoint
 	}
-	s.note("%s node %q via %s, credentials from %s", s.inst.name(), req.Node, where, how)
+	s.Note("%s node %q via %s, credentials from %s", s.inst.name(), req.Node, where, how)
 	return nil
 }
 
@@ -91,7 +92,7 @@ func (a *Agent) awsCredentials(ctx context.Context, secrets map[string]string, r
 	if id == "" && key == "" && token == "" {
 		creds, err := a.defaultCredentials(ctx, region)
 		if err != nil {
-			return nil, "", plugin.Errorf(plugin.KindPermanent, "default aws credential chain: %s", scrubSecrets(err.Error(), secretValues(secrets)))
+			return nil, "", plugin.Errorf(plugin.KindPermanent, "default aws credential chain: %s", agentkit.Scrub(err.Error(), agentkit.Values(secrets)...))
 		}
 		return creds, "the default chain", nil
 	}

@@ -29,7 +29,7 @@ func openOpenStack(ctx context.Context, s *session, t target, req plugin.Request
 	s.inst = srv
 	provider, err := openstack.NewClient(opts.IdentityEndpoint)
 	if err != nil {
-		return plugin.Errorf(plugin.KindPermanent, "%s: %s", ParamAuthURL, s.scrub(err.Error()))
+		return plugin.Errorf(plugin.KindPermanent, "%s: %s", ParamAuthURL, s.Scrub(err.Error()))
 	}
 	err = s.call(ctx, "authenticate to "+opts.IdentityEndpoint, func(ctx context.Context) error {
 		return openstack.AuthenticateV3(ctx, provider, &opts, gophercloud.EndpointOpts{})
@@ -46,12 +46,12 @@ func openOpenStack(ctx context.Context, s *session, t target, req plugin.Request
 	})
 	if err != nil {
 		return plugin.Errorf(plugin.KindPermanent, "compute endpoint (%s %s, region %q): %s",
-			ParamInterface, s.p.iface, region, s.scrub(err.Error()))
+			ParamInterface, s.p.iface, region, s.Scrub(err.Error()))
 	}
-	s.note("%s node %q via %s, credentials from %s", srv.name(), req.Node, srv.compute.Endpoint, how)
+	s.Note("%s node %q via %s, credentials from %s", srv.name(), req.Node, srv.compute.Endpoint, how)
 	if s.p.lock {
-		s.afterOff = func(ctx context.Context) error { return s.lockAction(ctx, "lock", srv.lock) }
-		s.beforeOn = func(ctx context.Context) error { return s.lockAction(ctx, "unlock", srv.unlock) }
+		s.lock = func(ctx context.Context) error { return s.lockAction(ctx, "lock", srv.lock) }
+		s.unlock = func(ctx context.Context) error { return s.lockAction(ctx, "unlock", srv.unlock) }
 	}
 	return nil
 }
@@ -63,7 +63,7 @@ func (s *session) lockAction(ctx context.Context, verb string, fn func(context.C
 		}
 		return err
 	}
-	s.note("%sed the server (%s=true)", verb, ParamLock)
+	s.Note("%sed the server (%s=true)", verb, ParamLock)
 	return nil
 }
 

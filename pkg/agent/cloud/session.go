@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -66,67 +66,54 @@ var errConflict = errors.New("refused in the current instance state")
 
 // session is one call against one instance and the evidence it gathers.
 type session struct {
-	p       params
-	inst    instance
-	secrets []string
-	state   plugin.PowerState
+	agentkit.Evidence
+	p     params
+	inst  instance
+	state plugin.PowerState
 	// raw is the last state read, in the cloud's words; empty before the first read.
 	raw string
-	// evidence collects timestamped steps; note scrubs each.
-	evidence []string
-	// afterOff runs once the instance is verified off by an off action (OpenStack lock).
-	afterOff func(ctx context.Context) error
-	// beforeOn runs before an on action (OpenStack unlock).
-	beforeOn func(ctx context.Context) error
+	// lock and unlock are set when the request asks to lock the instance once it is
+	// verified off by an off action (OpenStack lock=true).
+	lock, unlock func(ctx context.Context) error
 	// backoff overrides backoffBase when set, so tests need not wait seconds.
 	backoff time.Duration
 }
 
-// ensure brings the instance to want and verifies it by reading the state back until
+// Ensure brings the instance to want and verifies it by reading the state back until
 // it is there. Running out of time is a failure that reports the last state read.
-func (s *session) ensure(ctx context.Context, want plugin.PowerState) error {
-	vctx, cancel := context.WithTimeout(ctx, s.p.verifyTimeout)
-	defer cancel()
-	start := time.Now()
-	reads, sends := 0, 0
+func (s *session) Ensure(ctx context.Context, want plugin.PowerState) error {
+	sends := 0
 	conflicted := false
-	var lastErr error
-	for {
-		wait := s.p.pollInterval
-		obs, err := s.read(vctx)
-		reads++
+	var last observation
+	polled, err := agentkit.PollUntil(ctx, s.p.verifyTimeout, s.p.pollInterval, func(ctx context.Context, a *agentkit.Attempt) (bool, error) {
+		obs, err := s.read(ctx)
 		switch {
 		case err != nil && plugin.KindOf(err) == plugin.KindPermanent:
-			return err
-		case err != nil && vctx.Err() != nil:
-			// Our own deadline cut this read short; it says nothing about the instance.
-			return s.notVerified(vctx, want, reads-1, time.Since(start), lastErr)
+			return false, err
 		case err != nil:
-			lastErr = err
-		default:
-			lastErr = nil
-			if obs.reached(want) {
-				s.noteReached(obs, want, reads, sends, time.Since(start))
-				return nil
+			return false, agentkit.Again(err)
+		case obs.reached(want):
+			last = obs
+			return true, nil
+		case obs.gone && want == plugin.StateOn:
+			return false, plugin.Errorf(plugin.KindPermanent, "start %s: it is %s and cannot be started again", s.inst.name(), obs.raw)
+		case sends == 0 || (conflicted && !obs.transitional && sends < maxSends):
+			sends++
+			if conflicted, err = s.send(ctx, want); err != nil {
+				return false, err
 			}
-			if obs.gone && want == plugin.StateOn {
-				return plugin.Errorf(plugin.KindPermanent, "start %s: it is %s and cannot be started again", s.inst.name(), obs.raw)
-			}
-			if sends == 0 || (conflicted && !obs.transitional && sends < maxSends) {
-				sends++
-				conflicted, err = s.send(vctx, want)
-				if err != nil {
-					return err
-				}
-				wait = min(wait, firstPoll)
-			}
+			a.Hurry(firstPoll)
 		}
-		select {
-		case <-vctx.Done():
-			return s.notVerified(vctx, want, reads, time.Since(start), lastErr)
-		case <-time.After(wait):
-		}
+		return false, nil
+	})
+	switch {
+	case err == nil:
+		s.noteReached(last, want, sends, polled)
+		return nil
+	case errors.Is(err, agentkit.ErrExpired):
+		return s.notVerified(want, polled)
 	}
+	return err
 }
 
 // send asks for want once. A refusal because of the current state is no failure: the
@@ -139,46 +126,60 @@ func (s *session) send(ctx context.Context, want plugin.PowerState) (conflicted 
 	err = s.call(ctx, verb+" "+s.inst.name(), fn)
 	switch {
 	case errors.Is(err, errConflict):
-		s.note("%s refused in the current state (%s); polling", verb, s.scrub(err.Error()))
+		s.Note("%s refused in the current state (%s); polling", verb, s.Scrub(err.Error()))
 		return true, nil
 	case err != nil:
 		return false, err
 	}
-	s.note("sent %s, accepted", verb)
+	s.Note("sent %s, accepted", verb)
 	return false, nil
 }
 
-func (s *session) noteReached(obs observation, want plugin.PowerState, reads, sends int, took time.Duration) {
-	took = took.Round(time.Millisecond)
+func (s *session) noteReached(obs observation, want plugin.PowerState, sends int, polled agentkit.Polled) {
 	switch {
 	case obs.gone:
-		s.note("read %s: the instance is terminated, which is off for good", obs.raw)
+		s.Note("read %s: the instance is terminated, which is off for good", obs.raw)
 	case sends == 0:
-		s.note("read %s: already %s, nothing sent", obs.raw, want)
+		s.Note("read %s: already %s, nothing sent", obs.raw, want)
 	default:
-		s.note("read %s, verified %s after %d read(s) in %s", obs.raw, want, reads, took)
+		s.Note("read %s, verified %s after %d read(s) in %s", obs.raw, want, polled.Reads, polled.Waited)
 	}
 }
 
-func (s *session) notVerified(ctx context.Context, want plugin.PowerState, reads int, waited time.Duration, lastErr error) error {
-	waited = waited.Round(time.Millisecond)
-	// The context's error says whether the call's deadline or verifyTimeout ended it.
+func (s *session) notVerified(want plugin.PowerState, polled agentkit.Polled) error {
+	// Say whether the call's deadline or verifyTimeout ended it.
 	why := "verifyTimeout " + s.p.verifyTimeout.String()
-	if err := ctx.Err(); err != nil {
-		why = err.Error()
+	if polled.Ended != nil {
+		why = polled.Ended.Error()
 	}
-	if lastErr != nil {
-		s.note("%s not verified after %d read(s) in %s (%s); last read failed", want, reads, waited, why)
-		return plugin.Errorf(plugin.KindOf(lastErr), "%s %s not verified within %s (%s): last read of the state failed: %s",
-			want, s.inst.name(), waited, why, messageOf(lastErr))
+	if polled.Last != nil {
+		s.Note("%s not verified after %d read(s) in %s (%s); last read failed", want, polled.Reads, polled.Waited, why)
+		return plugin.Errorf(plugin.KindOf(polled.Last), "%s %s not verified within %s (%s): last read of the state failed: %s",
+			want, s.inst.name(), polled.Waited, why, agentkit.Message(polled.Last))
 	}
 	last := s.raw
 	if last == "" {
 		last = "unread"
 	}
-	s.note("%s not verified after %d read(s) in %s (%s); last read %s", want, reads, waited, why, last)
+	s.Note("%s not verified after %d read(s) in %s (%s); last read %s", want, polled.Reads, polled.Waited, why, last)
 	return plugin.Errorf(plugin.KindRetryable, "%s %s not verified within %s (%s): after %d read(s) the instance is still %s",
-		want, s.inst.name(), waited, why, reads, last)
+		want, s.inst.name(), polled.Waited, why, polled.Reads, last)
+}
+
+// Lock locks the instance, when the request asks for it, once an off is verified.
+func (s *session) Lock(ctx context.Context) error {
+	if s.lock == nil {
+		return nil
+	}
+	return s.lock(ctx)
+}
+
+// Unlock unlocks the instance, when the request asks for locks, before it is started.
+func (s *session) Unlock(ctx context.Context) error {
+	if s.unlock == nil {
+		return nil
+	}
+	return s.unlock(ctx)
 }
 
 // read reads the state once, records it and notes changes in the evidence.
@@ -193,7 +194,7 @@ func (s *session) read(ctx context.Context) (observation, error) {
 		return observation{power: plugin.StateUnknown}, err
 	}
 	if obs.raw != s.raw {
-		s.note("read %s (%s)", obs.raw, obs.power)
+		s.Note("read %s (%s)", obs.raw, obs.power)
 	}
 	s.state = obs.power
 	s.raw = obs.raw
@@ -214,7 +215,7 @@ func (s *session) call(ctx context.Context, what string, fn func(context.Context
 			return nil
 		}
 		ae := s.inst.classify(err)
-		msg := s.scrub(what + ": " + ae.msg)
+		msg := s.Scrub(what + ": " + ae.msg)
 		switch {
 		case ae.conflict:
 			return fmt.Errorf("%s: %w", msg, errConflict)
@@ -225,7 +226,7 @@ func (s *session) call(ctx context.Context, what string, fn func(context.Context
 		case attempt >= maxAttempts:
 			return plugin.Errorf(giveUpKind(ae), "%s (gave up after %d attempts)", msg, attempt)
 		}
-		s.note("%s; attempt %d, retrying in %s", msg, attempt, backoff)
+		s.Note("%s; attempt %d, retrying in %s", msg, attempt, backoff)
 		select {
 		case <-ctx.Done():
 			return plugin.Errorf(giveUpKind(ae), "%s (%v after %d attempt(s))", msg, ctx.Err(), attempt)
@@ -245,37 +246,4 @@ func giveUpKind(ae apiError) plugin.ErrorKind {
 		return plugin.KindTargetUnreachable
 	}
 	return plugin.KindRetryable
-}
-
-func (s *session) result() plugin.Result {
-	return plugin.Result{State: s.state, Evidence: strings.Join(s.evidence, "; ")}
-}
-
-// note adds a timestamped step to the evidence, with every secret scrubbed.
-func (s *session) note(format string, args ...any) {
-	msg := s.scrub(fmt.Sprintf(format, args...))
-	s.evidence = append(s.evidence, time.Now().UTC().Format("2006-01-02T15:04:05.000Z")+" "+msg)
-}
-
-// scrub removes credentials from text that came back from a cloud API or SDK, which
-// may echo them. A mangled message is better than a leaked secret.
-func (s *session) scrub(text string) string {
-	return scrubSecrets(text, s.secrets)
-}
-
-func scrubSecrets(text string, secrets []string) string {
-	for _, v := range secrets {
-		if v != "" {
-			text = strings.ReplaceAll(text, v, "<redacted>")
-		}
-	}
-	return text
-}
-
-func messageOf(err error) string {
-	var pe *plugin.Error
-	if errors.As(err, &pe) {
-		return pe.Message
-	}
-	return err.Error()
 }

@@ -145,8 +145,8 @@ func TestEnsure(t *testing.T) {
 			if tc.wantErr == plugin.KindRetryable {
 				s.p.verifyTimeout = 300 * time.Millisecond
 			}
-			err := s.ensure(context.Background(), tc.want)
-			res := s.result()
+			err := s.Ensure(context.Background(), tc.want)
+			res := s.Result(s.state)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("ensure %s: %v (evidence %q)", tc.want, err, res.Evidence)

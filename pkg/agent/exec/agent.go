@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -19,18 +17,20 @@ const Name = "exec"
 // Agent runs a ClusterLabs fence_* script for each call. It keeps no state
 // between calls.
 type Agent struct {
-	version string
+	// Base gives the agent its Describe, which lists the agent's own parameters; any
+	// other param is passed to the script as a stdin line.
+	agentkit.Base
 }
 
 // Option configures an Agent.
 type Option func(*Agent)
 
 // WithVersion sets the version Describe reports.
-func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
+func WithVersion(v string) Option { return func(a *Agent) { a.SetVersion(v) } }
 
 // New returns an exec agent.
 func New(opts ...Option) *Agent {
-	a := &Agent{version: "dev"}
+	a := &Agent{Base: agentkit.NewBase(Name, agentkit.PowerActions, paramSpecs)}
 	for _, o := range opts {
 		o(a)
 	}
@@ -38,13 +38,6 @@ func New(opts ...Option) *Agent {
 }
 
 var _ plugin.Agent = (*Agent)(nil)
-
-// Describe lists the agent's own parameters; any other param is passed to the
-// script as a stdin line.
-func (a *Agent) Describe(context.Context) (plugin.Description, error) {
-	actions := []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}
-	return agentkit.Describe(Name, a.version, actions, paramSpecs), nil
-}
 
 // Validate checks the params, including that the script exists and is
 // executable, without running it.
@@ -61,56 +54,40 @@ func (a *Agent) Validate(ctx context.Context, params map[string]string) error {
 // Fence runs action=off (or on, or off then on for reboot) and succeeds only
 // once the script's status reads the requested state back.
 func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Action) (plugin.Result, error) {
+	if err := a.Supports(action); err != nil {
+		return agentkit.Unknown(), err
+	}
 	c, err := open(req)
 	if err != nil {
-		return unknown(), err
+		return agentkit.Unknown(), err
 	}
-	switch action {
-	case plugin.ActionOff:
-		err = c.ensure(ctx, plugin.StateOff)
-	case plugin.ActionOn:
-		err = c.ensure(ctx, plugin.StateOn)
-	case plugin.ActionReboot:
-		// Not sent as action=reboot: a reboot never seen off proves nothing.
-		if err = c.ensure(ctx, plugin.StateOff); err == nil {
-			err = c.ensure(ctx, plugin.StateOn)
-		}
-	default:
-		return unknown(), plugin.Errorf(plugin.KindUnsupported, "action %q is not supported; want off, reboot or on", action)
-	}
-	return c.result(), err
+	err = agentkit.Power(ctx, c, action)
+	return c.Result(c.state), err
 }
 
 // Status runs action=status: exit 0 is on, 2 is off, anything else an error.
 func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
 	c, err := open(req)
 	if err != nil {
-		return unknown(), err
+		return agentkit.Unknown(), err
 	}
 	_, err = c.status(ctx)
-	return c.result(), err
+	return c.Result(c.state), err
 }
 
 // Unfence runs action=on and verifies it.
 func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
-	c, err := open(req)
-	if err != nil {
-		return unknown(), err
-	}
-	err = c.ensure(ctx, plugin.StateOn)
-	return c.result(), err
+	return a.Fence(ctx, req, plugin.ActionOn)
 }
-
-func unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }
 
 // call is one agent call against one target and the evidence it gathers.
 type call struct {
+	agentkit.Evidence
 	p      params
 	target string
 	state  plugin.PowerState
 	// lastRead is the last state a status run completed with, for errors.
 	lastRead plugin.PowerState
-	evidence []string
 }
 
 func open(req plugin.Request) (*call, error) {
@@ -118,17 +95,15 @@ func open(req plugin.Request) (*call, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &call{p: p, target: req.Target, state: plugin.StateUnknown, lastRead: plugin.StateUnknown}
-	c.note("%s for node %q target %q", filepath.Base(p.script), req.Node, req.Target)
+	c := &call{
+		Evidence: agentkit.NewEvidence(agentkit.Values(p.secrets)...),
+		p:        p,
+		target:   req.Target,
+		state:    plugin.StateUnknown,
+		lastRead: plugin.StateUnknown,
+	}
+	c.Note("%s for node %q target %q", filepath.Base(p.script), req.Node, req.Target)
 	return c, nil
-}
-
-func (c *call) note(format string, args ...any) {
-	c.evidence = append(c.evidence, fmt.Sprintf(format, args...))
-}
-
-func (c *call) result() plugin.Result {
-	return plugin.Result{State: c.state, Evidence: strings.Join(c.evidence, "; ")}
 }
 
 // what names the script and target in errors.
@@ -153,20 +128,20 @@ func (c *call) status(ctx context.Context) (plugin.PowerState, error) {
 		return c.state, c.failed("status", o)
 	}
 	c.lastRead = c.state
-	c.note("status exit %d (%s)", o.code, c.state)
+	c.Note("status exit %d (%s)", o.code, c.state)
 	return c.state, nil
 }
 
-// ensure brings the target to want and reads it back. A target already in
+// Ensure brings the target to want and reads it back. A target already in
 // want gets no power command. A status the script cannot give does not stop
 // the power command, but the verification after it must succeed.
-func (c *call) ensure(ctx context.Context, want plugin.PowerState) error {
+func (c *call) Ensure(ctx context.Context, want plugin.PowerState) error {
 	got, err := c.status(ctx)
 	if isContextErr(err) {
 		return err
 	}
 	if err == nil && got == want {
-		c.note("already %s, nothing sent", want)
+		c.Note("already %s, nothing sent", want)
 		return nil
 	}
 	o, err := run(ctx, c.p, string(want), c.target)
@@ -176,48 +151,36 @@ func (c *call) ensure(ctx context.Context, want plugin.PowerState) error {
 	if o.code != 0 {
 		return c.failed(string(want), o)
 	}
-	c.note("action=%s exit 0", want)
+	c.Note("action=%s exit 0", want)
 	return c.verify(ctx, want)
 }
 
 // verify polls status until it reads want, the verify timeout passes, or ctx
 // ends. Only a read of want is success.
 func (c *call) verify(ctx context.Context, want plugin.PowerState) error {
-	vctx, cancel := context.WithTimeout(ctx, c.p.verifyTimeout)
-	defer cancel()
-	tick := time.NewTicker(c.p.pollInterval)
-	defer tick.Stop()
-	var last error
-	for reads := 1; ; reads++ {
-		got, err := c.status(vctx)
-		if err == nil && got == want {
-			c.note("verified %s after %d status read(s)", want, reads)
-			return nil
-		}
-		if err != nil && !isContextErr(err) {
-			last = err
-		}
-		select {
-		case <-tick.C:
-			continue
-		case <-vctx.Done():
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("verify %s: %w", c.what(string(want)), ctx.Err())
-		}
-		msg := fmt.Sprintf("%s: not read back as %s within %s %s (last state %s)",
-			c.what(string(want)), want, ParamVerifyTimeout, c.p.verifyTimeout, c.lastRead)
-		if last != nil {
-			msg += ": " + last.Error()
-		}
-		// Read back in another state: the device took the action and did not do it. No
-		// state read at all says nothing of the kind.
-		kind := plugin.KindRetryable
-		if c.lastRead == plugin.StateOn || c.lastRead == plugin.StateOff {
-			kind = plugin.KindNotVerified
-		}
-		return plugin.Errorf(kind, "%s", msg)
+	polled, err := agentkit.PollUntil(ctx, c.p.verifyTimeout, c.p.pollInterval, func(ctx context.Context, _ *agentkit.Attempt) (bool, error) {
+		got, err := c.status(ctx)
+		return got == want, agentkit.Again(err)
+	})
+	switch {
+	case err == nil:
+		c.Note("verified %s after %d status read(s)", want, polled.Reads)
+		return nil
+	case polled.Ended != nil:
+		return fmt.Errorf("verify %s: %w", c.what(string(want)), polled.Ended)
 	}
+	msg := fmt.Sprintf("%s: not read back as %s within %s %s (last state %s)",
+		c.what(string(want)), want, ParamVerifyTimeout, c.p.verifyTimeout, c.lastRead)
+	if polled.Last != nil {
+		msg += ": " + polled.Last.Error()
+	}
+	// Read back in another state: the device took the action and did not do it. No
+	// state read at all says nothing of the kind.
+	kind := plugin.KindRetryable
+	if c.lastRead == plugin.StateOn || c.lastRead == plugin.StateOff {
+		kind = plugin.KindNotVerified
+	}
+	return plugin.Errorf(kind, "%s", msg)
 }
 
 // failed is the error of a script run that exited with a failure: its kind and cause

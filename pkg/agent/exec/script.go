@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/plugin/reap"
 )
@@ -59,7 +60,7 @@ func runKeeping(ctx context.Context, p params, action, target string, limit int)
 	out := &tailBuffer{limit: limit}
 	cmd.Stdout, cmd.Stderr = out, out
 	err = cmd.Run()
-	o := outcome{output: scrub(strings.TrimSpace(out.String()), p)}
+	o := outcome{output: agentkit.Scrub(strings.TrimSpace(out.String()), agentkit.Values(p.secrets)...)}
 	if ctx.Err() != nil {
 		return o, fmt.Errorf("run %s action=%s: %w", p.script, action, ctx.Err())
 	}
@@ -93,17 +94,6 @@ func stdin(p params, action, target string) string {
 		fmt.Fprintf(&b, "%s=%s\n", k, p.secrets[k])
 	}
 	return b.String()
-}
-
-// scrub removes secret values from text that came back from the script, which
-// may echo its input. A mangled message is better than a leaked secret.
-func scrub(s string, p params) string {
-	for _, v := range p.secrets {
-		if v != "" {
-			s = strings.ReplaceAll(s, v, "<redacted>")
-		}
-	}
-	return s
 }
 
 // tailBuffer keeps the last limit bytes written to it; the script's stdout and

@@ -14,12 +14,13 @@ const Name = "ipmi"
 // Agent fences nodes by chassis power through their BMC, over IPMI LAN or Redfish.
 // It keeps no state between calls, so calls for different targets may run at once.
 type Agent struct {
+	// Base gives the agent its Describe.
+	agentkit.Base
 	// clients makes a PowerClient per provider name.
 	clients map[string]ClientFunc
 	// usesIpmitool is true while the IPMI client is NewIpmitoolClient, which runs the
 	// ipmitool binary: Validate then requires it.
 	usesIpmitool bool
-	version      string
 }
 
 // Option configures an Agent.
@@ -38,14 +39,14 @@ func WithRedfishClientFunc(f ClientFunc) Option {
 }
 
 // WithVersion sets the version Describe reports.
-func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
+func WithVersion(v string) Option { return func(a *Agent) { a.SetVersion(v) } }
 
 // New returns a BMC agent.
 func New(opts ...Option) *Agent {
 	a := &Agent{
+		Base:         agentkit.NewBase(Name, agentkit.PowerActions, paramSpecs),
 		clients:      map[string]ClientFunc{ProviderIPMI: NewIpmitoolClient, ProviderRedfish: NewRedfishClient},
 		usesIpmitool: true,
-		version:      "dev",
 	}
 	for _, o := range opts {
 		o(a)
@@ -54,12 +55,6 @@ func New(opts ...Option) *Agent {
 }
 
 var _ plugin.Agent = (*Agent)(nil)
-
-// Describe lists the actions and parameters, with defaults and which are secret.
-func (a *Agent) Describe(context.Context) (plugin.Description, error) {
-	actions := []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}
-	return agentkit.Describe(Name, a.version, actions, paramSpecs), nil
-}
 
 // Validate checks non-secret parameters without contacting any BMC. The error names
 // every bad parameter. When the parameters use the ipmi provider, the ipmitool binary
@@ -81,28 +76,15 @@ func (a *Agent) Validate(_ context.Context, params map[string]string) error {
 // Fence powers the target off, on, or off-then-on, and succeeds only when it has read
 // the resulting state back from the BMC. Already being in the state is success.
 func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Action) (plugin.Result, error) {
-	switch action {
-	case plugin.ActionOff, plugin.ActionOn, plugin.ActionReboot:
-	default:
-		return unknown(), plugin.Errorf(plugin.KindUnsupported, "action %q is not supported; want off, reboot or on", action)
+	if err := a.Supports(action); err != nil {
+		return agentkit.Unknown(), err
 	}
 	s, err := a.open(ctx, req)
 	if err != nil {
 		return s.result(), err
 	}
 	defer s.close(ctx)
-	switch action {
-	case plugin.ActionOff:
-		err = s.ensure(ctx, plugin.StateOff)
-	case plugin.ActionOn:
-		err = s.ensure(ctx, plugin.StateOn)
-	case plugin.ActionReboot:
-		// A reboot that never saw the power off proves nothing, so it is verified
-		// off before it is powered on, rather than sent as one "cycle".
-		if err = s.ensure(ctx, plugin.StateOff); err == nil {
-			err = s.ensure(ctx, plugin.StateOn)
-		}
-	}
+	err = agentkit.Power(ctx, s, action)
 	return s.result(), err
 }
 
@@ -120,13 +102,5 @@ func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, 
 
 // Unfence powers the target on and verifies it is on.
 func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
-	s, err := a.open(ctx, req)
-	if err != nil {
-		return s.result(), err
-	}
-	defer s.close(ctx)
-	err = s.ensure(ctx, plugin.StateOn)
-	return s.result(), err
+	return a.Fence(ctx, req, plugin.ActionOn)
 }
-
-func unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -43,9 +44,9 @@ func classify(err error, what, provider string, p params) error {
 	}
 	var pe *plugin.Error
 	if errors.As(err, &pe) {
-		return plugin.Errorf(pe.Kind, "%s", scrub(what+": "+pe.Message, p))
+		return plugin.Errorf(pe.Kind, "%s", agentkit.Scrub(what+": "+pe.Message, p.secrets()...))
 	}
-	msg := scrub(what+": "+oneLine(err.Error()), p)
+	msg := agentkit.Scrub(what+": "+oneLine(err.Error()), p.secrets()...)
 	lower := strings.ToLower(err.Error())
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return plugin.Errorf(plugin.KindTargetUnreachable, "%s", msg)
@@ -62,17 +63,6 @@ func classify(err error, what, provider string, p params) error {
 	default:
 		return plugin.Errorf(plugin.KindRetryable, "%s", msg)
 	}
-}
-
-// scrub removes the credentials from text that came back from ipmitool or a library,
-// which may echo them. A mangled message is better than a leaked secret.
-func scrub(s string, p params) string {
-	for _, secret := range []string{p.password, p.username} {
-		if secret != "" {
-			s = strings.ReplaceAll(s, secret, "<redacted>")
-		}
-	}
-	return s
 }
 
 func containsAny(s string, phrases []string) bool {

@@ -132,6 +132,10 @@ func parseRequest(req plugin.Request) (params, error) {
 	return p, nil
 }
 
+// secrets are the values that must not leave the agent: Scrub takes them out of
+// whatever a BMC or a tool echoes back.
+func (p params) secrets() []string { return []string{p.password, p.username} }
+
 // splitTarget accepts "host", "host:port", "[v6]:port" and a bare IPv6 address.
 func splitTarget(target string) (string, int, error) {
 	target = strings.TrimSpace(target)

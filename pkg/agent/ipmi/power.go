@@ -2,11 +2,11 @@ package ipmi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -15,6 +15,7 @@ const closeTimeout = 5 * time.Second
 
 // session is one call's connection to one BMC and the evidence it gathers.
 type session struct {
+	agentkit.Evidence
 	p      params
 	client PowerClient
 	// provider is the protocol in use (or being tried) and port its port.
@@ -24,8 +25,7 @@ type session struct {
 	// sent since, so the first ensure need not read it again.
 	probed bool
 	// state is the last power state read from the BMC, unknown until one is read.
-	state    plugin.PowerState
-	evidence []string
+	state plugin.PowerState
 }
 
 // open parses the request and tries its providers in order until one opens and reads
@@ -36,7 +36,7 @@ func (a *Agent) open(ctx context.Context, req plugin.Request) (*session, error) 
 	if err != nil {
 		return nil, err
 	}
-	s := &session{p: p, state: plugin.StateUnknown}
+	s := &session{Evidence: agentkit.NewEvidence(p.secrets()...), p: p, state: plugin.StateUnknown}
 	var failures []string
 	var kinds []plugin.ErrorKind
 	for _, provider := range p.providers {
@@ -47,8 +47,8 @@ func (a *Agent) open(ctx context.Context, req plugin.Request) (*session, error) 
 		if len(p.providers) == 1 {
 			return s, err
 		}
-		s.note("provider %s failed (%s): %s", provider, plugin.KindOf(err), messageOf(err))
-		failures = append(failures, fmt.Sprintf("%s (%s) %s: %s", provider, s.bmc(), plugin.KindOf(err), messageOf(err)))
+		s.Note("provider %s failed (%s): %s", provider, plugin.KindOf(err), agentkit.Message(err))
+		failures = append(failures, fmt.Sprintf("%s (%s) %s: %s", provider, s.bmc(), plugin.KindOf(err), agentkit.Message(err)))
 		kinds = append(kinds, plugin.KindOf(err))
 	}
 	return s, plugin.Errorf(combinedKind(kinds), "every provider failed, tried %s: %s",
@@ -80,7 +80,7 @@ func (s *session) try(ctx context.Context, newClient ClientFunc, provider, node 
 		return s.classify(err, "open "+s.bmc())
 	}
 	s.client = client
-	s.note("%s node %q via %s (%s), %s", s.bmc(), node, providerClients[provider], provider, s.transport())
+	s.Note("%s node %q via %s (%s), %s", s.bmc(), node, providerClients[provider], provider, s.transport())
 	if _, err := s.readAndNote(ctx); err != nil {
 		s.close(ctx)
 		s.client = nil
@@ -109,7 +109,7 @@ func (s *session) close(ctx context.Context) {
 	defer cancel()
 	// A failed close cannot change what was read from the BMC; it is evidence only.
 	if err := s.client.Close(ctx); err != nil {
-		s.note("close: %s", oneLine(scrub(err.Error(), s.p)))
+		s.Note("close: %s", oneLine(err.Error()))
 	}
 }
 
@@ -117,8 +117,8 @@ func (s *session) bmc() string { return fmt.Sprintf("bmc %s:%d", s.p.host, s.por
 
 func (s *session) classify(err error, what string) error { return classify(err, what, s.provider, s.p) }
 
-// ensure brings the chassis to want and verifies it by reading it back.
-func (s *session) ensure(ctx context.Context, want plugin.PowerState) error {
+// Ensure brings the chassis to want and verifies it by reading it back.
+func (s *session) Ensure(ctx context.Context, want plugin.PowerState) error {
 	got := s.state
 	if !s.probed {
 		var err error
@@ -128,7 +128,7 @@ func (s *session) ensure(ctx context.Context, want plugin.PowerState) error {
 	}
 	s.probed = false
 	if got == want {
-		s.note("already %s, nothing sent", want)
+		s.Note("already %s, nothing sent", want)
 		return nil
 	}
 	if err := s.set(ctx, want); err != nil {
@@ -158,9 +158,9 @@ func (s *session) readAndNote(ctx context.Context) (plugin.PowerState, error) {
 		return st, err
 	}
 	if st == plugin.StateUnknown {
-		s.note("read power state %q, neither on nor off", truncate(scrub(strings.TrimSpace(raw), s.p), 120))
+		s.Note("read power state %q, neither on nor off", truncate(s.Scrub(strings.TrimSpace(raw)), 120))
 	} else {
-		s.note("read %s", st)
+		s.Note("read %s", st)
 	}
 	return st, nil
 }
@@ -174,7 +174,7 @@ func (s *session) set(ctx context.Context, want plugin.PowerState) error {
 	if !ok {
 		return plugin.Errorf(plugin.KindRetryable, "power %s %s: command not acknowledged", want, s.bmc())
 	}
-	s.note("sent power %s, acknowledged", want)
+	s.Note("sent power %s, acknowledged", want)
 	return nil
 }
 
@@ -182,41 +182,20 @@ func (s *session) set(ctx context.Context, want plugin.PowerState) error {
 // failure that reports the last state read, never a success: an acknowledged
 // command proves nothing about the chassis.
 func (s *session) verify(ctx context.Context, want plugin.PowerState) error {
-	start := time.Now()
-	vctx, cancel := context.WithTimeout(ctx, s.p.verifyTimeout)
-	defer cancel()
-	tick := time.NewTicker(s.p.pollInterval)
-	defer tick.Stop()
-	reads := 0
-	var lastErr error
-	for {
-		st, _, err := s.read(vctx)
-		reads++
-		if err == nil && st == want {
-			s.note("read %s, verified after %d read(s) in %s", st, reads, time.Since(start).Round(time.Millisecond))
-			return nil
-		}
-		if err != nil && vctx.Err() != nil {
-			// Our own deadline cut this read short; it says nothing about the BMC.
-			return s.notVerified(want, reads-1, time.Since(start), lastErr)
-		}
-		lastErr = err
-		select {
-		case <-vctx.Done():
-			return s.notVerified(want, reads, time.Since(start), lastErr)
-		case <-tick.C:
-		}
+	polled, err := agentkit.PollUntil(ctx, s.p.verifyTimeout, s.p.pollInterval, func(ctx context.Context, _ *agentkit.Attempt) (bool, error) {
+		st, _, err := s.read(ctx)
+		return st == want, agentkit.Again(err)
+	})
+	if err == nil {
+		s.Note("read %s, verified after %d read(s) in %s", want, polled.Reads, polled.Waited)
+		return nil
 	}
-}
-
-func (s *session) notVerified(want plugin.PowerState, reads int, waited time.Duration, lastErr error) error {
-	waited = waited.Round(time.Millisecond)
-	if lastErr != nil {
-		s.note("power %s not verified after %d read(s) in %s; last read failed", want, reads, waited)
-		return plugin.Errorf(plugin.KindOf(lastErr), "power %s %s not verified within %s: last read of the state failed: %s",
-			want, s.bmc(), waited, messageOf(lastErr))
+	if polled.Last != nil {
+		s.Note("power %s not verified after %d read(s) in %s; last read failed", want, polled.Reads, polled.Waited)
+		return plugin.Errorf(plugin.KindOf(polled.Last), "power %s %s not verified within %s: last read of the state failed: %s",
+			want, s.bmc(), polled.Waited, agentkit.Message(polled.Last))
 	}
-	s.note("power %s not verified after %d read(s) in %s; last read %s", want, reads, waited, s.state)
+	s.Note("power %s not verified after %d read(s) in %s; last read %s", want, polled.Reads, polled.Waited, s.state)
 	// The bmc took the command and reads back another state: NotVerified. A state it
 	// cannot name says nothing of the kind.
 	kind := plugin.KindRetryable
@@ -224,31 +203,16 @@ func (s *session) notVerified(want plugin.PowerState, reads int, waited time.Dur
 		kind = plugin.KindNotVerified
 	}
 	return plugin.Errorf(kind, "power %s %s not verified within %s: after %d read(s) the bmc still reports %s",
-		want, s.bmc(), waited, reads, s.state)
+		want, s.bmc(), polled.Waited, polled.Reads, s.state)
 }
 
 // result is what the call observed: the last state read and the evidence. A nil
 // session (a request refused before any BMC was contacted) observed nothing.
 func (s *session) result() plugin.Result {
 	if s == nil {
-		return unknown()
+		return agentkit.Unknown()
 	}
-	return plugin.Result{State: s.state, Evidence: strings.Join(s.evidence, "; ")}
-}
-
-// note adds a timestamped step to the evidence. Callers pass no secrets; scrub
-// guards against ones echoed by the BMC or ipmitool.
-func (s *session) note(format string, args ...any) {
-	msg := scrub(fmt.Sprintf(format, args...), s.p)
-	s.evidence = append(s.evidence, time.Now().UTC().Format("2006-01-02T15:04:05.000Z")+" "+msg)
-}
-
-func messageOf(err error) string {
-	var pe *plugin.Error
-	if errors.As(err, &pe) {
-		return pe.Message
-	}
-	return err.Error()
+	return s.Result(s.state)
 }
 
 func truncate(s string, n int) string {

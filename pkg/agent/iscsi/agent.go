@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"strings"
-	"time"
 
 	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -19,22 +18,24 @@ const Name = "iscsi"
 // connection; "on" means some protected target admits it again. It keeps no state
 // between calls.
 type Agent struct {
-	version string
-	tgtadm  string
+	// Base gives the agent its Describe.
+	agentkit.Base
+	tgtadm string
 }
 
 // Option configures an Agent.
 type Option func(*Agent)
 
 // WithVersion sets the version Describe reports.
-func WithVersion(v string) Option { return func(a *Agent) { a.version = v } }
+func WithVersion(v string) Option { return func(a *Agent) { a.SetVersion(v) } }
 
 // WithTgtadm sets the tgtadm executable (default: tgtadm on PATH).
 func WithTgtadm(path string) Option { return func(a *Agent) { a.tgtadm = path } }
 
-// New returns an iSCSI agent.
+// New returns an iSCSI agent. Reboot means nothing for storage: its actions are off
+// and on.
 func New(opts ...Option) *Agent {
-	a := &Agent{version: "dev"}
+	a := &Agent{Base: agentkit.NewBase(Name, []plugin.Action{plugin.ActionOff, plugin.ActionOn}, paramSpecs)}
 	for _, o := range opts {
 		o(a)
 	}
@@ -42,12 +43,6 @@ func New(opts ...Option) *Agent {
 }
 
 var _ plugin.Agent = (*Agent)(nil)
-
-// Describe lists the actions and parameters. Reboot means nothing for storage.
-func (a *Agent) Describe(context.Context) (plugin.Description, error) {
-	actions := []plugin.Action{plugin.ActionOff, plugin.ActionOn}
-	return agentkit.Describe(Name, a.version, actions, paramSpecs), nil
-}
 
 // Validate checks parameters without contacting the storage server; the error names
 // every bad parameter.
@@ -59,16 +54,15 @@ func (a *Agent) Validate(_ context.Context, params map[string]string) error {
 // Fence cuts the initiator off (off) or restores its access (on, the same as Unfence)
 // and succeeds only after reading the result back from the storage server.
 func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Action) (plugin.Result, error) {
-	switch action {
-	case plugin.ActionOff:
-	case plugin.ActionOn:
+	if err := a.Supports(action); err != nil {
+		return agentkit.Unknown(), err
+	}
+	if action == plugin.ActionOn {
 		return a.Unfence(ctx, req)
-	default:
-		return unknown(), plugin.Errorf(plugin.KindUnsupported, "action %q is not supported by storage fencing; want off or on", action)
 	}
 	c, err := a.open(req)
 	if err != nil {
-		return unknown(), err
+		return agentkit.Unknown(), err
 	}
 	err = c.fence(ctx)
 	return c.result(true), err
@@ -78,7 +72,7 @@ func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Act
 func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
 	c, err := a.open(req)
 	if err != nil {
-		return unknown(), err
+		return agentkit.Unknown(), err
 	}
 	ts, err := c.protected(ctx)
 	if err != nil {
@@ -103,7 +97,7 @@ func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result,
 	}
 	c, err := a.open(req)
 	if err != nil {
-		return unknown(), err
+		return agentkit.Unknown(), err
 	}
 	err = c.unfence(ctx)
 	return c.result(false), err
@@ -111,12 +105,13 @@ func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result,
 
 // call is one request's view of one storage server and the evidence it gathers.
 type call struct {
-	p        params
-	b        Backend
-	server   string
-	state    plugin.PowerState
-	evidence []string
-	removed  []removal
+	// Evidence has no secrets to scrub: the agent is given none.
+	agentkit.Evidence
+	p       params
+	b       Backend
+	server  string
+	state   plugin.PowerState
+	removed []removal
 }
 
 func (a *Agent) open(req plugin.Request) (*call, error) {
@@ -133,23 +128,16 @@ func (a *Agent) open(req plugin.Request) (*call, error) {
 		c.b = &Tgt{Bin: a.tgtadm, ControlPort: p.controlPort, LLD: p.lld, Timeout: p.timeout}
 		c.server = fmt.Sprintf("tgtd control port %d", p.controlPort)
 	}
-	c.note("%s, initiator %s of node %q, epoch %d", c.server, p.initiator, req.Node, req.Epoch)
+	c.Note("%s, initiator %s of node %q, epoch %d", c.server, p.initiator, req.Node, req.Epoch)
 	return c, nil
 }
 
 // result is what the call observed. A fence call always ends with the removed line,
 // also when it failed part way, so that what it did can be undone.
 func (c *call) result(fence bool) plugin.Result {
-	lines := c.evidence
+	lines := c.Steps()
 	if fence {
-		lines = append(lines[:len(lines):len(lines)], formatRemoved(c.removed))
+		lines = append(lines, formatRemoved(c.removed))
 	}
 	return plugin.Result{State: c.state, Evidence: strings.Join(lines, "\n")}
 }
-
-// note adds a timestamped step to the evidence.
-func (c *call) note(format string, args ...any) {
-	c.evidence = append(c.evidence, time.Now().UTC().Format("2006-01-02T15:04:05.000Z")+" "+fmt.Sprintf(format, args...))
-}
-
-func unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }

@@ -192,11 +192,3 @@ func classify(err error, what string) error {
 		return plugin.Errorf(plugin.KindRetryable, "%s: %v", what, err)
 	}
 }
-
-func messageOf(err error) string {
-	var pe *plugin.Error
-	if errors.As(err, &pe) {
-		return pe.Message
-	}
-	return err.Error()
-}

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -57,7 +57,7 @@ func (c *call) observe(ts []Target, detail bool) bool {
 		a := c.p.initiator.accessTo(t)
 		cut = cut && a.cut()
 		if detail {
-			c.note("target %s: %d own rule(s), %d shared rule(s), %d connection(s) of the initiator",
+			c.Note("target %s: %d own rule(s), %d shared rule(s), %d connection(s) of the initiator",
 				t.label(), len(a.owned), len(a.shared), len(a.conns))
 		}
 	}
@@ -80,14 +80,15 @@ func (c *call) refuse(ts []Target) error {
 	if len(why) == 0 {
 		return nil
 	}
-	c.note("refused: %s", strings.Join(why, "; "))
+	c.Note("refused: %s", strings.Join(why, "; "))
 	return plugin.Errorf(plugin.KindPermanent, "fence %s: nothing changed: %s", c.p.initiator, strings.Join(why, "; "))
 }
 
 // fence reads, cuts and reads again until a read shows the initiator cut off from every
 // protected target. It checks every target before touching any.
 func (c *call) fence(ctx context.Context) error {
-	return c.poll(ctx, "cut off", func(ctx context.Context, first bool) (bool, error) {
+	return c.poll(ctx, "cut off", func(ctx context.Context, a *agentkit.Attempt) (bool, error) {
+		first := a.N == 1
 		ts, err := c.protected(ctx)
 		if err != nil {
 			return false, err
@@ -97,7 +98,7 @@ func (c *call) fence(ctx context.Context) error {
 		}
 		if c.observe(ts, first) {
 			if first {
-				c.note("already cut off, nothing changed")
+				c.Note("already cut off, nothing changed")
 			}
 			return true, nil
 		}
@@ -112,14 +113,14 @@ func (c *call) cut(ctx context.Context, ts []Target) error {
 		for _, r := range c.p.initiator.accessTo(t).owned {
 			err := c.b.Unbind(ctx, t, r)
 			if errors.Is(err, ErrNotFound) {
-				c.note("target %s: rule %s=%s already gone", t.label(), r.Kind, r.Value)
+				c.Note("target %s: rule %s=%s already gone", t.label(), r.Kind, r.Value)
 				continue
 			}
 			if err != nil {
 				return classify(err, fmt.Sprintf("unbind %s=%s from target %s", r.Kind, r.Value, t.label()))
 			}
 			c.removed = append(c.removed, removal{Target: t.Name, TPG: t.TPG, Rule: r})
-			c.note("target %s: unbound %s=%s", t.label(), r.Kind, r.Value)
+			c.Note("target %s: unbound %s=%s", t.label(), r.Kind, r.Value)
 		}
 	}
 	for _, t := range ts {
@@ -129,7 +130,7 @@ func (c *call) cut(ctx context.Context, ts []Target) error {
 				return classify(err, fmt.Sprintf("close session %s of target %s", conn.Session, t.label()))
 			}
 			if err == nil {
-				c.note("target %s: closed session %s connection %s of %s from %s", t.label(), conn.Session, conn.ID, conn.Initiator, conn.Address)
+				c.Note("target %s: closed session %s connection %s of %s from %s", t.label(), conn.Session, conn.ID, conn.Initiator, conn.Address)
 			}
 		}
 	}
@@ -139,41 +140,43 @@ func (c *call) cut(ctx context.Context, ts []Target) error {
 // poll runs step until it reports done, an error of a kind other than retryable or
 // unreachable, or the verify timeout ends. Running out of time is a failure that says
 // what the last read saw, never a success.
-func (c *call) poll(ctx context.Context, goal string, step func(ctx context.Context, first bool) (bool, error)) error {
-	start := time.Now()
-	vctx, cancel := context.WithTimeout(ctx, c.p.verifyTimeout)
-	defer cancel()
-	tick := time.NewTicker(c.p.pollInterval)
-	defer tick.Stop()
-	var lastErr error
-	for reads := 1; ; reads++ {
-		done, err := step(vctx, reads == 1)
-		if err == nil && done {
-			c.note("verified %s by reading back acls and sessions: read %d time(s) in %s", goal, reads, time.Since(start).Round(time.Millisecond))
-			return nil
+func (c *call) poll(ctx context.Context, goal string, step func(ctx context.Context, a *agentkit.Attempt) (bool, error)) error {
+	polled, err := agentkit.PollUntil(ctx, c.p.verifyTimeout, c.p.pollInterval, func(ctx context.Context, a *agentkit.Attempt) (bool, error) {
+		done, err := step(ctx, a)
+		// A failed first read changed nothing: report it now rather than poll a
+		// server that is down for the whole verify timeout.
+		if k := plugin.KindOf(err); err == nil || a.N == 1 || (k != plugin.KindRetryable && k != plugin.KindTargetUnreachable) {
+			return done, err
 		}
-		if err != nil {
-			k := plugin.KindOf(err)
-			// A failed first read changed nothing: report it now rather than poll a
-			// server that is down for the whole verify timeout.
-			if reads == 1 || (k != plugin.KindRetryable && k != plugin.KindTargetUnreachable) {
-				return err
-			}
-			// A read our own deadline cut short says nothing new about the server.
-			if lastErr == nil || vctx.Err() == nil {
-				lastErr = err
-			}
-		}
-		select {
-		case <-vctx.Done():
-			waited := time.Since(start).Round(time.Millisecond)
-			if lastErr != nil {
-				c.note("%s not verified after %d read(s) in %s: %s", goal, reads, waited, messageOf(lastErr))
-				return plugin.Errorf(plugin.KindOf(lastErr), "%s %s not verified within %s: %s", goal, c.p.initiator, waited, messageOf(lastErr))
-			}
-			c.note("%s not verified after %d read(s) in %s: last read %s", goal, reads, waited, c.state)
-			return plugin.Errorf(plugin.KindRetryable, "%s %s not verified within %s: the last read still shows %s", goal, c.p.initiator, waited, c.state)
-		case <-tick.C:
-		}
+		return false, agentkit.Again(err)
+	})
+	switch {
+	case err == nil:
+		c.Note("verified %s by reading back acls and sessions: read %d time(s) in %s", goal, polled.Reads, polled.Waited)
+		return nil
+	case errors.Is(err, agentkit.ErrExpired):
+		return c.notVerified(goal, polled)
 	}
+	return err
+}
+
+// notVerified is the failure of a poll that ran out of time: of the kind of the last
+// read when that failed, retryable when it showed the wrong state.
+func (c *call) notVerified(goal string, polled agentkit.Polled) error {
+	within := polled.Waited.String()
+	if polled.Ended != nil {
+		// The call's deadline, not verifyTimeout, ended it.
+		within += " (" + polled.Ended.Error() + ")"
+	}
+	switch {
+	case polled.Reads == 0:
+		c.Note("%s not verified: the call's deadline ended before the first read", goal)
+		return plugin.Errorf(plugin.KindTargetUnreachable, "%s %s not verified within %s: %s not read", goal, c.p.initiator, within, c.server)
+	case polled.Last != nil:
+		msg := agentkit.Message(polled.Last)
+		c.Note("%s not verified after %d read(s) in %s: %s", goal, polled.Reads, polled.Waited, msg)
+		return plugin.Errorf(plugin.KindOf(polled.Last), "%s %s not verified within %s: %s", goal, c.p.initiator, within, msg)
+	}
+	c.Note("%s not verified after %d read(s) in %s: last read %s", goal, polled.Reads, polled.Waited, c.state)
+	return plugin.Errorf(plugin.KindRetryable, "%s %s not verified within %s: the last read still shows %s", goal, c.p.initiator, within, c.state)
 }

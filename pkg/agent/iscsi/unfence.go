@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/kubefence/kubefence/pkg/agent/internal/agentkit"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -19,7 +20,7 @@ func (c *call) unfence(ctx context.Context) error {
 		return err
 	}
 	if len(want) == 0 {
-		c.note("nothing to restore")
+		c.Note("nothing to restore")
 	}
 	for _, w := range want {
 		t, ok := find(all, w)
@@ -27,15 +28,15 @@ func (c *call) unfence(ctx context.Context) error {
 			return plugin.Errorf(plugin.KindPermanent, "%s: target %s no longer exists on %s", ParamRestore, w.Target, c.server)
 		}
 		if hasRule(t, w.Rule) {
-			c.note("target %s: %s=%s already bound", t.label(), w.Rule.Kind, w.Rule.Value)
+			c.Note("target %s: %s=%s already bound", t.label(), w.Rule.Kind, w.Rule.Value)
 			continue
 		}
 		if err := c.b.Bind(ctx, t, w.Rule); err != nil {
 			return classify(err, fmt.Sprintf("bind %s=%s to target %s", w.Rule.Kind, w.Rule.Value, t.label()))
 		}
-		c.note("target %s: bound %s", t.label(), w)
+		c.Note("target %s: bound %s", t.label(), w)
 	}
-	return c.poll(ctx, "access restored", func(ctx context.Context, _ bool) (bool, error) {
+	return c.poll(ctx, "access restored", func(ctx context.Context, _ *agentkit.Attempt) (bool, error) {
 		all, ts, err := c.read(ctx)
 		if err != nil {
 			return false, err

@@ -1,16 +1,69 @@
 package agentkit
 
-import "github.com/kubefence/kubefence/pkg/plugin"
+import (
+	"context"
+	"slices"
+	"strings"
 
-// Describe builds an agent's Description. Params is a copy of specs, so that a caller
-// changing the result cannot change the specs the agent validates against.
-func Describe(name, version string, actions []plugin.Action, specs []plugin.Param) plugin.Description {
-	ps := make([]plugin.Param, len(specs))
-	copy(ps, specs)
-	return plugin.Description{
-		Name:    name,
-		Version: version,
-		Actions: actions,
-		Params:  ps,
-	}
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// PowerActions are the actions of an agent that switches power: Power runs each.
+var PowerActions = []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}
+
+// Base is the part of an agent that is the same in every agent: what Describe
+// publishes. An Agent embeds it, which gives it Describe and Supports.
+type Base struct {
+	name    string
+	version string
+	actions []plugin.Action
+	specs   []plugin.Param
 }
+
+// NewBase returns the Base of agent name, which accepts actions and the params that
+// specs describe. Its version is "dev" until SetVersion.
+func NewBase(name string, actions []plugin.Action, specs []plugin.Param) Base {
+	return Base{name: name, version: "dev", actions: actions, specs: specs}
+}
+
+// SetVersion sets the version Describe reports; an agent's WithVersion option calls it.
+func (b *Base) SetVersion(v string) { b.version = v }
+
+// Describe lists the agent's actions and parameters, with defaults and which are
+// secret. Actions and Params are copies, so that a caller changing the result cannot
+// change the specs the agent validates against.
+func (b *Base) Describe(context.Context) (plugin.Description, error) {
+	return plugin.Description{
+		Name:    b.name,
+		Version: b.version,
+		Actions: slices.Clone(b.actions),
+		Params:  slices.Clone(b.specs),
+	}, nil
+}
+
+// Supports returns nil for an action the agent accepts and an Unsupported error
+// naming those it does accept otherwise. Agents ask it before they parse a request,
+// so that an action they cannot take touches nothing.
+func (b *Base) Supports(action plugin.Action) error {
+	if slices.Contains(b.actions, action) {
+		return nil
+	}
+	return unsupported(action, b.actions)
+}
+
+// unsupported says which actions there are instead, as "off, reboot or on".
+func unsupported(action plugin.Action, actions []plugin.Action) error {
+	words := make([]string, len(actions))
+	for i, a := range actions {
+		words[i] = string(a)
+	}
+	want := strings.Join(words, "")
+	if len(words) > 1 {
+		want = strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+	}
+	return plugin.Errorf(plugin.KindUnsupported, "action %q is not supported; want %s", action, want)
+}
+
+// Unknown is the result of a call that observed nothing: one refused before it
+// reached the device.
+func Unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }

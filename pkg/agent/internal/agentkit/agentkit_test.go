@@ -92,21 +92,3 @@ func TestParamReaderExtraNames(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
-
-func TestDescribeCopiesSpecs(t *testing.T) {
-	d := Describe("x", "1.0", []plugin.Action{plugin.ActionOff}, testSpecs)
-	if d.Name != "x" || d.Version != "1.0" || len(d.Actions) != 1 || len(d.Params) != len(testSpecs) {
-		t.Fatalf("description %+v", d)
-	}
-	d.Params[0].Default = "changed"
-	if testSpecs[0].Default != "623" {
-		t.Error("changing the description changed the specs")
-	}
-}
-
-func TestParamMissingSecrets(t *testing.T) {
-	got := Missing(map[string]string{"username": "u", "token": ""}, "password", "username", "token")
-	if !slices.Equal(got, []string{"password", "token"}) {
-		t.Errorf("missing = %q, want password, token in the order asked", got)
-	}
-}
