@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -155,4 +158,86 @@ func ObserveStuckPod(ctx context.Context, c *Cluster, rec *Recorder, node, pod s
 	}
 	s.RunningElsewhere = p.Spec.NodeName != node && p.Status.Phase == corev1.PodRunning
 	return s, nil
+}
+
+// MachineInfo describes this machine for a benchmark report.
+func MachineInfo() string {
+	model := "unknown"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	mem := "unknown"
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "MemTotal:") {
+				f := strings.Fields(line)
+				if kb, err := strconv.Atoi(f[1]); err == nil {
+					mem = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("nproc %d, memory %s, CPU %s, %s/%s, %s", runtime.NumCPU(), mem, model, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// RecoveryRows renders one Markdown row per recovery: its total and every phase.
+func RecoveryRows(rs []Recovery) string {
+	var b strings.Builder
+	b.WriteString("| node | pod | total | " + strings.Join(BenchPhases, " | ") + " |\n|---|---|---|" + strings.Repeat("---|", len(BenchPhases)) + "\n")
+	for _, r := range rs {
+		if r.Missing != "" {
+			fmt.Fprintf(&b, "| %s | %s | not measured: %s |\n", r.Node, r.Pod, r.Missing)
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |", r.Node, r.Pod, fmtSecs(r.Total))
+		for _, ph := range BenchPhases {
+			fmt.Fprintf(&b, " %s |", fmtSecs(r.Phases[ph]))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// The parts of docs/benchmarks.md that make bench-report and make bench-realnode write;
+// each rewrites its own and leaves the rest of the file as it is.
+const (
+	SimulatedSection = "simulated"
+	RealNodeSection  = "realnode"
+)
+
+// Section returns the text between doc's markers of section name, markers included, or
+// "" when doc has none.
+func Section(doc, name string) string {
+	begin, end := sectionMarkers(name)
+	i := strings.Index(doc, begin)
+	j := strings.Index(doc, end)
+	if i < 0 || j < i {
+		return ""
+	}
+	return doc[i : j+len(end)]
+}
+
+// WithSection returns doc with section name replaced by body (markers added when body has
+// none), or appended when doc has no such section. An empty body leaves doc as it is.
+func WithSection(doc, name, body string) string {
+	if body == "" {
+		return doc
+	}
+	begin, end := sectionMarkers(name)
+	if !strings.HasPrefix(body, begin) {
+		body = begin + "\n" + strings.TrimRight(body, "\n") + "\n" + end
+	}
+	if old := Section(doc, name); old != "" {
+		return strings.Replace(doc, old, body, 1)
+	}
+	return strings.TrimRight(doc, "\n") + "\n\n" + body + "\n"
+}
+
+func sectionMarkers(name string) (string, string) {
+	return "<!-- section " + name + ": begin -->", "<!-- section " + name + ": end -->"
 }

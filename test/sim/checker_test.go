@@ -10,6 +10,7 @@ import (
 // TestCheckRenewingNotFenced: the checker flags a power-off that lands while the kubelet
 // still renews on time, and only that.
 func TestCheckRenewingNotFenced(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
 	renewals := []time.Time{t0, t0.Add(time.Second), t0.Add(2 * time.Second)}
 	for name, tc := range map[string]struct {

@@ -122,6 +122,7 @@ func statefulPod(ctx context.Context, c *Cluster) (*corev1.Pod, error) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a real control plane")
 	}
@@ -297,6 +298,7 @@ func contains(list []string, s string) bool {
 }
 
 func TestStartValidation(t *testing.T) {
+	t.Parallel()
 	tests := map[string]struct {
 		opts Options
 		want string

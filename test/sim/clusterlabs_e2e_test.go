@@ -52,6 +52,7 @@ func startBMC(t *testing.T, on bool) *bmc.IPMISim {
 // TestClusterLabsErrorKinds (issue 18): the real fence_ipmilan and fence_redfish behind the
 // exec agent; every failure kind and its message name the cause.
 func TestClusterLabsErrorKinds(t *testing.T) {
+	t.Parallel()
 	needClusterLabs(t, fenceIPMILan)
 	b := startBMC(t, true)
 	plainHTTP := httptest.NewServer(http.NotFoundHandler())
@@ -103,6 +104,7 @@ func TestClusterLabsErrorKinds(t *testing.T) {
 // deadline passes mid-call, swept from 100 ms to 2.5 s. After every return no process of
 // the call is alive, and the state read back afterwards is the BMC's own.
 func TestTimedOutOnLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	needClusterLabs(t, fenceIPMILan)
 	b := startBMC(t, false)
 	agent := fenceexec.New()

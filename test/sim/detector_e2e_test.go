@@ -97,6 +97,7 @@ func (w *watchedDetector) until(t *testing.T, node string, timeout time.Duration
 }
 
 func TestDetectorOnRealAPIServer(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// kube-controller-manager keeps its default --node-monitor-grace-period (50s).

@@ -16,6 +16,7 @@ import (
 // TestDryRunTouchesNothing: in shadow mode a dead node is reported with a WouldFence
 // event, and nothing is changed: no incident, no BMC action, no pod condition, no taint.
 func TestDryRunTouchesNothing(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, func(c *v1alpha1.Config) { c.DryRun = true })

@@ -132,6 +132,7 @@ func startLeader(t *testing.T, ctx context.Context, h *Harness, name string, arg
 // IPMI agent, and only after ipmi_sim itself logged the power-off may the node's pods be
 // deleted and its VolumeAttachments removed. The other nodes are left alone.
 func TestCrashedNodeFencedBeforeRelease(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, nil)

@@ -68,6 +68,7 @@ func nodeFenceRequest(name, node, requestedBy string, force bool) *unstructured.
 // TestForceNeedsPermission: the chart's ValidatingAdmissionPolicy lets only a person who
 // may create nodefences/force set the force annotation.
 func TestForceNeedsPermission(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := rbacHarness(t, ctx)
@@ -99,6 +100,7 @@ func TestForceNeedsPermission(t *testing.T) {
 // TestForceOverridesStormHold: two of three nodes die, so the storm rule holds both; a
 // person forces one incident and only that node is fenced.
 func TestForceOverridesStormHold(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, nil)

@@ -121,6 +121,7 @@ func waitReleased(t *testing.T, ctx context.Context, h *Harness, victim string) 
 // resume the same incident at a new epoch, re-issue the power-off idempotently, and only
 // then release the node's workloads.
 func TestLeaderKilledMidFence(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	h, leader, _, victim, rec := haHarness(t, ctx)
@@ -156,6 +157,7 @@ func TestLeaderKilledMidFence(t *testing.T) {
 // over and finishes; when the old leader wakes up it must find out it was deposed and exit
 // with code 2 without writing anything.
 func TestPausedLeaderDeposed(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	h, leader, _, victim, rec := haHarness(t, ctx)
@@ -241,6 +243,7 @@ func identityOf(t *testing.T, ctx context.Context, r *Replica) string {
 // TestIdentityLeases: every replica keeps its own identity Lease; when one dies, the
 // leader collects its Lease after the (shortened) duration and leaves the others.
 func TestIdentityLeases(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, nil)
@@ -312,6 +315,7 @@ func deref(s *string) string {
 // drained node) gives its Lease up before it exits, so the standby takes over after one
 // retry period instead of a whole lease duration; it exits 0 and leaves no agent behind.
 func TestCleanShutdownReleasesLease(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h, leader, standby, victim, _ := haHarness(t, ctx)

@@ -20,6 +20,7 @@ import (
 // grace period), recovers without FenceContradicted. The simulated kubelet renews its
 // Lease before it posts the status with its new boot ID, as a real one may.
 func TestGenuineRebootNeverContradicts(t *testing.T) {
+	t.Parallel()
 	for _, delay := range []time.Duration{0, 2 * time.Second, 6 * time.Second} {
 		t.Run(delay.String(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -57,6 +58,7 @@ func TestGenuineRebootNeverContradicts(t *testing.T) {
 // shows the call, sent before the BMC logged it, and the re-issue after the restart
 // names the call whose outcome was lost.
 func TestAPIServerDownDuringPowerOff(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// A Lease that outlasts the pause and the outage: this leader must stay leader.

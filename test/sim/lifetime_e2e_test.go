@@ -34,6 +34,7 @@ sleep 60
 // SIGKILLed alone. Within 2 s no process of the call is left (agent, reaper, script,
 // child), and the child's late action never lands.
 func TestNothingOutlivesTheController(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	scripts := t.TempDir()

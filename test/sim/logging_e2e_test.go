@@ -12,6 +12,7 @@ import (
 // the agent host's included, is one JSON object with a message, and the leader's start
 // and its serving address are among them.
 func TestJSONLogs(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, nil)

@@ -23,6 +23,7 @@ import (
 // and the node whose BMC has another password as an error (exit code 1); the leader
 // exports kubefence_target_up as 1 and 0 for them.
 func TestFenceDeviceCheck(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const broken = "node-2"

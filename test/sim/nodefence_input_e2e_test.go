@@ -20,6 +20,7 @@ import (
 // else (or "controller", from a person), a change of an existing spec, and a phase that
 // leaves an ended incident are each refused with the rule's message.
 func TestNodeFenceInputRefused(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := rbacHarness(t, ctx)

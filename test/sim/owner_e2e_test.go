@@ -20,6 +20,7 @@ import (
 // so it cannot delete the Lease itself; once the pod is deleted, kube-controller-manager's
 // garbage collector removes the Lease.
 func TestIdentityLeaseGoesWithItsPod(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, nil)

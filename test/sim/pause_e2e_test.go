@@ -22,6 +22,7 @@ import (
 // the deposed leader exits with code 2 and none of its agents outlives it by 2 s, and
 // the fence finishes within the lease duration + retry period + the agent's time.
 func TestLeaderPausedAtEachStep(t *testing.T) {
+	t.Parallel()
 	for _, point := range []string{controller.PauseAfterCreate, controller.PauseBeforeFenceCall, controller.PauseAfterFenced,
 		controller.PauseDeletePod, controller.PauseDeleteVolumeAttachment} {
 		t.Run(point, func(t *testing.T) { pausedLeader(t, point) })

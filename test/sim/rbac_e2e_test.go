@@ -55,6 +55,7 @@ var appliedKinds = map[string]bool{
 // request refused; then shows that the same identity cannot read other Secrets, delete
 // nodes or create pods.
 func TestRenderedRBACFencesAndNothingMore(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	docs := renderedObjects(t)

@@ -101,6 +101,7 @@ func recovered(nf v1alpha1.NodeFence) bool { return nf.Status.Phase == v1alpha1.
 // heartbeats again; kubefence closes the incident and removes exactly the taints it added,
 // leaving a person's taint alone.
 func TestRecoveryAfterPowerOn(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h, victim, nf := fencedVictim(t, ctx, func(h *Harness, victim string) {
@@ -133,6 +134,7 @@ func TestRecoveryAfterPowerOn(t *testing.T) {
 // TestPersonOutOfServiceTaintKept: an out-of-service taint a person put on the node before
 // the incident is not kubefence's and stays after recovery.
 func TestPersonOutOfServiceTaintKept(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h, victim, nf := fencedVictim(t, ctx, func(h *Harness, victim string) {
@@ -158,6 +160,7 @@ func TestPersonOutOfServiceTaintKept(t *testing.T) {
 // (the false "off" of a broken BMC); when its kubelet comes back with the same boot ID,
 // kubefence raises the contradiction loudly and undoes nothing.
 func TestSameBootAfterFenceIsContradiction(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h, victim, nf := fencedVictim(t, ctx, func(h *Harness, victim string) { h.MachineIgnoresBMC(victim) })

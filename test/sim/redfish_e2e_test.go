@@ -12,6 +12,7 @@ import (
 // Redfish BMC falls under the Redfish policy and is powered off over Redfish (TLS
 // verified against the sim's CA) before anything of it is released.
 func TestRedfishNodeFenced(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h := fastHarnessWith(t, ctx, HarnessOptions{RedfishNodes: 1})

@@ -47,6 +47,7 @@ func createIncident(t *testing.T, ctx context.Context, c *Cluster, nf *v1alpha1.
 // them removed by the next leader; kubefence's own taint with no record behind it is
 // reported and left alone.
 func TestOrphanTaintsRepaired(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, nil)
@@ -88,6 +89,7 @@ func TestOrphanTaintsRepaired(t *testing.T) {
 // out-of-service taint and before adding it. The next leader resumes the verified
 // incident: it adds the taint, which it now owns, releases the node and later removes it.
 func TestResumeFromRecordedTaint(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, nil)
@@ -127,6 +129,7 @@ func TestResumeFromRecordedTaint(t *testing.T) {
 // TestDirectStrategy: with the Direct strategy kubefence deletes the pods and volume
 // attachments itself and adds no out-of-service taint.
 func TestDirectStrategy(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, func(cfg *v1alpha1.Config) { cfg.Policies[0].Remediation = v1alpha1.StrategyDirect })
@@ -185,6 +188,7 @@ func logReleaseTimes(t *testing.T, nf v1alpha1.NodeFence, rec *Recorder, node st
 // (The simulated kubelets play the attach-detach controller, so the volume attachment is
 // not removed here: see the issue note.)
 func TestOutOfServiceTaintStrategy(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := fastHarnessWith(t, ctx, HarnessOptions{
@@ -228,6 +232,7 @@ func TestOutOfServiceTaintStrategy(t *testing.T) {
 // refusal recorded. Direct strategy: no out-of-service taint, so only kubefence can
 // delete the pods within the test's time.
 func TestLateBoundPodReleased(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, func(cfg *v1alpha1.Config) { cfg.Policies[0].Remediation = v1alpha1.StrategyDirect })

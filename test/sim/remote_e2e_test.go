@@ -53,6 +53,7 @@ func crashAndWait(t *testing.T, ctx context.Context, h *Harness, node string) v1
 // answering its Lease stops renewing, and the next incident skips its level with the
 // reason and escalates to the local agent.
 func TestRemoteAgent(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, nil)

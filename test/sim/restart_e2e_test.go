@@ -29,6 +29,7 @@ const restartRenew = 2 * time.Second
 // mix, and the new ones started together or apart. Every node renews its Lease on time
 // throughout; no NodeFence may be created and no BMC may be asked for anything.
 func TestControllerRestartsNeverFenceHealthyNode(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	h := fastHarnessWith(t, ctx, HarnessOptions{
@@ -193,6 +194,7 @@ func tail(rs []*Replica) string {
 // incident may open and no BMC may be asked for anything. Issue 17 saw incidents opened
 // against the two nodes hosting the replicas at the first install.
 func TestFreshInstallOpensNoIncident(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	h := fastHarnessWith(t, ctx, HarnessOptions{

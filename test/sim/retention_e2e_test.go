@@ -18,6 +18,7 @@ import (
 // controller, and one a person created; the leader's retention pass keeps the newest ten
 // of the controller's and the person's.
 func TestHistoryKeepsNewestTen(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	h := fastHarness(t, ctx, nil)

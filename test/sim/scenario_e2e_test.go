@@ -53,6 +53,7 @@ func selectedScenarios() func(string) bool {
 }
 
 func TestScenarioFilesParse(t *testing.T) {
+	t.Parallel()
 	scs, err := LoadScenarios("scenarios")
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +69,7 @@ func TestScenarioFilesParse(t *testing.T) {
 }
 
 func TestScenarioValidation(t *testing.T) {
+	t.Parallel()
 	tests := map[string]struct {
 		yaml string
 		want []string
@@ -122,6 +124,7 @@ func runScenario(t *testing.T, sc *Scenario) *Report {
 // TestScenarios runs the scenario files: each on a fresh cluster with real processes,
 // with the invariant checker on, stopping everything by PID at the end.
 func TestScenarios(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts real control planes")
 	}
@@ -179,6 +182,7 @@ expect:
 
 // TestCheckerCatchesPlantedBugs shows the invariant checker fails a run with a bug.
 func TestCheckerCatchesPlantedBugs(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts real control planes")
 	}
@@ -206,6 +210,7 @@ func TestCheckerCatchesPlantedBugs(t *testing.T) {
 }
 
 func TestParseACLs(t *testing.T) {
+	t.Parallel()
 	out := `Target 1: iqn.2024-01.io.kubefence.sim:disk-node-1
     System information:
         Driver: iscsi
@@ -231,6 +236,7 @@ Target 2: iqn.2024-01.io.kubefence.sim:disk-node-2
 // TestChaosReplays: a seed always stands for the same scenario, and what it generates is
 // a valid scenario file.
 func TestChaosReplays(t *testing.T) {
+	t.Parallel()
 	for seed := uint64(1); seed <= 200; seed++ {
 		a, err := GenerateChaos(seed).Marshal()
 		if err != nil {

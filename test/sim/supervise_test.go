@@ -12,6 +12,7 @@ import (
 // log of its own, as the kubelet restarts a static pod; once Stop begins nothing restarts.
 // No control plane needed: the component is a shell that fails its first run.
 func TestSuperviseComponentRestartsUntilStop(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var heard []string
 	c := &Cluster{logDir: t.TempDir(), logf: t.Logf, stopping: make(chan struct{}),

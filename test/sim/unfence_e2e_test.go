@@ -33,6 +33,7 @@ const (
 // never the error alone. What an incident claims matches the BMC's own power log at that
 // moment, and no process of a call that read back off is alive once it is recorded.
 func TestTimedOutOnThroughIncident(t *testing.T) {
+	t.Parallel()
 	needClusterLabs(t, fenceIPMILan)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -18,6 +18,7 @@ import (
 // naming the agent and the parameter; the controller refuses to start on them, before it
 // talks to any cluster; and a bad file gets exit code 1 and the field on stderr.
 func TestValidateConfigAsksTheAgents(t *testing.T) {
+	t.Parallel()
 	needClusterLabs(t, fenceIPMILan)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 // TestVersionStamped (issue 23): one -ldflags stamp (as make build and the Dockerfile
 // give it) reaches the controller's --version and every agent's -version.
 func TestVersionStamped(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	root, err := moduleRoot()
