@@ -27,7 +27,7 @@ func signOfLife(nf *v1alpha1.NodeFence, obs detector.Observation) string {
 		}
 		return ""
 	}
-	detected := stepTime(nf, stepDetected)
+	detected := stepTime(nf, v1alpha1.StepDetected)
 	if !detected.IsZero() && obs.RenewalSeen.After(detected) {
 		return fmt.Sprintf("this replica saw its Lease renewed at %s, after the detection at %s",
 			stampMicro(obs.RenewalSeen), stampMicro(detected))
@@ -69,14 +69,11 @@ func adopted(nf *v1alpha1.NodeFence, identity string) bool {
 // cancel ends an incident that has not started fencing, on a sign of life.
 func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time, life string) error {
 	nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseCancelled, "node alive before fencing started: "+life
-	addStep(&nf.Status, now, "Cancelled", nf.Status.Message)
+	addStep(&nf.Status, now, v1alpha1.StepCancelled, nf.Status.Message)
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseCancelled)).Inc()
-	c.event(node, nf, corev1.EventTypeNormal, "Cancelled", "Node %s is alive (%s); incident %s cancelled before fencing", node.Name, life, nf.Name)
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonCancelled, "Node %s is alive (%s); incident %s cancelled before fencing", node.Name, life, nf.Name)
 	return c.save(ctx, nf)
 }
-
-// stepDetected is the timeline step of an incident's detection.
-const stepDetected = "Detected"
 
 // stepTime is when the incident's first step of type typ happened; zero if none.
 func stepTime(nf *v1alpha1.NodeFence, typ string) time.Time {
@@ -96,6 +93,8 @@ func stampMicro(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 func (c *Controller) failedUnrecovered(node string, obs detector.Observation) string {
 	incs, err := c.store.forNode(node)
 	if err != nil || len(incs) == 0 {
+		// An incident the cache cannot decode fails the node's sync (openIncident) before
+		// any new incident could open.
 		return ""
 	}
 	last := incs[0]

@@ -27,7 +27,7 @@ func pendingIncident(detected time.Time, renewed *time.Time) *v1alpha1.NodeFence
 		ObjectMeta: metav1.ObjectMeta{Name: "node-1-x", ResourceVersion: "1"},
 		Spec:       v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: RequestedByController},
 		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Leader: "old-leader", BootID: "boot-1",
-			Timeline: []v1alpha1.Step{{Time: metav1.NewMicroTime(detected), Type: stepDetected}}},
+			Timeline: []v1alpha1.Step{{Time: metav1.NewMicroTime(detected), Type: v1alpha1.StepDetected}}},
 	}
 	if renewed != nil {
 		rt := metav1.NewMicroTime(*renewed)
@@ -104,7 +104,7 @@ func TestAdoptedIncidentIsNotCancelledOnFreshClocks(t *testing.T) {
 			if tc.phase == v1alpha1.PhaseCancelled && got.Status.Phase != v1alpha1.PhaseCancelled {
 				t.Fatalf("phase %s, want Cancelled on a renewal", got.Status.Phase)
 			}
-			if tc.phase == v1alpha1.PhaseFencing && stepTime(got, stepFenceStarted).IsZero() {
+			if tc.phase == v1alpha1.PhaseFencing && stepTime(got, v1alpha1.StepFenceStarted).IsZero() {
 				t.Errorf("fence never started: phase %s, timeline %+v", got.Status.Phase, got.Status.Timeline)
 			}
 		})
@@ -251,7 +251,7 @@ func TestIncidentWithoutEvidenceWaitsForOwn(t *testing.T) {
 			if got.Status.Phase == v1alpha1.PhaseCancelled {
 				t.Fatalf("cancelled: %s", got.Status.Message)
 			}
-			if started := !stepTime(got, stepFenceStarted).IsZero(); started != tc.fenced {
+			if started := !stepTime(got, v1alpha1.StepFenceStarted).IsZero(); started != tc.fenced {
 				t.Errorf("fence started %v, want %v (phase %s)", started, tc.fenced, got.Status.Phase)
 			}
 		})

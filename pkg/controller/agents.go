@@ -27,10 +27,9 @@ type agentCaller struct {
 	config  map[string]v1alpha1.Agent
 	client  kubernetes.Interface
 	metrics *metrics
+	// now is the controller's clock: attempt deadlines are on it.
+	now func() time.Time
 }
-
-// errKindAgentDied classifies calls that failed because the agent process went away.
-const errKindAgentDied = "AgentDied"
 
 // request builds the plugin request for agent on node, with its secrets.
 func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Node, epoch int64) (plugin.Request, v1alpha1.Agent, error) {
@@ -101,40 +100,50 @@ func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.N
 	req, cfg, err := a.request(ctx, step.Agent, node, epoch)
 	if err == nil {
 		var res plugin.Result
-		if d := time.Now().Add(cfg.Timeout.Duration); d.Before(deadline) {
+		if d := a.now().Add(cfg.Timeout.Duration); d.Before(deadline) {
 			deadline = d
 		}
 		res, err = a.invoke(ctx, step.Agent, method, req, deadline)
 		ev.State, ev.Evidence = string(res.State), res.Evidence
 	}
 	if err != nil {
-		ev.Err, ev.ErrKind = err, string(plugin.KindOf(err))
+		ev.Err, ev.ErrKind = err, plugin.KindOf(err)
 		switch {
 		case errors.Is(err, plugin.ErrAgentDied):
-			ev.ErrKind = errKindAgentDied
+			ev.ErrKind = plugin.KindAgentDied
 		case errors.Is(err, context.DeadlineExceeded):
 			// The call's own deadline: its outcome is unknown, and the fencer reads the
 			// state back before it does anything else.
-			ev.ErrKind = fencer.ErrKindTimeout
+			ev.ErrKind = plugin.KindTimeout
 		}
-		a.metrics.agentErrors.WithLabelValues(step.Agent, method, ev.ErrKind).Inc()
+		a.metrics.agentErrors.WithLabelValues(step.Agent, method, string(ev.ErrKind)).Inc()
 	}
 	return ev
 }
 
+// invoke calls method of agent name, bounded by deadline on the controller's clock.
 func (a *agentCaller) invoke(ctx context.Context, name, method string, req plugin.Request, deadline time.Time) (plugin.Result, error) {
 	agent, err := a.agents.Agent(name)
 	if err != nil {
 		return plugin.Result{}, fmt.Errorf("agent %s: %w", name, err)
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	ctx, cancel := a.withDeadline(ctx, deadline)
 	defer cancel()
-	start := time.Now()
-	defer func() { a.metrics.agentLatency.WithLabelValues(name, method).Observe(time.Since(start).Seconds()) }()
-	if method == "Status" {
+	start := a.now()
+	defer func() { a.metrics.agentLatency.WithLabelValues(name, method).Observe(a.now().Sub(start).Seconds()) }()
+	if method == methodStatus {
 		return agent.Status(ctx, req)
 	}
 	return agent.Fence(ctx, req, plugin.ActionOff)
+}
+
+// withDeadline bounds ctx by deadline, a time on the controller's clock. A context's
+// deadline is on the wall clock, and the controller's clock may be a test's fake one
+// whose times are hours or years away from it: what ctx gets is the time left until
+// deadline, read on the controller's clock right before the call. With the real clock
+// that is deadline itself, give or take the nanoseconds between the two reads of it.
+func (a *agentCaller) withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, deadline.Sub(a.now()))
 }
 
 // unfence undoes what an agent's verified attempt did: powers the node on, restores
@@ -151,25 +160,25 @@ func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *co
 		return notCalled, fmt.Errorf("agent %s: %w", at.Agent, err)
 	}
 	callCtx, cancel := context.WithTimeout(ctx, cfg.OnTimeout.Duration)
-	start := time.Now()
+	start := a.now()
 	res, err := agent.Unfence(callCtx, req)
 	cancel()
-	a.metrics.agentLatency.WithLabelValues(at.Agent, "Unfence").Observe(time.Since(start).Seconds())
+	a.metrics.agentLatency.WithLabelValues(at.Agent, methodUnfence).Observe(a.now().Sub(start).Seconds())
 	if err == nil {
 		return res, nil
 	}
-	a.metrics.agentErrors.WithLabelValues(at.Agent, "Unfence", string(plugin.KindOf(err))).Inc()
+	a.metrics.agentErrors.WithLabelValues(at.Agent, methodUnfence, string(plugin.KindOf(err))).Inc()
 	// The outcome of a failed or timed-out Unfence is unknown: a command sent just
 	// before the deadline can still have landed. What the target says now is read
 	// back with a call of its own, so that the incident records the state, not the
 	// error alone.
 	readCtx, cancel := context.WithTimeout(ctx, cfg.Timeout.Duration)
 	defer cancel()
-	start = time.Now()
+	start = a.now()
 	read, rerr := agent.Status(readCtx, req)
-	a.metrics.agentLatency.WithLabelValues(at.Agent, "Status").Observe(time.Since(start).Seconds())
+	a.metrics.agentLatency.WithLabelValues(at.Agent, methodStatus).Observe(a.now().Sub(start).Seconds())
 	if rerr != nil {
-		a.metrics.agentErrors.WithLabelValues(at.Agent, "Status", string(plugin.KindOf(rerr))).Inc()
+		a.metrics.agentErrors.WithLabelValues(at.Agent, methodStatus, string(plugin.KindOf(rerr))).Inc()
 		return plugin.Result{State: plugin.StateUnknown, Evidence: "read back failed: " + rerr.Error()}, err
 	}
 	return read, err

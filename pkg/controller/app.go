@@ -78,7 +78,11 @@ func loadConfig(path string) (*v1alpha1.Config, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read config: %w", err)
 	}
-	return v1alpha1.DecodeConfig(data)
+	cfg, warnings, err := v1alpha1.DecodeConfig(data)
+	if err != nil {
+		return cfg, warnings, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, warnings, nil
 }
 
 // RunApp runs the controller process until ctx ends. deposed is called (and must not
@@ -91,25 +95,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	for _, w := range warnings {
 		klog.InfoS("Configuration warning", "warning", w)
 	}
-	rc, err := restConfig(o.Kubeconfig)
-	if err != nil {
-		return err
-	}
-	rc.QPS, rc.Burst = o.QPS, o.Burst
-	if rc.QPS <= 0 {
-		rc.QPS = DefaultQPS
-	}
-	if rc.Burst <= 0 {
-		rc.Burst = DefaultBurst
-	}
-	// No API request may hang the incident it serves: after an API server restart a
-	// request on a half-open connection would otherwise wait for TCP to give up.
-	rc.Timeout = 30 * time.Second
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(Protobuf(rc))
+	dyn, client, err := clients(o)
 	if err != nil {
 		return err
 	}
@@ -118,37 +104,24 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		return err
 	}
 	defer host.Close()
-	// An agent that refuses its parameters cannot fence: refused now, not at the first
-	// incident. A remote agent that is down may come up later.
-	problems := ValidateAgents(ctx, cfg, host)
-	for _, u := range problems.Unreachable {
-		klog.InfoS("Agent did not answer at start; its parameters are checked at its first call", "error", u)
-	}
-	if err := problems.Err(); err != nil {
-		return fmt.Errorf("config: %w", err)
+	if err := checkAgents(ctx, cfg, host); err != nil {
+		return err
 	}
 
 	identity := NewIdentity()
-	scheme := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
 	var guard *LeaseGuard
-	var sink record.EventSink = &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}
 	if *cfg.LeaderElection.Enabled {
 		guard = &LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
-		sink = confirmedSink{events: client.CoreV1().Events(""), until: guard.ConfirmedUntil}
 	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(sink)
-	defer broadcaster.Shutdown()
+	recorder, stopEvents := eventRecorder(ctx, client, guard, identity)
+	defer stopEvents()
 	c, err := New(Options{
 		Config: cfg, Client: client, Dynamic: dyn, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
 		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
-		PauseAt: os.Getenv(PauseAtEnv), TargetInterval: o.TargetInterval,
-		Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}),
+		PauseAt: os.Getenv(PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder,
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("new controller: %w", err)
 	}
 	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
 	errc := make(chan error, 1)
@@ -168,7 +141,89 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 			klog.ErrorS(err, "Marking own pod as standby")
 		}
 	}
-	lead := func(ctx context.Context, epoch int64) {
+	lead := leader(o, client, health, ids, host, c)
+	elected := make(chan struct{})
+	if !*cfg.LeaderElection.Enabled {
+		close(elected)
+		go lead(ctx, 0)
+	} else {
+		go func() {
+			defer close(elected)
+			err := Elect(ctx, client, cfg.LeaderElection, identity, lead, func() {
+				deposed(errors.New("leader lease lost"))
+			})
+			if err != nil {
+				errc <- err
+			}
+		}()
+	}
+	return awaitEnd(ctx, cfg.LeaderElection, elected, errc)
+}
+
+// clients returns the dynamic client (for NodeFences) and the typed one, with o's request
+// budget.
+func clients(o AppOptions) (dynamic.Interface, kubernetes.Interface, error) {
+	rc, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc.QPS, rc.Burst = o.QPS, o.Burst
+	if rc.QPS <= 0 {
+		rc.QPS = DefaultQPS
+	}
+	if rc.Burst <= 0 {
+		rc.Burst = DefaultBurst
+	}
+	// No API request may hang the incident it serves: after an API server restart a
+	// request on a half-open connection would otherwise wait for TCP to give up.
+	rc.Timeout = 30 * time.Second
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(Protobuf(rc))
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return dyn, client, nil
+}
+
+// checkAgents has every agent validate its parameters: an agent that refuses them cannot
+// fence, and is refused now, not at the first incident. A remote agent that is down may
+// come up later.
+func checkAgents(ctx context.Context, cfg *v1alpha1.Config, host *plugin.Host) error {
+	problems := ValidateAgents(ctx, cfg, host)
+	for _, u := range problems.Unreachable {
+		klog.InfoS("Agent did not answer at start; its parameters are checked at its first call", "error", u)
+	}
+	if err := problems.Err(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// eventRecorder returns the recorder of the controller's Events and the function that
+// stops it. With leader election (guard set), an Event goes out only while a Lease check
+// vouches for this replica (confirmedSink).
+func eventRecorder(ctx context.Context, client kubernetes.Interface, guard *LeaseGuard, identity string) (record.EventRecorder, func()) {
+	scheme := runtime.NewScheme()
+	// Adding types to a fresh scheme fails only when two registrations conflict, which
+	// these two do not; the scheme only names the objects Events are about.
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	var sink record.EventSink = &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}
+	if guard != nil {
+		sink = confirmedSink{events: client.CoreV1().Events(""), until: guard.ConfirmedUntil}
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(sink)
+	return broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}), broadcaster.Shutdown
+}
+
+// leader returns what this replica does while it leads at an epoch: it marks its pod as
+// the leader, collects expired identity Leases, watches the remote agents and runs c.
+func leader(o AppOptions, client kubernetes.Interface, health *Health, ids *IdentityLeases, host *plugin.Host, c *Controller) func(context.Context, int64) {
+	return func(ctx context.Context, epoch int64) {
 		health.SetLeader()
 		if o.LeaderPod != nil {
 			if err := SetLeaderCondition(ctx, client, *o.LeaderPod, true); err != nil {
@@ -185,27 +240,15 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		go c.watchRemoteAgents(ctx, host, &agentLeases, o.IdentityRenewInterval)
 		c.Run(ctx, epoch)
 	}
-	elected := make(chan struct{})
-	if !*cfg.LeaderElection.Enabled {
-		close(elected)
-		go lead(ctx, 0)
-	} else {
-		go func() {
-			defer close(elected)
-			err := Elect(ctx, client, cfg.LeaderElection, identity, lead, func() {
-				deposed(errors.New("leader lease lost"))
-			})
-			if err != nil {
-				errc <- err
-			}
-		}()
-	}
+}
+
+// awaitEnd returns when ctx ends, or with the error of the server or the election.
+func awaitEnd(ctx context.Context, le v1alpha1.LeaderElection, elected <-chan struct{}, errc <-chan error) error {
 	select {
 	case <-ctx.Done():
 		// A clean shutdown gives the Lease up (ReleaseOnCancel) so that a standby takes
 		// over after one retry period rather than a whole lease duration; the election
 		// does it once its renew loop sees the end, within the renew deadline.
-		le := cfg.LeaderElection
 		select {
 		case <-elected:
 		case <-time.After(le.RenewDeadline.Duration + le.RetryPeriod.Duration):
@@ -218,7 +261,11 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 }
 
 func newAgentHost(cfg *v1alpha1.Config) (*plugin.Host, error) {
-	return plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: agentSpecs(cfg), Logger: pluginLogger()})
+	host, err := plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: agentSpecs(cfg), Logger: pluginLogger()})
+	if err != nil {
+		return nil, fmt.Errorf("agent host: %w", err)
+	}
+	return host, nil
 }
 
 func agentSpecs(cfg *v1alpha1.Config) map[string]plugin.AgentSpec {
@@ -266,7 +313,7 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 	}
 	client, err := kubernetes.NewForConfig(Protobuf(rc))
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("kubernetes client: %w", err)
 	}
 	host, err := newAgentHost(cfg)
 	if err != nil {
@@ -285,10 +332,10 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 	for _, a := range cfg.Agents {
 		agents[a.Name] = a
 	}
-	caller := &agentCaller{agents: host, config: agents, client: client, metrics: newMetrics()}
+	caller := &agentCaller{agents: host, config: agents, client: client, metrics: newMetrics(), now: time.Now}
 	checks := caller.checkTargets(ctx, cfg.Policies, nodes)
 	if err := PrintTargetChecks(w, checks); err != nil {
-		return false, err
+		return false, fmt.Errorf("print target checks: %w", err)
 	}
 	for _, tc := range checks {
 		if !tc.Up() {

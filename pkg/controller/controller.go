@@ -98,8 +98,10 @@ type Controller struct {
 
 	mu    sync.Mutex
 	epoch int64
-	// dryRunSeen remembers the unhealthy episodes already reported in dry run.
-	dryRunSeen map[string]bool
+	// dryRunSeen holds, per node, the unhealthy episodes (keyed by when their evidence
+	// started) already reported in dry run. A node's entry goes once it is healthy again
+	// or deleted (forgetDryRun), so the map holds only nodes that are unhealthy now.
+	dryRunSeen map[string]map[string]bool
 	// agentDown holds, per remote agent that failed its last health check, why.
 	agentDown map[string]string
 	// pendingEvents are the events of each incident waiting for its next save.
@@ -146,7 +148,7 @@ func New(opts Options) (*Controller, error) {
 		}),
 		replicas:      newReplicas(opts.NodeName, opts.IdentityRenewInterval),
 		pause:         &pauser{point: opts.PauseAt},
-		dryRunSeen:    map[string]bool{},
+		dryRunSeen:    map[string]map[string]bool{},
 		agentDown:     map[string]string{},
 		pendingEvents: map[string][]func(){},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
@@ -162,10 +164,21 @@ func New(opts Options) (*Controller, error) {
 		names = append(names, a.Name)
 	}
 	c.metrics.initCounters(names)
-	c.caller = &agentCaller{agents: opts.Agents, config: agents, client: opts.Client, metrics: c.metrics}
+	// The agents read the controller's clock as it is at each call: a test that swaps it
+	// swaps theirs too.
+	c.caller = &agentCaller{agents: opts.Agents, config: agents, client: opts.Client, metrics: c.metrics,
+		now: func() time.Time { return c.now() }}
 	c.remedy = &remediate.Remediator{Client: opts.Client}
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
+	if err := c.newCaches(opts); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
 
+// newCaches sets up the informer caches the controller reads, and their handlers.
+func (c *Controller) newCaches(opts Options) error {
+	cfg := opts.Config
 	c.kubeInformers = informers.NewSharedInformerFactory(opts.Client, 10*time.Minute)
 	c.leaseInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
 		informers.WithNamespace(NodeLeaseNamespace))
@@ -183,23 +196,29 @@ func New(opts Options) (*Controller, error) {
 	// Caches of every node, lease and pod are the controller's memory; drop what it never reads.
 	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), leaseInf.Informer(), podInf.Informer()} {
 		if err := inf.SetTransform(detector.TrimForCache); err != nil {
-			return nil, err
+			return fmt.Errorf("trim cache: %w", err)
 		}
 	}
 	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: podsByNode}); err != nil {
-		return nil, err
+		return fmt.Errorf("index pods: %w", err)
 	}
 	c.pods, c.pdbs, c.attachments = podInf.Informer(), pdbInf.Lister(), vaInf.Lister()
 	nfInf := c.nfInformer.ForResource(v1alpha1.Resource)
 	if err := nfInf.Informer().AddIndexers(nodeFenceIndexers()); err != nil {
-		return nil, fmt.Errorf("index incidents: %w", err)
+		return fmt.Errorf("index incidents: %w", err)
 	}
 	c.nodes = nodeInf.Lister()
 	c.store = &store{client: opts.Dynamic.Resource(v1alpha1.Resource), indexer: nfInf.Informer().GetIndexer()}
 	idInf := c.idInformer.Coordination().V1().Leases().Informer()
 	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced,
 		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced, idInf.HasSynced}
-	if _, err := idInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	return c.watch(nodeInf.Informer(), leaseInf.Informer(), nfInf.Informer(), idInf)
+}
+
+// watch queues a node when it, its Lease or one of its incidents changes, and follows
+// the replicas' identity Leases.
+func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedIndexInformer) error {
+	if _, err := identities.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onIdentityLease(obj) },
 		UpdateFunc: func(_, obj any) { c.onIdentityLease(obj) },
 		DeleteFunc: func(obj any) {
@@ -208,23 +227,22 @@ func New(opts Options) (*Controller, error) {
 			}
 		},
 	}); err != nil {
-		return nil, err
+		return fmt.Errorf("watch identity leases: %w", err)
 	}
-
-	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueObject(obj) },
 		UpdateFunc: func(_, obj any) { c.enqueueObject(obj) },
 		DeleteFunc: func(obj any) { c.enqueueObject(obj) },
 	}); err != nil {
-		return nil, err
+		return fmt.Errorf("watch nodes: %w", err)
 	}
-	if _, err := leaseInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := leases.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onLease(obj) },
 		UpdateFunc: func(_, obj any) { c.onLease(obj) },
 	}); err != nil {
-		return nil, err
+		return fmt.Errorf("watch node leases: %w", err)
 	}
-	if _, err := nfInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := incidents.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onNodeFence(obj) },
 		UpdateFunc: func(_, obj any) { c.onNodeFence(obj) },
 		DeleteFunc: func(obj any) {
@@ -235,9 +253,9 @@ func New(opts Options) (*Controller, error) {
 			}
 		},
 	}); err != nil {
-		return nil, err
+		return fmt.Errorf("watch incidents: %w", err)
 	}
-	return c, nil
+	return nil
 }
 
 // Metrics returns the controller's registry handle for the HTTP server.
@@ -303,6 +321,8 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	// replica leads (see Detector.RestartClocks).
 	c.detector.RestartClocks(c.now())
 	klog.InfoS("Acting as leader", "identity", c.opts.Identity, "epoch", epoch)
+	// A cache read fails only on a selector it cannot use; the resync below enqueues
+	// every node again within seconds anyway.
 	nodes, err := c.nodes.List(everything())
 	if err == nil {
 		for _, n := range nodes {
@@ -322,7 +342,7 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		nodes, err := c.nodes.List(everything())
 		if err != nil {
-			return
+			return // a cache read; the next round tries again
 		}
 		for _, n := range nodes {
 			c.queue.Add(n.Name)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,7 +17,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
+	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/policy"
 )
 
 // TestEventsWaitForTheSave: an incident's events go out only after the save that checks
@@ -26,7 +30,7 @@ func TestEventsWaitForTheSave(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
 	rec := c.recorder.(*record.FakeRecorder)
-	c.event(node, nf, corev1.EventTypeNormal, "Fenced", "node %s", node.Name)
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "node %s", node.Name)
 	if n := len(rec.Events); n != 0 {
 		t.Fatalf("%d events sent before the save", n)
 	}
@@ -147,10 +151,10 @@ func TestCountersStartAtZero(t *testing.T) {
 	c := testController(t, pendingIncident(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC), nil))
 	c.metrics.initCounters([]string{"ipmi"})
 	want := map[string]bool{
-		`kubefence_incidents_total{phase="Failed"}`:                                   false,
-		`kubefence_holds_total{reason="UnhealthyBudgetExceeded"}`:                     false,
-		`kubefence_agent_errors_total{agent="ipmi",kind="AgentDied",method="Fence"}`:  false,
-		`kubefence_agent_errors_total{agent="ipmi",kind="Permanent",method="Status"}`: false,
+		fmt.Sprintf(`kubefence_incidents_total{phase="%s"}`, v1alpha1.PhaseFailed):                                          false,
+		fmt.Sprintf(`kubefence_holds_total{reason="%s"}`, policy.ReasonStorm):                                               false,
+		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindAgentDied, methodFence):  false,
+		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindPermanent, methodStatus): false,
 	}
 	families, err := c.metrics.registry.Gather()
 	if err != nil {

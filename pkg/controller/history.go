@@ -24,7 +24,7 @@ const historyInterval = 10 * time.Minute
 func (c *Controller) pruneHistory(ctx context.Context) {
 	for _, nf := range c.expiredIncidents(c.now()) {
 		if err := c.checkLease(ctx); err != nil {
-			return
+			return // not confirmed as leader: nothing is deleted; the next round tries again
 		}
 		uid, rv := nf.UID, nf.ResourceVersion
 		err := c.store.client.Delete(ctx, nf.Name, metav1.DeleteOptions{
@@ -43,7 +43,7 @@ func (c *Controller) expiredIncidents(now time.Time) []*v1alpha1.NodeFence {
 	for _, obj := range c.store.indexer.List() {
 		nf, err := fromUnstructured(obj)
 		if err != nil || nf.Status.Phase.Open() || nf.Spec.RequestedBy != RequestedByController {
-			continue
+			continue // one that cannot be read is kept: retention never deletes on a guess
 		}
 		byNode[nf.Spec.NodeName] = append(byNode[nf.Spec.NodeName], nf)
 	}

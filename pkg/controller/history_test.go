@@ -22,7 +22,7 @@ func TestHistoryRetention(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec:       v1alpha1.NodeFenceSpec{NodeName: node, RequestedBy: by},
 			Status: v1alpha1.NodeFenceStatus{Phase: phase,
-				Timeline: []v1alpha1.Step{{Time: metav1.NewMicroTime(now.Add(-age)), Type: stepDetected}}},
+				Timeline: []v1alpha1.Step{{Time: metav1.NewMicroTime(now.Add(-age)), Type: v1alpha1.StepDetected}}},
 		}
 	}
 	var all []*v1alpha1.NodeFence

@@ -55,9 +55,9 @@ func LeaseName(component, identity string) string {
 func (l *IdentityLeases) Run(ctx context.Context) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		err := l.Renew(ctx, l.Identity)
-		result := "success"
+		result := renewalSuccess
 		if err != nil {
-			result = "failure"
+			result = renewalFailure
 			klog.ErrorS(err, "Renewing identity lease", "identity", l.Identity)
 		}
 		if l.Metrics != nil {

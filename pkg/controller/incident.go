@@ -16,6 +16,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
@@ -29,7 +30,10 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 	pol := c.policyByName(nf.Status.Policy)
 	if pol == nil {
 		var err error
-		if pol, err = policy.Select(c.cfg.Policies, node.Labels); err != nil || pol == nil {
+		if pol, err = policy.Select(c.cfg.Policies, node.Labels); err != nil {
+			return 0, fmt.Errorf("incident %s: node %s: %w", nf.Name, node.Name, err)
+		}
+		if pol == nil {
 			return 0, fmt.Errorf("incident %s: no policy governs node %s", nf.Name, node.Name)
 		}
 		nf.Status.Policy = pol.Name
@@ -104,32 +108,11 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		d.Verdict = policy.Hold
 	}
 	if forced(nf) && budgetReasons[d.Reason] && d.Verdict != policy.Fence {
-		addStep(&nf.Status, now, "Forced", fmt.Sprintf("%s overridden by %s=true: %s", d.Reason, v1alpha1.ForceAnnotation, d.Message))
+		addStep(&nf.Status, now, v1alpha1.StepForced, fmt.Sprintf("%s overridden by %s=true: %s", d.Reason, v1alpha1.ForceAnnotation, d.Message))
 		d = policy.Decision{Verdict: policy.Fence, Message: fmt.Sprintf("forced past %s", d.Reason)}
 	}
-	switch d.Verdict {
-	case policy.Fence:
-	default:
-		phase := v1alpha1.PhasePending
-		if d.Verdict == policy.Hold {
-			phase = v1alpha1.PhaseHeld
-		}
-		// Leader is empty until this controller first writes the status (a fresh incident).
-		if nf.Status.Phase != phase || nf.Status.Message != d.Message || nf.Status.Leader == "" {
-			if d.Verdict == policy.Hold {
-				c.metrics.holds.WithLabelValues(d.Reason).Inc()
-				c.event(node, nf, corev1.EventTypeWarning, d.Reason, "Fencing of node %s held: %s", node.Name, d.Message)
-			}
-			nf.Status.Phase, nf.Status.Message = phase, d.Message
-			addStep(&nf.Status, now, string(d.Verdict), d.Reason+": "+d.Message)
-			if err := c.save(ctx, nf); err != nil {
-				return 0, err
-			}
-		}
-		if d.Verdict == policy.Wait && d.Until.After(now) {
-			return d.Until.Sub(now), nil
-		}
-		return holdRecheck, nil
+	if d.Verdict != policy.Fence {
+		return c.notYet(ctx, nf, node, d, now)
 	}
 	if adopted(nf, c.opts.Identity) && nf.Spec.RequestedBy == RequestedByController {
 		// Evidence this replica did not gather is checked against the API server once
@@ -144,11 +127,37 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	}
 	nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseFencing, ""
 	nf.Status.Level = 1
-	addStep(&nf.Status, now, stepFenceStarted, fmt.Sprintf("policy %s: %s", pol.Name, d.Message))
+	addStep(&nf.Status, now, v1alpha1.StepFenceStarted, fmt.Sprintf("policy %s: %s", pol.Name, d.Message))
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFencing)).Inc()
-	c.event(node, nf, corev1.EventTypeWarning, "FenceStarted", "Fencing node %s (incident %s)", node.Name, nf.Name)
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceStarted, "Fencing node %s (incident %s)", node.Name, nf.Name)
 	// Persisted with the first attempt, before the first agent call.
 	return c.fence(ctx, nf, node, pol)
+}
+
+// notYet records a decision that does not fence (wait or hold) when it changes what the
+// incident says, and says when to ask policy again.
+func (c *Controller) notYet(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, d policy.Decision, now time.Time) (time.Duration, error) {
+	phase := v1alpha1.PhasePending
+	if d.Verdict == policy.Hold {
+		phase = v1alpha1.PhaseHeld
+	}
+	// Leader is empty until this controller first writes the status (a fresh incident).
+	if nf.Status.Phase != phase || nf.Status.Message != d.Message || nf.Status.Leader == "" {
+		if d.Verdict == policy.Hold {
+			c.metrics.holds.WithLabelValues(d.Reason).Inc()
+			c.event(node, nf, corev1.EventTypeWarning, d.Reason, "Fencing of node %s held: %s", node.Name, d.Message)
+		}
+		nf.Status.Phase, nf.Status.Message = phase, d.Message
+		// The step is named after the verdict: v1alpha1.StepWait or StepHold (TestVerdictStepTypes).
+		addStep(&nf.Status, now, string(d.Verdict), d.Reason+": "+d.Message)
+		if err := c.save(ctx, nf); err != nil {
+			return 0, err
+		}
+	}
+	if d.Verdict == policy.Wait && d.Until.After(now) {
+		return d.Until.Sub(now), nil
+	}
+	return holdRecheck, nil
 }
 
 // fence runs the fencer state machine until it must wait, is done or gives up.
@@ -176,9 +185,9 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			return c.fenced(ctx, nf, node, pol)
 		case fencer.GiveUp:
 			nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseFailed, step.Reason
-			addStep(&nf.Status, now, "Failed", step.Reason)
+			addStep(&nf.Status, now, v1alpha1.StepFailed, step.Reason)
 			c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
-			c.event(node, nf, corev1.EventTypeWarning, "FenceFailed", "Fencing node %s failed; nothing was released: %s", node.Name, step.Reason)
+			c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceFailed, "Fencing node %s failed; nothing was released: %s", node.Name, step.Reason)
 			return 0, c.save(ctx, nf)
 		case fencer.DoExpire:
 			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Expired, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
@@ -188,10 +197,10 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			// The write of the issued attempt checks the Lease right before the call.
 			if why := c.agentDownReason(step.Agent); why != "" {
 				msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
-				addStep(&nf.Status, c.now(), "LevelSkipped", msg)
-				c.event(node, nf, corev1.EventTypeWarning, "AgentDown", "%s", msg)
+				addStep(&nf.Status, c.now(), v1alpha1.StepLevelSkipped, msg)
+				c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
 				if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Skipped, Level: step.Level, Agent: step.Agent,
-					Try: step.Try, Err: errors.New(msg), ErrKind: fencer.ErrKindAgentDown}); err != nil {
+					Try: step.Try, Err: errors.New(msg), ErrKind: plugin.KindAgentDown}); err != nil {
 					return 0, err
 				}
 				continue
@@ -199,7 +208,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			// Written ahead: the call is on record, with its target and time, before it
 			// is sent, so a crash or an API server outage cannot hide an action the
 			// device took.
-			addStep(&nf.Status, c.now(), "AgentCalled", c.callRecord(nf, node, step))
+			addStep(&nf.Status, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, node, step))
 			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
 				return 0, err
 			}
@@ -235,15 +244,15 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 	}
 	now := c.now()
 	switch {
-	case ev.Err != nil && step.Kind == fencer.DoVerify && lastAttempt(nf).State == prev && lastStepIs(nf, "AgentError", ev.Err.Error()):
+	case ev.Err != nil && step.Kind == fencer.DoVerify && lastAttempt(nf).State == prev && lastStepIs(nf, v1alpha1.StepAgentError, ev.Err.Error()):
 		// The same read error again while verifying: nothing new to record.
 		return false, nil
 	case ev.Err != nil:
-		addStep(&nf.Status, now, "AgentError", fmt.Sprintf("agent %s %s %s: %v", step.Agent, method(step), ev.ErrKind, ev.Err))
+		addStep(&nf.Status, now, v1alpha1.StepAgentError, fmt.Sprintf("agent %s %s %s: %v", step.Agent, method(step), ev.ErrKind, ev.Err))
 	case step.Kind == fencer.DoFence:
-		addStep(&nf.Status, now, "AgentReturned", fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
+		addStep(&nf.Status, now, v1alpha1.StepAgentReturned, fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
 	case lastAttempt(nf).State != prev:
-		addStep(&nf.Status, now, "StateReadBack", fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence))
+		addStep(&nf.Status, now, v1alpha1.StepStateReadBack, fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence))
 	default:
 		// Still verifying with nothing new: no write, the next poll comes soon.
 		return false, nil
@@ -272,9 +281,9 @@ func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, p
 
 func method(step fencer.Step) string {
 	if step.Kind == fencer.DoVerify {
-		return "Status"
+		return methodStatus
 	}
-	return "Fence"
+	return methodFence
 }
 
 func lastStepIs(nf *v1alpha1.NodeFence, typ, contains string) bool {
@@ -292,9 +301,9 @@ func lastUnfenceFailure(nf *v1alpha1.NodeFence, agent string) string {
 			continue
 		}
 		switch tl[i].Type {
-		case stepUnfenceFailed:
+		case v1alpha1.StepUnfenceFailed:
 			return tl[i].Message
-		case "Unfenced":
+		case v1alpha1.StepUnfenced:
 			return ""
 		}
 	}
@@ -312,12 +321,12 @@ func lastAttempt(nf *v1alpha1.NodeFence) *v1alpha1.Attempt {
 func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	now := c.now()
 	nf.Status.Phase = v1alpha1.PhaseFenced
-	addStep(&nf.Status, now, "Verified", fmt.Sprintf("level %d read back as fenced", nf.Status.VerifiedLevel))
+	addStep(&nf.Status, now, v1alpha1.StepVerified, fmt.Sprintf("level %d read back as fenced", nf.Status.VerifiedLevel))
 	if a := lastAttempt(nf); a != nil {
-		c.metrics.phaseDuration.WithLabelValues("fence").Observe(now.Sub(a.Started.Time).Seconds())
+		c.metrics.phaseDuration.WithLabelValues(durationFence).Observe(now.Sub(a.Started.Time).Seconds())
 	}
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFenced)).Inc()
-	c.event(node, nf, corev1.EventTypeNormal, "Fenced", "Node %s verified fenced at level %d", node.Name, nf.Status.VerifiedLevel)
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "Node %s verified fenced at level %d", node.Name, nf.Status.VerifiedLevel)
 	// Written by release's first checkpoint, before anything is released.
 	return c.release(ctx, nf, node, pol)
 }
@@ -348,7 +357,7 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
 	if errors.Is(err, remediate.ErrNodeRebooted) {
 		nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseRemediated, err.Error()
-		addStep(&nf.Status, c.now(), "ReleaseSkipped", err.Error())
+		addStep(&nf.Status, c.now(), v1alpha1.StepReleaseSkipped, err.Error())
 		return 0, c.save(ctx, nf)
 	}
 	if err != nil {
@@ -356,15 +365,15 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		if serr := c.save(ctx, nf); serr != nil {
 			klog.ErrorS(serr, "Recording partial remediation", "incident", nf.Name)
 		}
-		return 0, err
+		return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
 	now := c.now()
 	nf.Status.Phase = v1alpha1.PhaseRemediated
-	addStep(&nf.Status, now, "Remediated", fmt.Sprintf("strategy %s: taints added %v, %d pods and %d volume attachments deleted",
+	addStep(&nf.Status, now, v1alpha1.StepRemediated, fmt.Sprintf("strategy %s: taints added %v, %d pods and %d volume attachments deleted",
 		pol.Remediation, nf.Status.Remediation.TaintsAdded, len(nf.Status.Remediation.PodsDeleted), len(nf.Status.Remediation.VolumeAttachmentsDeleted)))
-	c.metrics.phaseDuration.WithLabelValues("remediate").Observe(now.Sub(start).Seconds())
+	c.metrics.phaseDuration.WithLabelValues(durationRemediate).Observe(now.Sub(start).Seconds())
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRemediated)).Inc()
-	c.event(node, nf, corev1.EventTypeNormal, "Remediated", "Released workloads of node %s", node.Name)
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "Released workloads of node %s", node.Name)
 	if err := c.save(ctx, nf); err != nil {
 		return 0, err
 	}
@@ -390,10 +399,10 @@ func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
 		if err != nil {
 			_, msg := unfenceFailure(at.Agent, "power on", res, err)
-			addStep(&nf.Status, c.now(), stepUnfenceFailed, msg)
+			addStep(&nf.Status, c.now(), v1alpha1.StepUnfenceFailed, msg)
 			continue
 		}
-		addStep(&nf.Status, c.now(), "PoweredOn", fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+		addStep(&nf.Status, c.now(), v1alpha1.StepPoweredOn, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
 	}
 	if err := c.save(ctx, nf); err != nil {
 		klog.ErrorS(err, "Recording power on", "incident", nf.Name)
@@ -433,25 +442,25 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			// Nothing is released on a failed Unfence, whatever was read back after it:
 			// the try is retried with backoff, and the timeline records each new state
 			// read back, not every try.
-			if key, msg := unfenceFailure(at.Agent, "Unfence", res, err); !strings.HasPrefix(lastUnfenceFailure(nf, at.Agent), key) {
-				addStep(&nf.Status, c.now(), stepUnfenceFailed, msg)
+			if key, msg := unfenceFailure(at.Agent, methodUnfence, res, err); !strings.HasPrefix(lastUnfenceFailure(nf, at.Agent), key) {
+				addStep(&nf.Status, c.now(), v1alpha1.StepUnfenceFailed, msg)
 				if serr := c.save(ctx, nf); serr != nil {
 					err = errors.Join(err, serr)
 				}
 			}
 			return 0, fmt.Errorf("incident %s: unfence agent %s: %w", nf.Name, at.Agent, err)
 		}
-		addStep(&nf.Status, c.now(), "Unfenced", fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+		addStep(&nf.Status, c.now(), v1alpha1.StepUnfenced, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
 	}
 	r := c.remediator(nf)
 	if err := r.RemoveTaints(ctx, node.Name, &nf.Status.Remediation); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
 	now := c.now()
 	nf.Status.Phase = v1alpha1.PhaseRecovered
-	addStep(&nf.Status, now, "Recovered", fmt.Sprintf("node Ready with new boot ID %s", obs.BootID))
+	addStep(&nf.Status, now, v1alpha1.StepRecovered, fmt.Sprintf("node Ready with new boot ID %s", obs.BootID))
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRecovered)).Inc()
-	c.event(node, nf, corev1.EventTypeNormal, "Recovered", "Node %s is back with a new boot; incident %s closed", node.Name, nf.Name)
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRecovered, "Node %s is back with a new boot; incident %s closed", node.Name, nf.Name)
 	return 0, c.save(ctx, nf)
 }
 
@@ -495,24 +504,24 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 		if ev.Err != nil || ev.State != fencer.StateFenced {
 			msg := fmt.Sprintf("pods %v were bound to the node after its release and are left alone: agent %s does not read the fence back (state %q, error %v)",
 				late, at.Agent, ev.State, ev.Err)
-			if lastStepIs(nf, "LateReleaseRefused", msg) {
+			if lastStepIs(nf, v1alpha1.StepLateReleaseRefused, msg) {
 				return 0, nil
 			}
-			addStep(&nf.Status, c.now(), "LateReleaseRefused", msg)
-			c.event(node, nf, corev1.EventTypeWarning, "LateReleaseRefused", "%s", msg)
+			addStep(&nf.Status, c.now(), v1alpha1.StepLateReleaseRefused, msg)
+			c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateReleaseRefused, "%s", msg)
 			return 0, c.save(ctx, nf)
 		}
 		reads = append(reads, fmt.Sprintf("agent %s reads %s", at.Agent, ev.State))
 	}
 	msg := fmt.Sprintf("pods %v were bound to the fenced node after its release; %s", late, strings.Join(reads, ", "))
-	addStep(&nf.Status, c.now(), "LateRelease", msg)
-	c.event(node, nf, corev1.EventTypeWarning, "LateRelease", "%s", msg)
+	addStep(&nf.Status, c.now(), v1alpha1.StepLateRelease, msg)
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateRelease, "%s", msg)
 	r := c.remediator(nf)
 	if err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation); err != nil {
 		if serr := c.save(ctx, nf); serr != nil {
 			klog.ErrorS(serr, "Recording late release", "incident", nf.Name)
 		}
-		return 0, err
+		return 0, fmt.Errorf("incident %s: late release: %w", nf.Name, err)
 	}
 	return 0, c.save(ctx, nf)
 }
@@ -530,6 +539,14 @@ func lateBound(pod *corev1.Pod, node string) bool {
 // identity is wrong, and a person must look before anything is undone.
 const ConditionContradiction = "FenceContradicted"
 
+// Reasons of ConditionContradiction.
+const (
+	// conditionReasonSameBoot raises it: the node is Ready on the boot it had when fenced.
+	conditionReasonSameBoot = "SameBootAfterFence"
+	// conditionReasonRebooted lowers it: the node came back with a new boot after all.
+	conditionReasonRebooted = "RebootedAfterAll"
+)
+
 func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
 	if meta.IsStatusConditionTrue(nf.Status.Conditions, ConditionContradiction) {
 		return nil
@@ -537,10 +554,10 @@ func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, 
 	msg := fmt.Sprintf("node %s reports Ready with boot ID %s, the boot it had when it was verified fenced; nothing is unfenced",
 		node.Name, nf.Status.BootID)
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionTrue,
-		Reason: "SameBootAfterFence", Message: msg, ObservedGeneration: nf.Generation})
-	addStep(&nf.Status, c.now(), "Contradiction", msg)
+		Reason: conditionReasonSameBoot, Message: msg, ObservedGeneration: nf.Generation})
+	addStep(&nf.Status, c.now(), v1alpha1.StepContradiction, msg)
 	c.metrics.contradictions.Inc()
-	c.event(node, nf, corev1.EventTypeWarning, "FenceContradicted", "%s", msg)
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceContradicted, "%s", msg)
 	klog.ErrorS(nil, "Fence contradicted", "node", node.Name, "incident", nf.Name, "bootID", nf.Status.BootID)
 	return c.save(ctx, nf)
 }
@@ -554,8 +571,8 @@ func (c *Controller) clearContradiction(nf *v1alpha1.NodeFence, obs detector.Obs
 	msg := fmt.Sprintf("node came back with a new boot ID %s (fenced boot %s): it was power cycled after all",
 		obs.BootID, nf.Status.BootID)
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionFalse,
-		Reason: "RebootedAfterAll", Message: msg, ObservedGeneration: nf.Generation})
-	addStep(&nf.Status, c.now(), "ContradictionCleared", msg)
+		Reason: conditionReasonRebooted, Message: msg, ObservedGeneration: nf.Generation})
+	addStep(&nf.Status, c.now(), v1alpha1.StepContradictionCleared, msg)
 }
 
 // verifiedAttempts returns the attempts that verified the incident's fence.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/policy"
 )
 
 // remediatedIncident is an incident whose node was verified fenced at verified, on boot
@@ -123,7 +124,7 @@ func TestLateReleaseConfirmsPodsLive(t *testing.T) {
 		step  string
 	}{
 		"deleted, still cached": {nil, ""},
-		"bound in the API":      {[]runtime.Object{pod}, "LateReleaseRefused"},
+		"bound in the API":      {[]runtime.Object{pod}, v1alpha1.StepLateReleaseRefused},
 	} {
 		t.Run(name, func(t *testing.T) {
 			nf, node := remediatedIncident(verified)
@@ -153,7 +154,7 @@ func TestContradictionClearedByReboot(t *testing.T) {
 	verified := time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)
 	nf, node := remediatedIncident(verified)
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionTrue,
-		Reason: "SameBootAfterFence", Message: "earlier"})
+		Reason: conditionReasonSameBoot, Message: "earlier"})
 	node.Status.NodeInfo.BootID = "boot-2"
 	c := testController(t, nf)
 	obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-2"}
@@ -162,7 +163,15 @@ func TestContradictionClearedByReboot(t *testing.T) {
 	_, _ = c.recover(context.Background(), nf, node, obs)
 	got := stored(t, c, nf.Name)
 	cond := meta.FindStatusCondition(got.Status.Conditions, ConditionContradiction)
-	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "RebootedAfterAll" {
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != conditionReasonRebooted {
 		t.Errorf("FenceContradicted = %+v, want False/RebootedAfterAll", cond)
+	}
+}
+
+// TestVerdictStepTypes: a decision that does not fence is recorded as a step named after
+// its verdict (decide); those names must be the API's step types.
+func TestVerdictStepTypes(t *testing.T) {
+	if string(policy.Wait) != v1alpha1.StepWait || string(policy.Hold) != v1alpha1.StepHold {
+		t.Errorf("verdicts %s and %s, step types %s and %s", policy.Wait, policy.Hold, v1alpha1.StepWait, v1alpha1.StepHold)
 	}
 }

@@ -27,6 +27,7 @@ func NewIdentity() string {
 		host = "unknown"
 	}
 	b := make([]byte, 4)
+	// crypto/rand.Read never returns an error (Go 1.24: it crashes the program instead).
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%s_%d_%s", host, os.Getpid(), hex.EncodeToString(b))
 }

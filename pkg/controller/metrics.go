@@ -6,9 +6,28 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
-	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
+)
+
+// Label values of the metrics below, which alerts and dashboards select on. Phases
+// (v1alpha1.Phase), hold reasons (policy.Reason*) and error kinds (plugin.ErrorKind)
+// have constants of their own.
+const (
+	// Methods of kubefence_agent_call_duration_seconds and kubefence_agent_errors_total.
+	methodFence   = "Fence"
+	methodStatus  = "Status"
+	methodUnfence = "Unfence"
+	// Steps timed by kubefence_phase_duration_seconds.
+	durationDetect    = "detect"
+	durationFence     = "fence"
+	durationRemediate = "remediate"
+	// Outcomes of kubefence_orphans_total.
+	orphanRepaired = "repaired"
+	orphanReported = "reported"
+	// Results of kubefence_identity_lease_renewals_total.
+	renewalSuccess = "success"
+	renewalFailure = "failure"
 )
 
 // metrics are kubefence's Prometheus metrics, on a registry of their own.
@@ -130,12 +149,12 @@ func (m *metrics) initCounters(agents []string) {
 		policy.ReasonRateLimited, policy.ReasonControllerHere} {
 		m.holds.WithLabelValues(r)
 	}
-	kinds := []string{string(plugin.KindRetryable), string(plugin.KindPermanent), string(plugin.KindTargetUnreachable),
-		string(plugin.KindUnsupported), string(plugin.KindNotVerified), errKindAgentDied, fencer.ErrKindTimeout}
+	kinds := []plugin.ErrorKind{plugin.KindRetryable, plugin.KindPermanent, plugin.KindTargetUnreachable,
+		plugin.KindUnsupported, plugin.KindNotVerified, plugin.KindAgentDied, plugin.KindTimeout}
 	for _, a := range agents {
-		for _, method := range []string{"Fence", "Status", "Unfence"} {
+		for _, method := range []string{methodFence, methodStatus, methodUnfence} {
 			for _, k := range kinds {
-				m.agentErrors.WithLabelValues(a, method, k)
+				m.agentErrors.WithLabelValues(a, method, string(k))
 			}
 		}
 	}

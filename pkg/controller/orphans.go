@@ -19,7 +19,7 @@ import (
 func (c *Controller) reconcileOrphans(ctx context.Context) {
 	nodes, err := c.nodes.List(everything())
 	if err != nil {
-		return
+		return // a cache read; the next round (a minute on) tries again
 	}
 	for _, n := range nodes {
 		if !hasTaintKey(n, remediate.FencedTaint.Key) && !hasTaintKey(n, remediate.OutOfServiceTaint.Key) {
@@ -27,7 +27,7 @@ func (c *Controller) reconcileOrphans(ctx context.Context) {
 		}
 		incs, err := c.store.forNode(n.Name)
 		if err != nil {
-			continue
+			continue // an incident the cache cannot decode: a person looks, not a guess
 		}
 		if slices.ContainsFunc(incs, func(nf *v1alpha1.NodeFence) bool { return nf.Status.Phase.Open() }) {
 			continue // the open incident owns its changes and will undo them
@@ -44,16 +44,16 @@ func (c *Controller) repairOrphan(ctx context.Context, n *corev1.Node, incs []*v
 		}
 		nf = nf.DeepCopy()
 		if err := c.checkLease(ctx); err != nil {
-			return
+			return // not confirmed as leader: nothing is touched; checkLease acted on a deposition
 		}
 		r := *c.remedy
-		r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), "Orphan"+step, msg) }
+		r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), v1alpha1.StepOrphanPrefix+step, msg) }
 		if err := r.RemoveTaints(ctx, n.Name, &nf.Status.Remediation); err != nil {
 			klog.ErrorS(err, "Repairing orphaned taints", "node", n.Name, "incident", nf.Name)
 			return
 		}
-		c.metrics.orphans.WithLabelValues("repaired").Inc()
-		c.event(n, nf, corev1.EventTypeWarning, "OrphanRepaired",
+		c.metrics.orphans.WithLabelValues(orphanRepaired).Inc()
+		c.event(n, nf, corev1.EventTypeWarning, v1alpha1.ReasonOrphanRepaired,
 			"Removed taints of node %s that closed incident %s recorded but had not removed", n.Name, nf.Name)
 		if err := c.save(ctx, nf); err != nil {
 			klog.ErrorS(err, "Recording orphan repair", "incident", nf.Name)
@@ -63,10 +63,10 @@ func (c *Controller) repairOrphan(ctx context.Context, n *corev1.Node, incs []*v
 	if hasTaintKey(n, remediate.FencedTaint.Key) {
 		// An Event is a mutation too: it follows a Lease check (invariant 2).
 		if err := c.leaseConfirmed(ctx); err != nil {
-			return
+			return // not confirmed as leader: no Event
 		}
-		c.metrics.orphans.WithLabelValues("reported").Inc()
-		c.event(n, nil, corev1.EventTypeWarning, "OrphanTaint",
+		c.metrics.orphans.WithLabelValues(orphanReported).Inc()
+		c.event(n, nil, corev1.EventTypeWarning, v1alpha1.ReasonOrphanTaint,
 			"Node %s carries %s but no incident records adding it; left in place for a person to check",
 			n.Name, remediate.FencedTaint.Key)
 	}

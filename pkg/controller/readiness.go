@@ -31,7 +31,7 @@ func SetLeaderCondition(ctx context.Context, client kubernetes.Interface, pod Po
 		Type: LeaderCondition, Status: status, Reason: reason, LastTransitionTime: metav1.Now(),
 	}}}})
 	if err != nil {
-		return err
+		return fmt.Errorf("encode condition %s: %w", LeaderCondition, err)
 	}
 	// Conditions merge by type in a strategic merge patch: the kubelet's own stay.
 	_, err = client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,

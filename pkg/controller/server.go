@@ -38,6 +38,7 @@ func (h *Health) ready() bool {
 // Serve serves /healthz, /readyz and /metrics on addr until ctx ends.
 func Serve(ctx context.Context, addr string, h *Health, m *metrics) error {
 	mux := http.NewServeMux()
+	// A failed write means the prober went away; there is no one left to tell.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !h.ready() {
@@ -57,10 +58,11 @@ func Serve(ctx context.Context, addr string, h *Health, m *metrics) error {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
+		// Shutting down at exit: a scrape cut short is no loss.
 		_ = srv.Shutdown(shut)
 	}()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+		return fmt.Errorf("serve on %s: %w", addr, err)
 	}
 	return nil
 }

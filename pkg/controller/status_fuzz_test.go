@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 // statusSchema is the NodeFence CRD's schema of status, as the API server applies it.
@@ -66,7 +67,7 @@ func withinSchema(path string, v any, schema map[string]any) []string {
 // long an incident runs, the status it writes stays within the CRD's limits (read from
 // the CRD itself): a status the API server refused would stop the incident.
 func FuzzStatusWithinCRD(f *testing.F) {
-	f.Add("read back on", 3, 1, "Retryable", "")
+	f.Add("read back on", 3, 1, string(plugin.KindRetryable), "")
 	f.Add(strings.Repeat("é", 20000), 1200, 3, strings.Repeat("K", 100), "\xff\xfe")
 	f.Add("", 0, 0, "", strings.Repeat("x", 70000))
 	schema := statusSchema(f)
@@ -74,9 +75,9 @@ func FuzzStatusWithinCRD(f *testing.F) {
 		steps, attempts = min(max(steps, 0), 3000), min(max(attempts, 0), 50)
 		st := v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFencing, Message: message}
 		t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
-		addStep(&st, t0, stepDetected, text)
+		addStep(&st, t0, v1alpha1.StepDetected, text)
 		for i := range steps {
-			addStep(&st, t0.Add(time.Duration(i)*time.Millisecond), []string{stepUnfenceFailed, "AgentError", stepFenceStarted}[i%3], text)
+			addStep(&st, t0.Add(time.Duration(i)*time.Millisecond), []string{v1alpha1.StepUnfenceFailed, v1alpha1.StepAgentError, v1alpha1.StepFenceStarted}[i%3], text)
 		}
 		for i := range attempts {
 			st.Attempts = append(st.Attempts, v1alpha1.Attempt{Level: 1, Agent: "ipmi", Try: int32(i + 1),
@@ -90,7 +91,7 @@ func FuzzStatusWithinCRD(f *testing.F) {
 		if bad := withinSchema("status", u, schema); len(bad) > 0 {
 			t.Fatalf("the CRD would refuse this status: %v", bad)
 		}
-		if st.Timeline[0].Type != stepDetected {
+		if st.Timeline[0].Type != v1alpha1.StepDetected {
 			t.Fatalf("the opening step was dropped")
 		}
 	})

@@ -244,7 +244,7 @@ func factsOf(obj any) facts {
 	steps, _, _ := unstructured.NestedSlice(u.Object, "status", "timeline")
 	for _, s := range steps {
 		m, ok := s.(map[string]any)
-		if !ok || m["type"] != stepFenceStarted {
+		if !ok || m["type"] != v1alpha1.StepFenceStarted {
 			continue
 		}
 		if ts, ok := m["time"].(string); ok {

@@ -33,14 +33,15 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		// its state and a person decides. Nothing new is started for a node we cannot see.
 		obs := c.detector.NodeDeleted(name, now)
 		klog.V(2).InfoS("Node deleted", "node", name, "evidence", obs.Evidence)
+		c.forgetDryRun(name)
 		return 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("get node %s: %w", name, err)
 	}
 	pol, err := policy.Select(c.cfg.Policies, node.Labels)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("node %s: %w", name, err)
 	}
 	var pn policy.Node
 	var obs detector.Observation
@@ -48,6 +49,10 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		pn, obs = c.view(pol, node, now)
 	} else {
 		obs = c.detector.Assess(node, now)
+	}
+	if obs.Health == detector.Healthy {
+		// The unhealthy episode, if any, is over.
+		c.forgetDryRun(name)
 	}
 	if pol == nil || !dryRun(c.cfg, pol) {
 		// Shadow mode touches nothing, not even the pods' NodeUnreachable condition.
@@ -71,7 +76,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 func (c *Controller) openIncident(node string) (*v1alpha1.NodeFence, error) {
 	all, err := c.store.forNode(node)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("incidents of node %s: %w", node, err)
 	}
 	var open []*v1alpha1.NodeFence
 	for _, nf := range all {
@@ -136,16 +141,16 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		rt := metav1.NewMicroTime(obs.RenewTime)
 		nf.Status.LeaseRenewTime = &rt
 	}
-	addStep(&nf.Status, obs.Since, "EvidenceStarted", obs.Evidence)
-	addStep(&nf.Status, now, stepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
+	addStep(&nf.Status, obs.Since, v1alpha1.StepEvidenceStarted, obs.Evidence)
+	addStep(&nf.Status, now, v1alpha1.StepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
 	created, err := c.store.create(ctx, nf)
 	if err != nil {
 		return 0, err
 	}
 	c.pause.at(PauseAfterCreate)
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
-	c.metrics.phaseDuration.WithLabelValues("detect").Observe(now.Sub(obs.Since).Seconds())
-	c.event(node, created, corev1.EventTypeWarning, "Detected", "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
+	c.metrics.phaseDuration.WithLabelValues(durationDetect).Observe(now.Sub(obs.Since).Seconds())
+	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
 	klog.InfoS("Incident opened", "node", node.Name, "incident", created.Name, "evidence", obs.Evidence)
 	// Go on at once rather than wait for the informer to bring the new incident back; the
 	// first decision writes the status with the detection in it.
@@ -193,7 +198,7 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluster, error) {
 	nodes, err := c.nodes.List(everything())
 	if err != nil {
-		return policy.Cluster{}, err
+		return policy.Cluster{}, fmt.Errorf("list nodes: %w", err)
 	}
 	cl := policy.Cluster{Paused: c.cfg.Paused, DryRun: c.cfg.DryRun,
 		FenceStarts: c.fenceStarts(policy.RateWindow(pol.Budget), now)}
@@ -219,12 +224,13 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 func (c *Controller) refreshUnhealthy(now time.Time) {
 	nodes, err := c.nodes.List(everything())
 	if err != nil {
-		return
+		return // a cache read; the gauges keep their values until the next round
 	}
 	unhealthy, failed := 0, 0
 	for _, n := range nodes {
 		pol, err := policy.Select(c.cfg.Policies, n.Labels)
 		if err != nil || pol == nil {
+			// Counted by no policy; the node's own sync reports a bad selector.
 			continue
 		}
 		pn, obs := c.view(pol, n, now)
@@ -238,14 +244,6 @@ func (c *Controller) refreshUnhealthy(now time.Time) {
 	c.metrics.unhealthy.Set(float64(unhealthy))
 	c.metrics.failedNodes.Set(float64(failed))
 }
-
-// stepFenceStarted marks, in the timeline, when fencing started; the rate limit and the
-// cooldown count from it.
-const stepFenceStarted = "FenceStarted"
-
-// stepUnfenceFailed records an Unfence (power on, storage restored) that failed or timed
-// out, with the state read back after it.
-const stepUnfenceFailed = "UnfenceFailed"
 
 func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
 	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})

@@ -50,7 +50,7 @@ func (a *agentCaller) checkTargets(ctx context.Context, policies []v1alpha1.Poli
 	for _, n := range nodes {
 		pol, err := policy.Select(policies, n.Labels)
 		if err != nil || pol == nil || len(pol.Levels) == 0 {
-			continue
+			continue // no device to read; the node's own sync reports a bad selector
 		}
 		for _, agent := range pol.Levels[0].Agents {
 			jobs = append(jobs, job{n, agent})
@@ -85,9 +85,9 @@ func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev
 		tc.Err = err
 		return tc
 	}
-	start := time.Now()
-	res, err := a.invoke(ctx, agent, "Status", req, start.Add(cfg.Timeout.Duration))
-	tc.Latency = time.Since(start)
+	start := a.now()
+	res, err := a.invoke(ctx, agent, methodStatus, req, start.Add(cfg.Timeout.Duration))
+	tc.Latency = a.now().Sub(start)
 	if err != nil {
 		tc.Err = err
 		return tc
@@ -100,6 +100,7 @@ func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev
 // exports kubefence_target_up. Only the leader runs it.
 func (c *Controller) monitorTargets(ctx context.Context, every time.Duration) {
 	for {
+		// A cache read; a round that cannot list the nodes is skipped.
 		nodes, err := c.nodes.List(everything())
 		if err == nil {
 			c.recordTargets(c.caller.checkTargets(ctx, c.cfg.Policies, nodes))

@@ -130,12 +130,12 @@ func TestFailedUnfenceIsReadBack(t *testing.T) {
 			if got.Status.Phase != tc.phase {
 				t.Errorf("phase %s, want %s", got.Status.Phase, tc.phase)
 			}
-			failed := stepsOf(got, stepUnfenceFailed)
+			failed := stepsOf(got, v1alpha1.StepUnfenceFailed)
 			switch {
 			case tc.step == "" && len(failed) != 0:
-				t.Errorf("unexpected %s steps: %q", stepUnfenceFailed, failed)
+				t.Errorf("unexpected %s steps: %q", v1alpha1.StepUnfenceFailed, failed)
 			case tc.step != "" && (len(failed) != 1 || failed[0] != tc.step):
-				t.Errorf("%s steps %q, want exactly [%q]", stepUnfenceFailed, failed, tc.step)
+				t.Errorf("%s steps %q, want exactly [%q]", v1alpha1.StepUnfenceFailed, failed, tc.step)
 			}
 			if tc.step != "" && strings.Join(agent.calls, ",") != "Unfence,Status,Unfence,Status" {
 				t.Errorf("calls %v: want each failed Unfence read back once", agent.calls)
@@ -162,10 +162,10 @@ func TestTimedOutPowerOnIsReadBack(t *testing.T) {
 	c.powerOn(context.Background(), nf, node)
 	got := stored(t, c, nf.Name)
 	want := "agent ipmi power on failed, read back on (Chassis Power is on): power on 10.0.0.1: context deadline exceeded"
-	if failed := stepsOf(got, stepUnfenceFailed); len(failed) != 1 || failed[0] != want {
-		t.Errorf("%s steps %q, want [%q]", stepUnfenceFailed, failed, want)
+	if failed := stepsOf(got, v1alpha1.StepUnfenceFailed); len(failed) != 1 || failed[0] != want {
+		t.Errorf("%s steps %q, want [%q]", v1alpha1.StepUnfenceFailed, failed, want)
 	}
-	if on := stepsOf(got, "PoweredOn"); len(on) != 0 {
+	if on := stepsOf(got, v1alpha1.StepPoweredOn); len(on) != 0 {
 		t.Errorf("PoweredOn recorded for a call that timed out: %q", on)
 	}
 }
@@ -176,17 +176,17 @@ func TestTimedOutPowerOnIsReadBack(t *testing.T) {
 func TestTimelineKeepsFirstAndLatest(t *testing.T) {
 	var st v1alpha1.NodeFenceStatus
 	t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
-	for _, typ := range []string{"EvidenceStarted", stepDetected, stepFenceStarted, "Fenced", "Remediated"} {
+	for _, typ := range []string{v1alpha1.StepEvidenceStarted, v1alpha1.StepDetected, v1alpha1.StepFenceStarted, v1alpha1.StepVerified, v1alpha1.StepRemediated} {
 		addStep(&st, t0, typ, typ)
 	}
 	for i := range v1alpha1.MaxTimelineSteps + 5 {
-		addStep(&st, t0.Add(time.Duration(i+1)*time.Second), stepUnfenceFailed, fmt.Sprint(i))
+		addStep(&st, t0.Add(time.Duration(i+1)*time.Second), v1alpha1.StepUnfenceFailed, fmt.Sprint(i))
 	}
 	clampStatus(&st) // as every status write does
 	if len(st.Timeline) != v1alpha1.MaxTimelineSteps {
 		t.Fatalf("%d steps, want %d", len(st.Timeline), v1alpha1.MaxTimelineSteps)
 	}
-	for i, typ := range []string{"EvidenceStarted", stepDetected, stepFenceStarted, "Fenced", "Remediated"} {
+	for i, typ := range []string{v1alpha1.StepEvidenceStarted, v1alpha1.StepDetected, v1alpha1.StepFenceStarted, v1alpha1.StepVerified, v1alpha1.StepRemediated} {
 		if st.Timeline[i].Type != typ {
 			t.Errorf("step %d is %s, want %s: the first of each type stays", i, st.Timeline[i].Type, typ)
 		}
@@ -199,12 +199,12 @@ func TestTimelineKeepsFirstAndLatest(t *testing.T) {
 	}
 	// Text counts too: a few huge messages are trimmed to the budget the same way.
 	var big v1alpha1.NodeFenceStatus
-	addStep(&big, t0, stepDetected, "opened")
+	addStep(&big, t0, v1alpha1.StepDetected, "opened")
 	for range 100 {
-		addStep(&big, t0, stepUnfenceFailed, strings.Repeat("x", 8000))
+		addStep(&big, t0, v1alpha1.StepUnfenceFailed, strings.Repeat("x", 8000))
 	}
 	clampStatus(&big)
-	if n := timelineText(big.Timeline); n > timelineBudget || big.Timeline[0].Type != stepDetected {
+	if n := timelineText(big.Timeline); n > timelineBudget || big.Timeline[0].Type != v1alpha1.StepDetected {
 		t.Errorf("timeline text %d bytes (budget %d), first step %s", n, timelineBudget, big.Timeline[0].Type)
 	}
 }

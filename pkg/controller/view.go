@@ -28,7 +28,7 @@ func podsByNode(obj any) ([]string, error) {
 func (c *Controller) podsOn(node string) []*corev1.Pod {
 	objs, err := c.pods.GetIndexer().ByIndex(podsByNodeIndex, node)
 	if err != nil {
-		return nil
+		return nil // only for an index New did not add
 	}
 	out := make([]*corev1.Pod, 0, len(objs))
 	for _, o := range objs {
@@ -46,6 +46,7 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 	pn := policy.NewNode(pol, n.Name, n.Labels)
 	pods := c.podsOn(n.Name)
 	pn.MinUnreachableToleration = policy.UnreachableToleration(pods)
+	// A cache read that cannot fail on labels.Everything(); without PDBs no pod is urgent.
 	if pdbs, err := c.pdbs.List(everything()); err == nil {
 		pn.Urgent, _ = policy.Urgent(pods, pdbs)
 	}
@@ -76,7 +77,7 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 func (c *Controller) attachmentsOf(node string) int {
 	vas, err := c.attachments.List(everything())
 	if err != nil {
-		return 0
+		return 0 // a cache read that cannot fail on labels.Everything()
 	}
 	n := 0
 	for _, va := range vas {
@@ -114,13 +115,15 @@ func (c *Controller) markPods(ctx context.Context, obs detector.Observation, now
 		}
 		if !checked {
 			if c.checkLease(ctx) != nil {
+				// Not confirmed as leader: no patch. checkLease has acted on a deposition,
+				// and the next sync marks the pods again.
 				return
 			}
 			checked = true
 		}
 		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
 		if err != nil {
-			return
+			return // a PodCondition always encodes
 		}
 		_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
 			metav1.PatchOptions{}, "status")
@@ -132,20 +135,33 @@ func (c *Controller) markPods(ctx context.Context, obs detector.Observation, now
 
 // wouldFence reports a dry-run decision once per unhealthy episode of a node.
 func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs detector.Observation, d policy.Decision) {
-	key := node.Name + "/" + obs.Since.String()
+	key := obs.Since.String()
 	c.mu.Lock()
-	seen := c.dryRunSeen[key]
-	c.dryRunSeen[key] = true
+	episodes := c.dryRunSeen[node.Name]
+	if episodes == nil {
+		episodes = map[string]bool{}
+		c.dryRunSeen[node.Name] = episodes
+	}
+	seen := episodes[key]
+	episodes[key] = true
 	c.mu.Unlock()
 	if seen {
 		return
 	}
 	c.metrics.wouldFence.Inc()
 	if c.recorder != nil && c.checkLease(ctx) == nil {
-		c.recorder.Eventf(node, corev1.EventTypeWarning, "WouldFence", "Dry run: would fence node %s: %s (%s)",
+		c.recorder.Eventf(node, corev1.EventTypeWarning, v1alpha1.ReasonWouldFence, "Dry run: would fence node %s: %s (%s)",
 			node.Name, obs.Evidence, d.Message)
 	}
 	klog.InfoS("Dry run: would fence", "node", node.Name, "evidence", obs.Evidence)
+}
+
+// forgetDryRun forgets the episodes reported in dry run for a node that is healthy again
+// or deleted; its next unhealthy episode is reported anew.
+func (c *Controller) forgetDryRun(node string) {
+	c.mu.Lock()
+	delete(c.dryRunSeen, node)
+	c.mu.Unlock()
 }
 
 func dryRun(cfg *v1alpha1.Config, pol *v1alpha1.Policy) bool { return cfg.DryRun || pol.DryRun }

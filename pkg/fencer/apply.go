@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 // EventKind is what happened.
@@ -25,27 +26,16 @@ const (
 	Skipped EventKind = "Skipped"
 )
 
-// ErrKindAgentDown marks an attempt skipped because its agent was down.
-const ErrKindAgentDown = "AgentDown"
-
-// ErrKindPermanent is an agent's Permanent error (plugin.KindPermanent: authentication,
-// authorization, a bad parameter, an unknown target): trying again cannot help, so the
-// level gives up on that agent at once.
-const ErrKindPermanent = "Permanent"
-
-// ErrKindTimeout marks a call that did not answer by its deadline (the caller sets it
-// on FenceReturned), and an attempt not verified by its deadline.
-const ErrKindTimeout = "Timeout"
-
-// ErrKindUnknown marks an attempt whose Fence call timed out: until a state is read
-// back, nobody knows whether the action landed. One that never reads a state back fails
-// with this kind and ends its agent's part in the level.
-const ErrKindUnknown = "Unknown"
-
-// givenUp reports whether a failed attempt ends its agent's part in the level.
+// givenUp reports whether a failed attempt ends its agent's part in the level: after its
+// last retry, or at once for an agent that was down, a Permanent error (authentication,
+// authorization, a bad parameter, an unknown target: trying again cannot help), or a
+// Fence call whose outcome stayed unknown (no state could be read back after it).
 func givenUp(a *v1alpha1.Attempt, lv Level) bool {
-	return a.Try > lv.Retries || a.ErrorKind == ErrKindAgentDown || a.ErrorKind == ErrKindPermanent ||
-		a.ErrorKind == ErrKindUnknown
+	switch plugin.ErrorKind(a.ErrorKind) {
+	case plugin.KindAgentDown, plugin.KindPermanent, plugin.KindUnknown:
+		return true
+	}
+	return a.Try > lv.Retries
 }
 
 // Event is the outcome of carrying out a Step.
@@ -58,8 +48,9 @@ type Event struct {
 	State    string
 	Evidence string
 	Err      error
-	// ErrKind classifies Err (the agent contract's kinds, or AgentDied).
-	ErrKind string
+	// ErrKind classifies Err: an agent's kind (plugin.KindOf), or the caller's
+	// plugin.KindAgentDied, KindAgentDown or KindTimeout.
+	ErrKind plugin.ErrorKind
 }
 
 // StateFenced is the state an agent reads back from a fenced target.
@@ -110,7 +101,7 @@ func issue(st *v1alpha1.NodeFenceStatus, lv Level, ev Event, now time.Time) {
 }
 
 func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {
-	if ev.Kind == FenceReturned && ev.Err != nil && ev.ErrKind == ErrKindTimeout {
+	if ev.Kind == FenceReturned && ev.Err != nil && ev.ErrKind == plugin.KindTimeout {
 		unknownOutcome(a, ev, now, readBack)
 		return
 	}
@@ -120,8 +111,8 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 	if ev.State != "" {
 		a.PowerState = ev.State
 	}
-	fail := func(kind, msg string) {
-		a.State, a.ErrorKind, a.Error = v1alpha1.AttemptFailed, kind, msg
+	fail := func(kind plugin.ErrorKind, msg string) {
+		a.State, a.ErrorKind, a.Error = v1alpha1.AttemptFailed, string(kind), msg
 		t := micro(now)
 		a.Finished = &t
 	}
@@ -142,19 +133,19 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 		// Anything else keeps verifying until the deadline: a BMC may report the old
 		// state for a moment, and a failed read proves nothing either way.
 	case Skipped:
-		fail(ErrKindAgentDown, ev.Err.Error())
+		fail(plugin.KindAgentDown, ev.Err.Error())
 	case Expired:
-		last, kind := a.PowerState, ErrKindTimeout
+		last, kind := a.PowerState, plugin.KindTimeout
 		if last == "" {
 			last = "never read"
-			if a.ErrorKind == ErrKindUnknown {
+			if a.ErrorKind == string(plugin.KindUnknown) {
 				// The call timed out and nothing could be read back since: whether the
 				// action landed is unknown, and this agent's path is not answering.
-				kind = ErrKindUnknown
+				kind = plugin.KindUnknown
 			}
 		}
 		msg := fmt.Sprintf("not verified fenced by %s (last state read: %s)", a.Deadline.UTC().Format(time.RFC3339), last)
-		if a.ErrorKind == ErrKindUnknown {
+		if a.ErrorKind == string(plugin.KindUnknown) {
 			msg = a.Error + "; " + msg
 		}
 		fail(kind, msg)
@@ -166,9 +157,9 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 // act 8 ms after the call returned). The attempt goes on verifying for at least
 // readBack, so the target's state is read back before anything retries, escalates or
 // gives up: read back off, the fence holds; read back on, the try failed; nothing read,
-// the agent gives up its level (ErrKindUnknown).
+// the agent gives up its level (plugin.KindUnknown).
 func unknownOutcome(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {
-	a.State, a.ErrorKind = v1alpha1.AttemptVerifying, ErrKindUnknown
+	a.State, a.ErrorKind = v1alpha1.AttemptVerifying, string(plugin.KindUnknown)
 	a.Error = "outcome unknown: " + ev.Err.Error()
 	a.PowerState = ""
 	if d := now.Add(readBack); d.After(a.Deadline.Time) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
@@ -23,7 +24,7 @@ func twoLevels(mode v1alpha1.LevelMode) Plan {
 type agentBehaviour struct {
 	fenceErr error
 	// errKind is fenceErr's kind; Retryable when empty.
-	errKind string
+	errKind plugin.ErrorKind
 	state   string
 	// readErr fails every Status call.
 	readErr error
@@ -61,7 +62,7 @@ func run(t *testing.T, plan Plan, agents map[string]agentBehaviour) (*v1alpha1.N
 			}
 			kind := b.errKind
 			if kind == "" {
-				kind = "Retryable"
+				kind = plugin.KindRetryable
 			}
 			ev = &Event{Kind: FenceReturned, Err: b.fenceErr, ErrKind: kind}
 		case DoVerify:
@@ -69,7 +70,7 @@ func run(t *testing.T, plan Plan, agents map[string]agentBehaviour) (*v1alpha1.N
 			b := agents[step.Agent]
 			ev = &Event{Kind: StateRead, State: b.state, Err: b.readErr}
 			if b.readErr != nil {
-				ev.State, ev.ErrKind = "", "Retryable"
+				ev.State, ev.ErrKind = "", plugin.KindRetryable
 			}
 			now = now.Add(plan.PollInterval)
 		}
@@ -116,7 +117,7 @@ func TestMachine(t *testing.T) {
 		// Issue 18: a wrong password was retried at the same level before escalating.
 		"a Permanent error escalates at once, with no retry at the same level": {
 			plan:         twoLevels(v1alpha1.ModeAll),
-			agents:       map[string]agentBehaviour{"ipmi": {fenceErr: errors.New("authentication failed"), errKind: ErrKindPermanent}, "iscsi": off},
+			agents:       map[string]agentBehaviour{"ipmi": {fenceErr: errors.New("authentication failed"), errKind: plugin.KindPermanent}, "iscsi": off},
 			wantPhase:    v1alpha1.PhaseFenced,
 			wantVerified: 2,
 			wantCalls:    []string{"fence:ipmi", "fence:iscsi", "status:iscsi"},
@@ -185,17 +186,17 @@ func TestMachine(t *testing.T) {
 // retries, escalates or gives up, and records what it read.
 func TestUnknownOutcome(t *testing.T) {
 	timedOut := func(state string, readErr error) agentBehaviour {
-		return agentBehaviour{fenceErr: context.DeadlineExceeded, errKind: ErrKindTimeout, state: state, readErr: readErr}
+		return agentBehaviour{fenceErr: context.DeadlineExceeded, errKind: plugin.KindTimeout, state: state, readErr: readErr}
 	}
 	for name, tc := range map[string]struct {
 		ipmi         agentBehaviour
 		wantVerified int32
 		wantFences   int // Fence calls to ipmi
-		wantKind     string
+		wantKind     plugin.ErrorKind
 	}{
-		"timed out, read back off: verified off":           {timedOut("off", nil), 1, 1, ErrKindUnknown},
-		"timed out, read back on: retried, then escalated": {timedOut("on", nil), 2, 2, ErrKindTimeout},
-		"timed out, read-back fails: escalated at once":    {timedOut("", errors.New("connection refused")), 2, 1, ErrKindUnknown},
+		"timed out, read back off: verified off":           {timedOut("off", nil), 1, 1, plugin.KindUnknown},
+		"timed out, read back on: retried, then escalated": {timedOut("on", nil), 2, 2, plugin.KindTimeout},
+		"timed out, read-back fails: escalated at once":    {timedOut("", errors.New("connection refused")), 2, 1, plugin.KindUnknown},
 	} {
 		t.Run(name, func(t *testing.T) {
 			plan := twoLevels(v1alpha1.ModeAll)
@@ -217,7 +218,7 @@ func TestUnknownOutcome(t *testing.T) {
 				t.Errorf("ipmi: %d Fence and %d Status calls, want %d Fence and a read-back (calls %v)", fences, reads, tc.wantFences, calls)
 			}
 			first := st.Attempts[0]
-			if first.ErrorKind != tc.wantKind || !contains(first.Error, "outcome unknown") {
+			if first.ErrorKind != string(tc.wantKind) || !contains(first.Error, "outcome unknown") {
 				t.Errorf("first attempt: kind %q error %q, want kind %q and the unknown outcome recorded", first.ErrorKind, first.Error, tc.wantKind)
 			}
 		})

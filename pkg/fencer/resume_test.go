@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
@@ -116,15 +117,15 @@ func TestApplyRejectsStaleEvents(t *testing.T) {
 func TestSkippedAgentEscalates(t *testing.T) {
 	plan := twoLevels(v1alpha1.ModeAll)
 	st := &v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending}
-	ev := Event{Kind: Skipped, Level: 1, Agent: "ipmi", Try: 1, Err: errors.New("agent ipmi is down"), ErrKind: ErrKindAgentDown}
+	ev := Event{Kind: Skipped, Level: 1, Agent: "ipmi", Try: 1, Err: errors.New("agent ipmi is down"), ErrKind: plugin.KindAgentDown}
 	if err := Apply(st, plan, ev, t0); err != nil {
 		t.Fatal(err)
 	}
 	if st.Level != 2 {
 		t.Fatalf("level after a skipped agent = %d, want 2", st.Level)
 	}
-	if a := st.Attempts[0]; a.State != v1alpha1.AttemptFailed || a.ErrorKind != ErrKindAgentDown {
-		t.Errorf("skipped attempt = %+v, want Failed with %s", a, ErrKindAgentDown)
+	if a := st.Attempts[0]; a.State != v1alpha1.AttemptFailed || a.ErrorKind != string(plugin.KindAgentDown) {
+		t.Errorf("skipped attempt = %+v, want Failed with %s", a, plugin.KindAgentDown)
 	}
 	if got := Next(st, plan, t0); got.Kind != DoFence || got.Level != 2 || got.Agent != "iscsi" {
 		t.Errorf("Next = %+v, want Fence iscsi at level 2", got)

@@ -22,6 +22,19 @@ const (
 	KindNotVerified ErrorKind = "NotVerified"
 )
 
+// Kinds the controller and the fencer record of a call or an attempt; no agent returns
+// them, and KindOf never does.
+const (
+	// KindAgentDied: the agent process or connection went away during the call (ErrAgentDied).
+	KindAgentDied ErrorKind = "AgentDied"
+	// KindAgentDown: the attempt was skipped, uncalled: the agent failed its health checks.
+	KindAgentDown ErrorKind = "AgentDown"
+	// KindTimeout: the call did not answer by its deadline, or the attempt was not verified by its own.
+	KindTimeout ErrorKind = "Timeout"
+	// KindUnknown: a Fence call timed out and no state was read back since: whether it landed is unknown.
+	KindUnknown ErrorKind = "Unknown"
+)
+
 // ErrAgentDied means the agent process (or remote agent connection) went away during
 // or before the call. It says nothing about the target: the fence may or may not have
 // happened, so the caller re-issues the idempotent call on a restarted agent.

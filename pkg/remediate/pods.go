@@ -51,7 +51,7 @@ func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alp
 		deleted++
 	}
 	if deleted > 0 {
-		r.step("PodsDeleted", fmt.Sprintf("force-deleted %d pods", deleted))
+		r.step(v1alpha1.StepPodsDeleted, fmt.Sprintf("force-deleted %d pods", deleted))
 	}
 	return nil
 }
@@ -108,7 +108,7 @@ func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName strin
 		deleted++
 	}
 	if deleted > 0 {
-		r.step("VolumeAttachmentsDeleted", fmt.Sprintf("deleted %d volume attachments", deleted))
+		r.step(v1alpha1.StepVolumeAttachmentsDeleted, fmt.Sprintf("deleted %d volume attachments", deleted))
 	}
 	return nil
 }

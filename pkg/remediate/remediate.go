@@ -192,7 +192,7 @@ func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint core
 		return nil, fmt.Errorf("add taint %s to node %s: %w", taint.Key, node.Name, err)
 	}
 	if added {
-		r.step("TaintAdded", fmt.Sprintf("added %s=%s:%s", taint.Key, taint.Value, taint.Effect))
+		r.step(v1alpha1.StepTaintAdded, fmt.Sprintf("added %s=%s:%s", taint.Key, taint.Value, taint.Effect))
 	}
 	return current, nil
 }
@@ -226,7 +226,7 @@ func (r *Remediator) RemoveTaints(ctx context.Context, nodeName string, rem *v1a
 	if err != nil {
 		return fmt.Errorf("remove taints %v from node %s: %w", rem.TaintsAdded, nodeName, err)
 	}
-	r.step("TaintsRemoved", fmt.Sprintf("removed the taints kubefence had added: %v", rem.TaintsAdded))
+	r.step(v1alpha1.StepTaintsRemoved, fmt.Sprintf("removed the taints kubefence had added: %v", rem.TaintsAdded))
 	rem.TaintsAdded = nil
 	return nil
 }

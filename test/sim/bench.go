@@ -47,7 +47,7 @@ func MeasureRecovery(ctx context.Context, c *Cluster, rec *Recorder, node, pod s
 		at, _ := stepAt(nf, typ)
 		return at
 	}
-	marks := []time.Time{crash, step("Detected"), step("FenceStarted"), step("AgentReturned"), step("Verified")}
+	marks := []time.Time{crash, step(v1alpha1.StepDetected), step(v1alpha1.StepFenceStarted), step(v1alpha1.StepAgentReturned), step(v1alpha1.StepVerified)}
 	var deleted, running time.Time
 	for _, s := range rec.All() {
 		if s.Object != Namespace+"/"+pod || s.At.Before(crash) {

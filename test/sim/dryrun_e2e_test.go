@@ -25,7 +25,7 @@ func TestDryRunTouchesNothing(t *testing.T) {
 	startLeader(t, ctx, h, "controller")
 	c.Node(victim).Crash()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		ev, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=WouldFence"})
+		ev, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonWouldFence})
 		return err == nil && len(ev.Items) > 0, nil
 	})
 	if err != nil {

@@ -231,7 +231,9 @@ func checkIncidentRecord(t *testing.T, ctx context.Context, c *Cluster, node str
 	for _, s := range st.Timeline {
 		order = append(order, s.Type)
 	}
-	want := []string{"Detected", "FenceStarted", "AgentCalled", "AgentReturned", "StateReadBack", "Verified", "TaintAdded", "PodsDeleted", "TaintAdded", "Remediated"}
+	want := []string{v1alpha1.StepDetected, v1alpha1.StepFenceStarted, v1alpha1.StepAgentCalled, v1alpha1.StepAgentReturned,
+		v1alpha1.StepStateReadBack, v1alpha1.StepVerified, v1alpha1.StepTaintAdded, v1alpha1.StepPodsDeleted, v1alpha1.StepTaintAdded,
+		v1alpha1.StepRemediated}
 	if i := subsequence(order, want); i >= 0 {
 		t.Errorf("timeline %v lacks %q in order %v", order, want[i], want)
 	}

@@ -26,7 +26,7 @@ func TestGenuineRebootNeverContradicts(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
 			h, victim, nf := fencedVictim(t, ctx, nil)
-			if err := sleepUntil(ctx, stepTime(t, nf, "Remediated").Add(delay)); err != nil {
+			if err := sleepUntil(ctx, stepTime(t, nf, v1alpha1.StepRemediated).Add(delay)); err != nil {
 				t.Fatal(err)
 			}
 			powerOn(t, ctx, h, victim)
@@ -38,11 +38,11 @@ func TestGenuineRebootNeverContradicts(t *testing.T) {
 				t.Errorf("FenceContradicted on a genuine reboot: %+v", c)
 			}
 			for _, s := range final.Status.Timeline {
-				if s.Type == "Contradiction" {
+				if s.Type == v1alpha1.StepContradiction {
 					t.Errorf("contradiction recorded at %s: %s", s.Time.Format(time.RFC3339Nano), s.Message)
 				}
 			}
-			events, err := h.Cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=FenceContradicted"})
+			events, err := h.Cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonFenceContradicted})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func TestAPIServerDownDuringPowerOff(t *testing.T) {
 	}
 	var calls []v1alpha1.Step
 	for _, s := range nf.Status.Timeline {
-		if s.Type == "AgentCalled" {
+		if s.Type == v1alpha1.StepAgentCalled {
 			calls = append(calls, s)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
 // BenchmarkCrashAtLeaderStart measures the price of the evidence floor (issue 17): with
@@ -60,7 +62,7 @@ func crashAfterLeaderStart(b *testing.B, after time.Duration) time.Duration {
 		if err != nil || len(incs) == 0 {
 			return false, nil
 		}
-		at, ok := stepAt(incs[len(incs)-1], "Remediated")
+		at, ok := stepAt(incs[len(incs)-1], v1alpha1.StepRemediated)
 		done = at
 		return ok, nil
 	})

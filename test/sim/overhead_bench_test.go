@@ -272,13 +272,13 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 			}
 			// EvidenceStarted is when the controller last saw the Lease renewed (here: when
 			// it started leading); the node crossed its threshold one threshold later.
-			evidence, ok := stepAt(nf, "EvidenceStarted")
+			evidence, ok := stepAt(nf, v1alpha1.StepEvidenceStarted)
 			if !ok {
 				return false, fmt.Errorf("incident %s has no EvidenceStarted step", nf.Name)
 			}
 			crossed := evidence.Add(threshold)
-			detected, _ := stepAt(nf, "Detected")
-			done, _ := stepAt(nf, "Remediated")
+			detected, _ := stepAt(nf, v1alpha1.StepDetected)
+			done, _ := stepAt(nf, v1alpha1.StepRemediated)
 			res.overheads = append(res.overheads, done.Sub(crossed))
 			res.lags = append(res.lags, detected.Sub(crossed))
 			res.incidents = append(res.incidents, done.Sub(detected))

@@ -61,7 +61,7 @@ func pausedLeader(t *testing.T, point string) {
 	agents := childPIDs(leader.p.pid())
 	takeover := waitHolder(t, ctx, h, newID)
 	nf := waitReleased(t, ctx, h, victim)
-	remediated := stepTime(t, nf, "Remediated")
+	remediated := stepTime(t, nf, v1alpha1.StepRemediated)
 	if budget := haLeaseDuration + haRetryPeriod + agentTime; remediated.Sub(paused) > budget {
 		t.Errorf("remediated %s after the leader paused, more than lease + retry + agent time (%s)", remediated.Sub(paused), budget)
 	}

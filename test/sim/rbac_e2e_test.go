@@ -111,7 +111,7 @@ func TestRenderedRBACFencesAndNothingMore(t *testing.T) {
 		t.Errorf("the pod bound to %s after its release was not released under the rendered RBAC: %v", victim, err)
 	} else if incs, err := Incidents(ctx, c, victim); err != nil || !slices.ContainsFunc(incs[len(incs)-1].Status.Timeline,
 		func(s v1alpha1.Step) bool {
-			return s.Type == "LateRelease" && strings.Contains(s.Message, Namespace+"/late")
+			return s.Type == v1alpha1.StepLateRelease && strings.Contains(s.Message, Namespace+"/late")
 		}) {
 		t.Errorf("the late pod is gone but no LateRelease step names it (%v): something else deleted it", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/controller"
 )
 
 const (
@@ -166,7 +167,7 @@ func TestSameBootAfterFenceIsContradiction(t *testing.T) {
 	h, victim, nf := fencedVictim(t, ctx, func(h *Harness, victim string) { h.MachineIgnoresBMC(victim) })
 	h.Cluster.Node(victim).Resume()
 	final, err := waitOnlyIncident(ctx, h, victim, func(nf v1alpha1.NodeFence) bool {
-		return meta.IsStatusConditionTrue(nf.Status.Conditions, "FenceContradicted")
+		return meta.IsStatusConditionTrue(nf.Status.Conditions, controller.ConditionContradiction)
 	})
 	if err != nil {
 		t.Fatalf("no FenceContradicted condition on the incident: %+v", final.Status.Conditions)
@@ -177,7 +178,7 @@ func TestSameBootAfterFenceIsContradiction(t *testing.T) {
 	if got := taintKeys(t, ctx, h.Cluster, victim); !slices.Contains(got, outOfService) {
 		t.Errorf("taints %v: kubefence undid the fence of a contradicted node", got)
 	}
-	events, err := h.Cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=FenceContradicted"})
+	events, err := h.Cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonFenceContradicted})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestOrphanTaintsRepaired(t *testing.T) {
 		t.Fatalf("recorded orphan taint on node-1 not removed: %v", taintKeys(t, ctx, c, "node-1"))
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		ev, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=OrphanTaint"})
+		ev, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonOrphanTaint})
 		return err == nil && len(ev.Items) > 0, nil
 	})
 	if err != nil {
@@ -157,7 +157,7 @@ func TestDirectStrategy(t *testing.T) {
 // logReleaseTimes reports, from the incident's verified step, when the API server showed
 // the node's pods and volume attachments gone.
 func logReleaseTimes(t *testing.T, nf v1alpha1.NodeFence, rec *Recorder, node string) {
-	verified, ok := stepAt(nf, "Verified")
+	verified, ok := stepAt(nf, v1alpha1.StepVerified)
 	if !ok {
 		t.Errorf("no Verified step in the timeline")
 		return
@@ -283,7 +283,7 @@ func TestLateBoundPodReleased(t *testing.T) {
 
 	bind("tolerant", corev1.Toleration{Key: fencedTaint, Operator: corev1.TolerationOpExists})
 	bind("late")
-	step := waitStep("LateRelease", "late")
+	step := waitStep(v1alpha1.StepLateRelease, "late")
 	if strings.Contains(step.Message, "tolerant") || !strings.Contains(step.Message, "reads off") {
 		t.Errorf("LateRelease step %q: want only the late pod named, and the fence read back off", step.Message)
 	}
@@ -300,7 +300,7 @@ func TestLateBoundPodReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	bind("late-2")
-	step = waitStep("LateReleaseRefused", "late-2")
+	step = waitStep(v1alpha1.StepLateReleaseRefused, "late-2")
 	if strings.Contains(step.Message, "error <nil>") {
 		t.Errorf("LateReleaseRefused step %q: want the agent's error", step.Message)
 	}

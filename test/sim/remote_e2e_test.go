@@ -111,7 +111,7 @@ func TestRemoteAgent(t *testing.T) {
 	}
 	skipped := false
 	for _, s := range second.Status.Timeline {
-		if s.Type == "LevelSkipped" && strings.Contains(s.Message, "ipmi-remote") {
+		if s.Type == v1alpha1.StepLevelSkipped && strings.Contains(s.Message, "ipmi-remote") {
 			skipped = true
 			t.Logf("recorded: %s", s.Message)
 		}

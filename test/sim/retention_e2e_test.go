@@ -36,7 +36,7 @@ func TestHistoryKeepsNewestTen(t *testing.T) {
 		}
 		_ = unstructured.SetNestedField(created.Object, string(v1alpha1.PhaseRecovered), "status", "phase")
 		_ = unstructured.SetNestedSlice(created.Object, []any{map[string]any{
-			"time": opened.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), "type": "Detected"}}, "status", "timeline")
+			"time": opened.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), "type": v1alpha1.StepDetected}}, "status", "timeline")
 		if _, err := nodefences.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,6 @@ import (
 const (
 	sweepLabel   = "kubefence.test/sweep"
 	bmcHostKey   = "kubefence.test/bmc-host"
-	stepPowerOn  = "PoweredOn"
 	unfenceAgent = "exec"
 )
 
@@ -79,7 +78,7 @@ func TestTimedOutOnThroughIncident(t *testing.T) {
 		if claim == "" {
 			t.Errorf("deadline %s: power on recorded without a state read back: %s", d, step.Message)
 		}
-		if step.Type == "UnfenceFailed" {
+		if step.Type == v1alpha1.StepUnfenceFailed {
 			timedOut++
 			if claim == "off" {
 				// The machine stays off, so no later call for it runs: anything left is the
@@ -136,7 +135,7 @@ func waitPowerOnOutcome(ctx context.Context, h *Harness, node string) (v1alpha1.
 			return false, nil
 		}
 		for _, s := range incs[0].Status.Timeline {
-			if s.Type == stepPowerOn || s.Type == "UnfenceFailed" {
+			if s.Type == v1alpha1.StepPoweredOn || s.Type == v1alpha1.StepUnfenceFailed {
 				out = s
 				return true, nil
 			}

@@ -1,0 +1,84 @@
+package v1alpha1
+
+// Timeline step types (Step.Type), in the order an incident meets them. They are stored
+// in NodeFence status and read by people, tools and tests: a value never changes.
+
+// Detection: the incident opens.
+const (
+	// StepEvidenceStarted: the bad evidence began (the last Lease renewal seen, Ready lost).
+	StepEvidenceStarted = "EvidenceStarted"
+	// StepDetected: the node stayed unhealthy past its threshold; the incident opened.
+	StepDetected = "Detected"
+)
+
+// Decision: policy lets fencing start, or not yet.
+const (
+	// StepWait: policy says not yet (the policy's Wait verdict); the message says why.
+	StepWait = "Wait"
+	// StepHold: policy forbids fencing for now (the policy's Hold verdict: storm, budget, pause).
+	StepHold = "Hold"
+	// StepForced: the force annotation overrode a budget's hold or wait.
+	StepForced = "Forced"
+	// StepCancelled: the node showed a sign of life before fencing started; the incident ended.
+	StepCancelled = "Cancelled"
+	// StepFenceStarted: fencing started; the rate limit and the cooldown count from it.
+	StepFenceStarted = "FenceStarted"
+)
+
+// Fencing: agents are called and their fence read back.
+const (
+	// StepLevelSkipped: an agent of the level is known to be down; its attempt failed uncalled.
+	StepLevelSkipped = "LevelSkipped"
+	// StepAgentCalled: a Fence call is about to be sent, written ahead with its target.
+	StepAgentCalled = "AgentCalled"
+	// StepAgentReturned: the Fence call returned; the state is read back next.
+	StepAgentReturned = "AgentReturned"
+	// StepAgentError: an agent call failed; the message names the method and error kind.
+	StepAgentError = "AgentError"
+	// StepStateReadBack: a state read back changed the attempt.
+	StepStateReadBack = "StateReadBack"
+	// StepVerified: a level was read back as fenced.
+	StepVerified = "Verified"
+	// StepFailed: every level failed; nothing was released.
+	StepFailed = "Failed"
+)
+
+// Release: the fenced node's workloads go elsewhere.
+const (
+	// StepTaintAdded: a taint was added to the node (out-of-service, or kubefence's fenced taint).
+	StepTaintAdded = "TaintAdded"
+	// StepPodsDeleted: the node's pods were marked and force-deleted.
+	StepPodsDeleted = "PodsDeleted"
+	// StepVolumeAttachmentsDeleted: the node's VolumeAttachments were deleted.
+	StepVolumeAttachmentsDeleted = "VolumeAttachmentsDeleted"
+	// StepReleaseSkipped: the node rebooted before its release; nothing was released.
+	StepReleaseSkipped = "ReleaseSkipped"
+	// StepRemediated: the node's workloads were released.
+	StepRemediated = "Remediated"
+	// StepPoweredOn: for the Reboot action, an agent powered the node on after the release.
+	StepPoweredOn = "PoweredOn"
+	// StepLateReleaseRefused: pods bound after the release stay: the fence did not read back.
+	StepLateReleaseRefused = "LateReleaseRefused"
+	// StepLateRelease: pods bound after the release were released; the fence read back holding.
+	StepLateRelease = "LateRelease"
+)
+
+// Recovery: the node is back, or contradicts its fence.
+const (
+	// StepContradiction: the node is Ready on the boot it had when verified fenced; nothing is undone.
+	StepContradiction = "Contradiction"
+	// StepContradictionCleared: the node came back with a new boot after all.
+	StepContradictionCleared = "ContradictionCleared"
+	// StepUnfenceFailed: an Unfence (power on, storage restored) failed; the message has the state read after it.
+	StepUnfenceFailed = "UnfenceFailed"
+	// StepUnfenced: an agent undid its fence.
+	StepUnfenced = "Unfenced"
+	// StepTaintsRemoved: the taints kubefence had added were removed.
+	StepTaintsRemoved = "TaintsRemoved"
+	// StepRecovered: the node is back with a new boot; the incident closed.
+	StepRecovered = "Recovered"
+)
+
+// StepOrphanPrefix prefixes the release steps of a repair on a closed incident that
+// left taints behind (OrphanTaintsRemoved).
+const StepOrphanPrefix = "Orphan"
