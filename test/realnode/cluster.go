@@ -13,6 +13,7 @@
 package realnode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,10 @@ type Options struct {
 	Nodes int
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
+	// LeaseDuration is the kubelets' nodeLeaseDurationSeconds (they renew their Lease
+	// every quarter of it) and StatusUpdate their nodeStatusUpdateFrequency; zero means
+	// the kubelet's defaults, 40s and 10s.
+	LeaseDuration, StatusUpdate time.Duration
 }
 
 // Cluster is a running control plane, registry and set of real nodes.
@@ -173,7 +178,8 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		n := &Node{Name: name, IP: nodeIP(i), index: i, dir: filepath.Join(opts.Dir, "nodes", name),
 			cfg: nodeConfig{apiServer: c.Host(), apiPort: apiPort, caPEM: c.CAPEM(), token: c.NodeToken(name),
 				registry: c.Registry, bridge: bridgeName, kubeletBin: kubelet, csiDriver: filepath.Join(bin, "csidriver"),
-				logf: opts.Logf}}
+				leaseSeconds: int(cmp.Or(opts.LeaseDuration, 40*time.Second).Seconds()),
+				statusUpdate: cmp.Or(opts.StatusUpdate, 10*time.Second), logf: opts.Logf}}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return err
 		}

@@ -10,19 +10,14 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/hack/images/imagebuild"
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/test/sim"
-	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
 // startCluster starts n real nodes for one test and stops them when it ends; the
@@ -87,141 +82,33 @@ func copyRegular(src, dst string) error {
 // install builds and pushes the image, then installs the chart with its defaults.
 func install(t *testing.T, ctx context.Context, c *Cluster) {
 	t.Helper()
-	out, err := c.PushKubefence(ctx)
+	out, err := c.Install(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("images:\n%s", out)
-	if err := c.PrepareBMCAccess(ctx); err != nil {
-		t.Fatal(err)
-	}
-	root, err := sim.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err = c.Helm(ctx, "install", Release, filepath.Join(root, "deploy", "helm", "kubefence"),
-		"-n", Namespace, "--wait", "--timeout", "5m")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("helm install:\n%s", out)
+	t.Logf("images and helm install:\n%s", out)
 }
 
 // leaderNode is the node of the replica that holds the leader Lease.
 func leaderNode(t *testing.T, ctx context.Context, c *Cluster) string {
 	t.Helper()
-	var lease *coordinationv1.Lease
-	waitFor(t, ctx, "a leader", func() (bool, error) {
-		l, err := c.Client.CoordinationV1().Leases(Namespace).Get(ctx, controllerName, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		lease = l
-		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
-	})
-	holder := *lease.Spec.HolderIdentity
-	pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+	n, err := c.LeaderNode(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pods.Items {
-		if strings.HasPrefix(holder, p.Name) {
-			return p.Spec.NodeName
-		}
-	}
-	t.Fatalf("leader %q is no pod of %s", holder, Namespace)
-	return ""
+	return n
 }
 
-// waitFor polls cond every 250ms until it holds or ctx ends.
+// waitFor is WaitFor, failing the test when ctx ends first.
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
 	t.Helper()
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v (last error: %v)", what, ctx.Err(), last)
-		case <-tick.C:
-		}
+	if err := WaitFor(ctx, what, cond); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// statefulSet is one replica of busybox with a volume of the test's CSI driver (the
-// claim data-NAME-0, bound in advance to the volume NAME-data), preferring node.
-func statefulSet(name, node string) *appsv1.StatefulSet {
-	labels := map[string]string{"app": name}
-	return &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To[int64](5),
-					Affinity:                      prefer(node),
-					Containers: []corev1.Container{{
-						Name: "app", Image: BusyboxImage,
-						Command:      []string{"/bin/sh", "-c", "while true; do date >> /data/log; sleep 1; done"},
-						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
-					}},
-				},
-			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
-				ObjectMeta: metav1.ObjectMeta{Name: "data"},
-				Spec: corev1.PersistentVolumeClaimSpec{
-					StorageClassName: ptr.To(StorageClass),
-					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-						corev1.ResourceStorage: resource.MustParse("1Gi")}},
-				},
-			}},
-		},
-	}
-}
-
-// prefer is a node affinity for node, preferred but not required, so the pod can move.
-func prefer(node string) *corev1.Affinity {
-	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
-			Weight: 100,
-			Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
-				Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}},
-		}},
-	}}
-}
-
-// runningPod returns the pod called name when it runs (all containers started), else nil.
 func runningPod(ctx context.Context, c *Cluster, ns, name string) *corev1.Pod {
-	p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil || p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
-		return nil
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running == nil {
-			return nil
-		}
-	}
-	return p
-}
-
-// startedAt is when the pod's first container started, by the kubelet's report.
-func startedAt(p *corev1.Pod) time.Time {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Running != nil {
-			return cs.State.Running.StartedAt.Time
-		}
-	}
-	return time.Time{}
+	return c.RunningPod(ctx, ns, name)
 }
 
 // TestFencingOnRealNodes is a user's story on three real nodes, one cluster throughout:
@@ -232,7 +119,7 @@ func startedAt(p *corev1.Pod) time.Time {
 //     path (KCM's attach-detach controller, the external-attacher);
 //   - rounds: its node dies (every process at once, BMC still on) with the default
 //     remediation, then, after a helm upgrade to a new image tag, with OutOfServiceTaint
-//     only, then with Direct only; its node hangs (frozen); the leader's own node dies.
+//     only; with Direct only, its node hangs (frozen), then the leader's own node dies.
 //
 // In every round kubefence powers the node off through ipmi_sim with the image's agent;
 // the pod starts on another node only after that power-off, and the volume is detached
@@ -247,7 +134,7 @@ func TestFencingOnRealNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := otherThan(c, leaderNode(t, ctx, c))
-	if _, err := c.Client.AppsV1().StatefulSets("default").Create(ctx, statefulSet("web", first), metav1.CreateOptions{}); err != nil {
+	if _, err := c.Client.AppsV1().StatefulSets("default").Create(ctx, StatefulSet("web", first), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rounds := []struct {
@@ -260,8 +147,7 @@ func TestFencingOnRealNodes(t *testing.T) {
 		{name: "dead node, default remediation", strategy: "Both"},
 		{name: "dead node, OutOfServiceTaint after an upgrade to a new tag", strategy: "OutOfServiceTaint", upgrade: []string{
 			"--set", "image.tag=" + upgradeTag, "-f", remediationValues(t, "OutOfServiceTaint")}},
-		{name: "dead node, Direct", strategy: "Direct", upgrade: []string{"--reuse-values", "-f", remediationValues(t, "Direct")}},
-		{name: "hung node", strategy: "Direct", hang: true},
+		{name: "hung node, Direct", strategy: "Direct", hang: true, upgrade: []string{"--reuse-values", "-f", remediationValues(t, "Direct")}},
 		{name: "the leader's node dies", strategy: "Direct", leader: true},
 	}
 	var fences []string
@@ -305,11 +191,11 @@ func upgrade(t *testing.T, ctx context.Context, c *Cluster, args []string) {
 			t.Fatal(err)
 		}
 	}
-	root, err := sim.ModuleRoot()
+	chart, err := ChartDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := c.Helm(ctx, append([]string{"upgrade", Release, filepath.Join(root, "deploy", "helm", "kubefence"),
+	out, err := c.Helm(ctx, append([]string{"upgrade", Release, chart,
 		"-n", Namespace, "--wait", "--timeout", "5m"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -341,45 +227,25 @@ func otherThan(c *Cluster, node string) string {
 // fenceRound moves web-0 to target, kills (or freezes) target and checks what happened;
 // it returns the round's NodeFence.
 func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target, strategy string, hang bool) string {
-	moveWeb(t, ctx, c, target)
-	oldBoot := c.Node(target).BootID()
-	began := time.Now()
-	if hang {
-		if err := c.Node(target).Freeze(ctx); err != nil {
-			t.Fatal(err)
-		}
-	} else if err := c.Crash(ctx, target); err != nil {
+	if err := c.MovePod(ctx, "web", target); err != nil {
 		t.Fatal(err)
 	}
-	var moved *corev1.Pod
-	waitFor(t, ctx, "web-0 running on another node", func() (bool, error) {
-		moved = runningPod(ctx, c, "default", "web-0")
-		return moved != nil && moved.Spec.NodeName != target, nil
-	})
-	if hang {
-		// Thawed now, a node that was not powered off would run web-0 a second time.
-		if err := c.Node(target).Thaw(); err != nil {
-			t.Fatal(err)
-		}
+	oldBoot := c.Node(target).BootID()
+	f, err := c.Fail(ctx, target, "web", "web-data", hang)
+	if f != nil {
+		t.Log(f)
 	}
-	started := startedAt(moved)
-	off := offSince(t, c.BMC(target), began)
-	detached, attached := volumeMoves(t, c, "web-data", target, moved.Spec.NodeName, began)
-	t.Logf("%s fenced: BMC off %s after the failure, volume detached from it %s, attached to %s %s, web-0 started there %s",
-		target, since(began, off), since(began, detached), moved.Spec.NodeName, since(began, attached), since(began, started))
-	// The storage's own log has nanoseconds; the kubelet's StartedAt only seconds.
-	if !off.Before(detached) || !off.Before(attached) || !off.Before(started.Add(time.Second)) {
-		t.Fatalf("%s's BMC cut power at %s, after its volume was detached (%s) or attached elsewhere (%s) or web-0 started elsewhere (%s)",
-			target, off.Format(time.RFC3339Nano), detached.Format(time.RFC3339Nano), attached.Format(time.RFC3339Nano), started.Format(time.RFC3339))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if hang {
 		if pids := c.Node(target).Processes(); len(pids) != 0 {
 			t.Fatalf("%s was fenced but processes %v of it still run", target, pids)
 		}
 	}
-	checkAttachments(t, ctx, c, "web-data", moved.Spec.NodeName)
+	checkAttachments(t, ctx, c, "web-data", f.MovedTo)
 	nf := nodeFence(t, ctx, c, target)
-	if nf.GetCreationTimestamp().Time.Before(began.Add(-time.Second)) {
+	if nf.GetCreationTimestamp().Time.Before(f.Began.Add(-time.Second)) {
 		t.Fatalf("%s's newest NodeFence %s is from %s, before this round", target, nf.GetName(), nf.GetCreationTimestamp())
 	}
 	if step := remediatedStep(nf); !strings.HasPrefix(step, "strategy "+strategy+":") {
@@ -387,17 +253,10 @@ func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target, strategy 
 	}
 
 	// The operator powers the node on again, as its BMC's owner would.
-	if err := c.BMC(target).SetPower(true); err != nil {
+	if err := c.PowerOn(ctx, target, oldBoot); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, target+" back, Ready, with a new boot ID and no taint", func() (bool, error) {
-		n, err := c.Client.CoreV1().Nodes().Get(ctx, target, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		return nodeReady(n) && n.Status.NodeInfo.BootID != oldBoot && len(n.Spec.Taints) == 0, nil
-	})
-	t.Logf("%s released %s after the failure", target, since(began, time.Now()))
+	t.Logf("%s released %s after the failure", target, since(f.Began, time.Now()))
 	waitFor(t, ctx, "NodeFence "+nf.GetName()+" Recovered", func() (bool, error) {
 		nfs, err := c.NodeFences(ctx, target)
 		return err == nil && len(nfs) > 0 && nfs[len(nfs)-1].GetName() == nf.GetName() && phaseOf(nfs[len(nfs)-1]) == "Recovered", err
@@ -419,78 +278,12 @@ func remediatedStep(nf unstructured.Unstructured) string {
 	steps, _, _ := unstructured.NestedSlice(nf.Object, "status", "timeline")
 	for _, s := range steps {
 		m, _ := s.(map[string]any)
-		if m["type"] == "Remediated" {
+		if m["type"] == v1alpha1.StepRemediated {
 			msg, _ := m["message"].(string)
 			return msg
 		}
 	}
 	return ""
-}
-
-func since(from, to time.Time) string { return to.Sub(from).Round(100 * time.Millisecond).String() }
-
-// moveWeb makes web-0 run on node (its volume follows through the attach path).
-func moveWeb(t *testing.T, ctx context.Context, c *Cluster, node string) {
-	t.Helper()
-	if p := runningPod(ctx, c, "default", "web-0"); p != nil && p.Spec.NodeName == node {
-		return
-	}
-	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,"preference":{"matchFields":[{"key":"metadata.name","operator":"In","values":[%q]}]}}]}}}}}}`, node)
-	if _, err := c.Client.AppsV1().StatefulSets("default").Patch(ctx, "web", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// When the template already preferred node (an earlier round's target), the patch
-	// changes nothing and rolls nothing: delete the pod so it is placed again.
-	if p, err := c.Client.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{}); err == nil && p.Spec.NodeName != node {
-		if err := c.Client.CoreV1().Pods("default").Delete(ctx, "web-0", metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			t.Fatal(err)
-		}
-	}
-	waitFor(t, ctx, "web-0 running on "+node, func() (bool, error) {
-		p := runningPod(ctx, c, "default", "web-0")
-		return p != nil && p.Spec.NodeName == node, nil
-	})
-}
-
-// offSince is when the BMC first cut power on a request over IPMI after from.
-func offSince(t *testing.T, b *bmc.IPMISim, from time.Time) time.Time {
-	t.Helper()
-	events, err := b.Events()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range events {
-		if e.Action == bmc.ActionOff && e.Source == "bmc" && e.Time.After(from) {
-			return e.Time
-		}
-	}
-	t.Fatalf("the BMC did not power off after %s: events %v", from, events)
-	return time.Time{}
-}
-
-// volumeMoves finds, in the driver's own log after from, the detach of vol from the dead
-// node and its attach to the new one; the storage never held it for both.
-func volumeMoves(t *testing.T, c *Cluster, vol, dead, now string, from time.Time) (detached, attached time.Time) {
-	t.Helper()
-	log, err := c.Attachments()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range log {
-		if a.Volume != vol || a.Time.Before(from) {
-			continue
-		}
-		switch {
-		case a.Action == "detach" && a.Node == dead && detached.IsZero():
-			detached = a.Time
-		case a.Action == "attach" && a.Node == now && !detached.IsZero() && attached.IsZero():
-			attached = a.Time
-		}
-	}
-	if detached.IsZero() || attached.IsZero() {
-		t.Fatalf("the driver's log has no detach of %s from %s followed by an attach to %s after %s: %+v", vol, dead, now, from, log)
-	}
-	return detached, attached
 }
 
 // checkAttachments: the only VolumeAttachment of vol is on node, and attached.

@@ -39,7 +39,10 @@ type nodeConfig struct {
 	bridge     string
 	kubeletBin string
 	csiDriver  string // the CSI driver's binary, run in node mode
-	logf       func(format string, args ...any)
+	// The kubelet's nodeLeaseDurationSeconds and nodeStatusUpdateFrequency.
+	leaseSeconds int
+	statusUpdate time.Duration
+	logf         func(format string, args ...any)
 }
 
 // Node is one real kubelet with its own containerd, in network, mount, PID and UTS
@@ -533,8 +536,8 @@ authentication:
 authorization:
   mode: AlwaysAllow
 resolvConf: %s
-nodeStatusUpdateFrequency: 10s
-nodeLeaseDurationSeconds: 40
+nodeStatusUpdateFrequency: %s
+nodeLeaseDurationSeconds: %d
 # The test machine's disk and memory are shared by every node: no eviction for pressure.
 evictionHard:
   memory.available: "1Mi"
@@ -545,7 +548,8 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 maxPods: 30
-`, n.cgroup(), n.path("run/containerd/containerd.sock"), n.IP, podCIDR(n.index), n.path("etc/resolv.conf"))
+`, n.cgroup(), n.path("run/containerd/containerd.sock"), n.IP, podCIDR(n.index), n.path("etc/resolv.conf"),
+		n.cfg.statusUpdate, n.cfg.leaseSeconds)
 }
 
 func (n *Node) kubeconfig() string {
