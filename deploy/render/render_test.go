@@ -78,6 +78,8 @@ func allOn() map[string]any {
 		"remoteAgents":        []any{remote("dc2"), remote("dc3")},
 		"policies":            []any{policy("dc2"), policy("dc3"), map[string]any{"name": "default", "levels": []any{map[string]any{"agents": []any{"ipmi"}}}}},
 		"metrics": map[string]any{
+			"tlsSecret":      "kubefence-metrics-tls",
+			"readers":        []any{map[string]any{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}},
 			"serviceMonitor": map[string]any{"enabled": true},
 			"prometheusRule": map[string]any{"enabled": true},
 		},
@@ -115,7 +117,7 @@ func TestRenderEverything(t *testing.T) {
 	byKind := decode(t, out)
 	for kind, n := range map[string]int{
 		"CustomResourceDefinition": 1, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
-		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 1, "Role": 2, "PodDisruptionBudget": 0,
+		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "PodDisruptionBudget": 0,
 	} {
 		if got := len(byKind[kind]); got != n {
 			t.Errorf("%d %s, want %d", got, kind, n)
@@ -133,6 +135,10 @@ func TestRenderEverything(t *testing.T) {
 		"alert: KubefenceRemoteAgentUnavailable",
 		`deployment=~"kubefence-agent-ipmi-dc2|kubefence-agent-ipmi-dc3"`,
 		`"uid": "kubefence"`,
+		"- --tls-cert-file=/etc/kubefence/metrics-tls/tls.crt",
+		"secretName: kubefence-metrics-tls",
+		"name: prometheus-k8s",
+		"scheme: https",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("rendered chart lacks %q", want)
@@ -168,9 +174,56 @@ func TestDefaultDeploymentHardening(t *testing.T) {
 			t.Errorf("default manifests lack %q", want)
 		}
 	}
-	for _, forbidden := range []string{"verbs: [\"*\"]", "resources: [\"*\"]", "- '*'", "escalate", "impersonate", "bind"} {
+	for _, forbidden := range []string{"verbs: [\"*\"]", "resources: [\"*\"]", "- '*'", "escalate", "impersonate"} {
 		if strings.Contains(text, forbidden) {
 			t.Errorf("default manifests contain %q", forbidden)
 		}
+	}
+	// The bind verb, not the serving flags' "bind-address".
+	for _, line := range strings.Split(text, "\n") {
+		if line = strings.TrimSpace(line); (strings.HasPrefix(line, "verbs:") && strings.Contains(line, "bind")) || line == "- bind" {
+			t.Errorf("default manifests grant bind: %s", line)
+		}
+	}
+}
+
+// TestRenderMetricsSecurity: by default /metrics is served over HTTPS to reviewed tokens
+// (the controller may review them, scrapers get a ClusterRole, the ServiceMonitor sends
+// Prometheus' token); metrics.secure=false serves plain HTTP and grants none of that.
+func TestRenderMetricsSecurity(t *testing.T) {
+	monitor := map[string]any{"serviceMonitor": map[string]any{"enabled": true}}
+	secure := []string{
+		"- --metrics-secure=true", "resources: [tokenreviews]", "resources: [subjectaccessreviews]",
+		"name: kubefence-metrics-reader", "nonResourceURLs: [/metrics]", "scheme: https",
+		"bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token", "insecureSkipVerify: true",
+	}
+	for name, tc := range map[string]struct {
+		metrics       map[string]any
+		want, lacking []string
+	}{
+		"default": {metrics: monitor, want: secure},
+		"insecure": {metrics: map[string]any{"secure": false, "serviceMonitor": monitor["serviceMonitor"]},
+			want: []string{"- --metrics-secure=false"}, lacking: secure[1:]},
+		"with a CA": {metrics: map[string]any{"serviceMonitor": map[string]any{"enabled": true,
+			"tlsConfig": map[string]any{"serverName": "kubefence-metrics.kubefence-system.svc"}}},
+			want: []string{"serverName: kubefence-metrics.kubefence-system.svc"}, lacking: []string{"insecureSkipVerify"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := Render(chartDir, map[string]any{"metrics": tc.metrics})
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(out)
+			for _, want := range append(tc.want, "- --health-probe-bind-address=:8081", "port: health") {
+				if !strings.Contains(text, want) {
+					t.Errorf("rendered chart lacks %q", want)
+				}
+			}
+			for _, no := range tc.lacking {
+				if strings.Contains(text, no) {
+					t.Errorf("rendered chart has %q", no)
+				}
+			}
+		})
 	}
 }

@@ -31,6 +31,7 @@ var rules = []rule{
 	{Dir: "pkg/agent", Forbidden: `^(k8s\.io/|$MOD/pkg/(controller|detector|policy|fencer|remediate|apis)(/|$))`, Why: "agents know no Kubernetes"},
 	{Dir: "pkg/remediate", Forbidden: `^$MOD/pkg/plugin(/|$)`, Why: "storage and pod cleanup never triggers fencing"},
 	{Dir: "pkg/fencer", Forbidden: `^$MOD/pkg/(controller|remediate)(/|$)`, Why: "the state machine does not reach into its wiring"},
+	{Dir: "pkg/serving", Forbidden: `^$MOD/pkg/`, Why: "serving knows nothing of fencing"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }
 

@@ -33,8 +33,9 @@ const ExitDeposed = 2
 type AppOptions struct {
 	ConfigPath          string
 	Kubeconfig          string
-	ListenAddress       string
 	ReadyOnlyWhenLeader bool
+	// Serving says where and how health probes and metrics are served.
+	Serving ServingOptions
 	// IdentityLeaseDuration is how long a replica's identity Lease lives unrenewed before
 	// the leader collects it; IdentityRenewInterval how often each replica renews its own.
 	IdentityLeaseDuration time.Duration
@@ -124,8 +125,11 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		return fmt.Errorf("new controller: %w", err)
 	}
 	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
-	errc := make(chan error, 1)
-	go func() { errc <- Serve(ctx, o.ListenAddress, health, c.Metrics()) }()
+	// One slot for each sender: the health server, the metrics server and the election.
+	errc := make(chan error, 3)
+	if err := serve(ctx, o.Serving, client, health, c.Metrics(), errc); err != nil {
+		return err
+	}
 	if err := c.StartInformers(ctx); err != nil {
 		return err
 	}

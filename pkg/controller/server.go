@@ -2,15 +2,19 @@ package controller
 
 import (
 	"context"
-	"errors"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/kubefence/kubefence/pkg/serving"
 )
 
 // Health reports liveness and readiness.
@@ -35,8 +39,59 @@ func (h *Health) ready() bool {
 	return h.synced.Load()
 }
 
-// Serve serves /healthz, /readyz and /metrics on addr until ctx ends.
-func Serve(ctx context.Context, addr string, h *Health, m *metrics) error {
+// ServingOptions say where and how the health probes and the metrics are served.
+type ServingOptions struct {
+	// HealthAddress serves /healthz and /readyz over plain HTTP without authentication,
+	// for the kubelet's probes.
+	HealthAddress string
+	// MetricsAddress serves /metrics; MetricsOff ("0") serves no metrics.
+	MetricsAddress string
+	// MetricsSecure serves /metrics over HTTPS, only to clients whose bearer token the
+	// apiserver authenticates (TokenReview) and whose identity may get the path
+	// (SubjectAccessReview). False serves plain HTTP to anyone, for a trusted network.
+	MetricsSecure bool
+	// TLSCertFile and TLSKeyFile are the metrics server's certificate and key (PEM); when
+	// both are empty a self-signed pair is made at start.
+	TLSCertFile, TLSKeyFile string
+}
+
+// MetricsOff as the metrics address serves no metrics, as in controller-runtime.
+const MetricsOff = "0"
+
+// serve starts the health server and the metrics server of o; each reports its end on
+// errc. Listening happens now, so that a taken port fails the start.
+func serve(ctx context.Context, o ServingOptions, client kubernetes.Interface, h *Health, m *metrics, errc chan<- error) error {
+	healthLn, err := net.Listen("tcp", o.HealthAddress)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.HealthAddress, err)
+	}
+	klog.InfoS("Serving health probes", "address", healthLn.Addr().String())
+	go func() { errc <- serving.Serve(ctx, healthLn, healthMux(h), nil) }()
+	if o.MetricsAddress == MetricsOff {
+		klog.InfoS("Serving no metrics", "metricsBindAddress", o.MetricsAddress)
+		return nil
+	}
+	var handler http.Handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+	var tlsConfig *tls.Config
+	if o.MetricsSecure {
+		host, _ := os.Hostname()
+		if tlsConfig, err = serving.TLSConfig(o.TLSCertFile, o.TLSKeyFile, host); err != nil {
+			return err
+		}
+		handler = serving.NewDelegated(client, serving.DefaultCacheTTL, serving.DefaultCacheSize, clock.RealClock{}).Wrap(handler)
+	}
+	metricsLn, err := net.Listen("tcp", o.MetricsAddress)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.MetricsAddress, err)
+	}
+	klog.InfoS("Serving metrics", "address", metricsLn.Addr().String(), "secure", o.MetricsSecure)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", handler)
+	go func() { errc <- serving.Serve(ctx, metricsLn, mux, tlsConfig) }()
+	return nil
+}
+
+func healthMux(h *Health) *http.ServeMux {
 	mux := http.NewServeMux()
 	// A failed write means the prober went away; there is no one left to tell.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
@@ -47,22 +102,5 @@ func Serve(ctx context.Context, addr string, h *Health, m *metrics) error {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry}))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	klog.InfoS("Serving health and metrics", "address", ln.Addr().String())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		// Shutting down at exit: a scrape cut short is no loss.
-		_ = srv.Shutdown(shut)
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve on %s: %w", addr, err)
-	}
-	return nil
+	return mux
 }

@@ -327,7 +327,11 @@ func (h *Harness) StartController(name string, extraArgs ...string) (*Replica, e
 
 // StartControllerWithEnv is StartController with env added to the replica's environment.
 func (h *Harness) StartControllerWithEnv(name string, env []string, extraArgs ...string) (*Replica, error) {
-	args := []string{"--config", h.ConfigPath, "--kubeconfig", h.Cluster.Kubeconfig, "--listen-address", "127.0.0.1:0", "-v=2"}
+	// Plain metrics, as in a trusted network: tests scrape without a token. Authenticated
+	// metrics are TestMetricsAuthentication's and TestRenderedRBACFencesAndNothingMore's,
+	// which pass --metrics-secure=true (the last occurrence of a flag wins).
+	args := []string{"--config", h.ConfigPath, "--kubeconfig", h.Cluster.Kubeconfig,
+		"--health-probe-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0", "--metrics-secure=false", "-v=2"}
 	args = append(args, extraArgs...)
 	p, err := startProcess(h.dir, name, filepath.Join(h.bin, "fence-controller"), args, env...)
 	if err != nil {

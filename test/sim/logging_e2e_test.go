@@ -34,7 +34,7 @@ func TestJSONLogs(t *testing.T) {
 			seen["agent launched"] = true
 		}
 	}
-	for _, want := range []string{"Acting as leader", "Serving health and metrics", "agent launched"} {
+	for _, want := range []string{"Acting as leader", "Serving metrics", "Serving health probes", "agent launched"} {
 		if !seen[want] {
 			t.Errorf("no %q entry among %d lines", want, len(lines))
 		}

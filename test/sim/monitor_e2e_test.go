@@ -63,17 +63,30 @@ func TestFenceDeviceCheck(t *testing.T) {
 	}
 }
 
-var servingAt = regexp.MustCompile(`"Serving health and metrics" address="([^"]+)"`)
+var (
+	metricsAt = regexp.MustCompile(`"Serving metrics" address="([^"]+)"`)
+	healthAt  = regexp.MustCompile(`"Serving health probes" address="([^"]+)"`)
+)
 
-// metricsURL is the /metrics address the replica logged.
+// metricsURL is the /metrics address the replica logged, over plain HTTP (the harness's
+// --metrics-secure=false).
 func metricsURL(t *testing.T, ctx context.Context, r *Replica) string {
 	t.Helper()
-	pollLog(t, ctx, r, "Serving health and metrics")
-	m := servingAt.FindStringSubmatch(r.Log())
-	if m == nil {
-		t.Fatalf("no serving address in the replica's log")
+	return "http://" + servingAddress(t, ctx, r, metricsAt) + "/metrics"
+}
+
+// servingAddress is the address the replica logged as re's first group.
+func servingAddress(t *testing.T, ctx context.Context, r *Replica, re *regexp.Regexp) string {
+	t.Helper()
+	var m []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		m = re.FindStringSubmatch(r.Log())
+		return m != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("replica log never matched %s: %v", re, err)
 	}
-	return "http://" + m[1] + "/metrics"
+	return m[1]
 }
 
 func scrape(ctx context.Context, url string) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -73,7 +73,7 @@ func TestRenderedRBACFencesAndNothingMore(t *testing.T) {
 	cfgPath := chartConfig(t, h, docs)
 
 	victim := deployWeb(t, ctx, c)
-	replica := startLeader(t, ctx, h, "controller-rbac", "--config", cfgPath, "--kubeconfig", kubeconfig)
+	replica := startLeader(t, ctx, h, "controller-rbac", "--config", cfgPath, "--kubeconfig", kubeconfig, "--metrics-secure=true")
 	c.Node(victim).Crash()
 	t.Logf("crashed %s", victim)
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -114,6 +114,13 @@ func TestRenderedRBACFencesAndNothingMore(t *testing.T) {
 			return s.Type == v1alpha1.StepLateRelease && strings.Contains(s.Message, Namespace+"/late")
 		}) {
 		t.Errorf("the late pod is gone but no LateRelease step names it (%v): something else deleted it", err)
+	}
+	// Secure metrics, the chart's default: the controller reviews a scraper's token and
+	// access with the API server. Its own identity may not read /metrics, so 403; a review
+	// the ClusterRole refused would answer 500 and log the refusal.
+	url := "https://" + servingAddress(t, ctx, replica, metricsAt) + "/metrics"
+	if code, body := scrapeTLS(t, ctx, url, serviceAccountToken(t, ctx, c, renderedSA)); code != http.StatusForbidden {
+		t.Errorf("/metrics with the controller's own token: status %d, want 403: %.200s", code, body)
 	}
 	// Events and leader condition writes fail only in the log: any refusal means the
 	// ClusterRole or Role misses a verb the controller uses.
@@ -217,15 +224,9 @@ func applyServerSide(ctx context.Context, c *Cluster, objs []*unstructured.Unstr
 // TokenRequest API and writes a kubeconfig that uses it.
 func serviceAccountKubeconfig(t *testing.T, ctx context.Context, c *Cluster) string {
 	t.Helper()
-	expiry := int64(3600)
-	tr, err := c.Client.CoreV1().ServiceAccounts(ControllerNamespace).CreateToken(ctx, renderedSA,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("token for %s/%s: %v", ControllerNamespace, renderedSA, err)
-	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["sim"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
-	cfg.AuthInfos["kubefence"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.AuthInfos["kubefence"] = &clientcmdapi.AuthInfo{Token: serviceAccountToken(t, ctx, c, renderedSA)}
 	cfg.Contexts["sim"] = &clientcmdapi.Context{Cluster: "sim", AuthInfo: "kubefence"}
 	cfg.CurrentContext = "sim"
 	path := filepath.Join(t.TempDir(), "kubefence.kubeconfig")
@@ -317,6 +318,8 @@ func checkAccessReviews(t *testing.T, ctx context.Context, sa kubernetes.Interfa
 		"create VolumeAttachments":       {authorizationv1.ResourceAttributes{Group: "storage.k8s.io", Verb: "create", Resource: "volumeattachments"}, false},
 		"bind roles":                     {authorizationv1.ResourceAttributes{Group: "rbac.authorization.k8s.io", Verb: "create", Resource: "clusterrolebindings"}, false},
 		"read ConfigMaps of its release": {authorizationv1.ResourceAttributes{Namespace: ControllerNamespace, Verb: "get", Resource: "configmaps"}, false},
+		"review tokens (secure metrics)": {authorizationv1.ResourceAttributes{Group: "authentication.k8s.io", Verb: "create", Resource: "tokenreviews"}, true},
+		"review access (secure metrics)": {authorizationv1.ResourceAttributes{Group: "authorization.k8s.io", Verb: "create", Resource: "subjectaccessreviews"}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			attrs := tc.attrs
