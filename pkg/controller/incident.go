@@ -57,7 +57,7 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 // budgetReasons are the holds and waits a forced incident overrides; pause, exclusion
 // and dry run are a person's switches and stand.
 var budgetReasons = map[string]bool{
-	policy.ReasonStorm: true, policy.ReasonZoneDark: true, policy.ReasonCooldown: true, policy.ReasonControlPlane: true,
+	policy.ReasonStorm: true, policy.ReasonStormPending: true, policy.ReasonZoneDark: true, policy.ReasonCooldown: true, policy.ReasonControlPlane: true,
 	policy.ReasonMaxConcurrent: true, policy.ReasonRateLimited: true, policy.ReasonNothingToRelease: true,
 }
 

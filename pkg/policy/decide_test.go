@@ -76,6 +76,40 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(maxUnhealthy(intstr.FromString("30%"))), nodes: dead(nodes("n", 10, nil), 0, 1, 2),
 			verdict: Fence, reason: ReasonWithinBudget,
 		},
+		// Two of three nodes die together; the first crosses the threshold while the
+		// other is still suspect. Fencing it would be fencing the first of a storm.
+		"one dead and one suspect, one allowed: wait for the suspect": {
+			policy: testPolicy(maxUnhealthy(intstr.FromInt32(1))),
+			nodes: func() []Node {
+				ns := dead(nodes("n", 3, nil), 0)
+				ns[1].Suspect, ns[1].UnhealthyAt = true, t0.Add(150*time.Millisecond)
+				return ns
+			}(),
+			verdict: Wait, reason: ReasonStormPending, until: t0.Add(150 * time.Millisecond),
+			message: "1 of 3 nodes governed by policy p are unhealthy and 1 more suspect, maxUnhealthy 1 allows 1",
+		},
+		"the suspect turned unhealthy: hold both": {
+			policy: testPolicy(maxUnhealthy(intstr.FromInt32(1))), nodes: dead(nodes("n", 3, nil), 0, 1),
+			verdict: Hold, reason: ReasonStorm,
+		},
+		"a suspect within the budget does not delay a fence": {
+			policy: testPolicy(maxUnhealthy(intstr.FromInt32(2))),
+			nodes: func() []Node {
+				ns := dead(nodes("n", 4, nil), 0)
+				ns[1].Suspect, ns[1].UnhealthyAt = true, t0.Add(time.Second)
+				return ns
+			}(),
+			verdict: Fence, reason: ReasonWithinBudget,
+		},
+		"a suspect with an open incident counts once, as unhealthy": {
+			policy: testPolicy(maxUnhealthy(intstr.FromInt32(2))),
+			nodes: func() []Node {
+				ns := dead(nodes("n", 4, nil), 0)
+				ns[1].Suspect, ns[1].Incident = true, true
+				return ns
+			}(),
+			verdict: Fence, reason: ReasonWithinBudget,
+		},
 		"maxUnhealthy as a count: 3 down with 2 allowed: hold": {
 			policy: testPolicy(maxUnhealthy(intstr.FromInt32(2))), nodes: dead(nodes("n", 100, nil), 5, 6, 7), node: 5,
 			verdict: Hold, reason: ReasonStorm,

@@ -45,6 +45,7 @@ const (
 	ReasonExcluded         = "Excluded"
 	ReasonNothingToRelease = "NothingToRelease"
 	ReasonStorm            = "UnhealthyBudgetExceeded"
+	ReasonStormPending     = "UnhealthyBudgetPending"
 	ReasonZoneDark         = "ZonePartitioned"
 	ReasonCooldown         = "Cooldown"
 	ReasonControlPlane     = "ControlPlaneOneAtATime"
@@ -204,6 +205,10 @@ func Decide(p *v1alpha1.Policy, node Node, cluster Cluster, now time.Time) Decis
 // view is one pass over the cluster, shared by the rules.
 type view struct {
 	total, unhealthy int
+	// suspect counts the nodes that are neither unhealthy nor in an incident but have bad
+	// evidence; suspectUntil is the soonest any of them turns unhealthy if nothing changes.
+	suspect      int
+	suspectUntil time.Time
 	// fencing and cpFencing count nodes other than the one decided.
 	fencing, cpFencing int
 	// zoneNodes and zoneLit count nodes and healthy nodes in the decided node's zone.
@@ -214,8 +219,14 @@ func survey(node Node, cluster Cluster) view {
 	v := view{total: len(cluster.Nodes)}
 	for i := range cluster.Nodes {
 		n := &cluster.Nodes[i]
-		if n.Unhealthy || n.Incident {
+		switch {
+		case n.Unhealthy || n.Incident:
 			v.unhealthy++
+		case n.Suspect:
+			v.suspect++
+			if !n.UnhealthyAt.IsZero() && (v.suspectUntil.IsZero() || n.UnhealthyAt.Before(v.suspectUntil)) {
+				v.suspectUntil = n.UnhealthyAt
+			}
 		}
 		if n.Fencing && n.Name != node.Name {
 			v.fencing++

@@ -60,10 +60,20 @@ func nothingToRelease(p *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.T
 	return Decision{}, false
 }
 
+// storm holds all fencing while more nodes are unhealthy than the budget allows. Nodes
+// that die together cross the threshold apart, by their renewal phases (up to a renewal
+// period) and by when this process saw their last renewals; so while the unhealthy and
+// the suspect nodes together exceed the budget, the decision waits until the suspects
+// are judged, healthy again or unhealthy, instead of fencing the first of a storm.
 func storm(p *v1alpha1.Policy, _ Node, _ Cluster, v view, _ time.Time) (Decision, bool) {
-	if limit := MaxUnhealthy(p.Budget, v.total); v.unhealthy > limit {
+	limit := MaxUnhealthy(p.Budget, v.total)
+	if v.unhealthy > limit {
 		return hold(ReasonStorm, "%d of %d nodes governed by policy %s are unhealthy, maxUnhealthy %s allows %d: holding all fencing",
 			v.unhealthy, v.total, p.Name, p.Budget.MaxUnhealthy.String(), limit)
+	}
+	if v.unhealthy+v.suspect > limit {
+		return wait(v.suspectUntil, ReasonStormPending, "%d of %d nodes governed by policy %s are unhealthy and %d more suspect, maxUnhealthy %s allows %d: waiting until the suspects are judged",
+			v.unhealthy, v.total, p.Name, v.suspect, p.Budget.MaxUnhealthy.String(), limit)
 	}
 	return Decision{}, false
 }

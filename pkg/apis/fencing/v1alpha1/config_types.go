@@ -234,8 +234,11 @@ type Budget struct {
 	// default 10.
 	MaxConcurrent int32 `json:"maxConcurrent,omitempty"`
 	// MaxUnhealthy is a count or a percentage of the nodes this policy selects; when more
-	// nodes are unhealthy, nothing is fenced (storm hold). A count of 0 or more, or a
-	// percentage from 0% to 100%; default 40%.
+	// nodes are unhealthy, nothing is fenced (storm hold). While the unhealthy nodes and
+	// those with bad evidence not yet past its threshold (suspect) together are more, a
+	// decision waits until the suspects are judged: nodes that die together cross the
+	// threshold up to a renewal period apart. A count of 0 or more, or a percentage from
+	// 0% to 100%; default 40%.
 	MaxUnhealthy *intstr.IntOrString `json:"maxUnhealthy,omitempty"`
 	// PerZone holds fencing of a node whose zone (label topology.kubernetes.io/zone) has
 	// no healthy node left: a dark zone is far more likely a network partition than every
