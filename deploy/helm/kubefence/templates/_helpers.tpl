@@ -1,13 +1,22 @@
+{{- define "kubefence.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "kubefence.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "kubefence.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "kubefence.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "kubefence.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -15,13 +24,45 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "kubefence.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "kubefence.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: controller
 {{- end -}}
 
+{{/*
+kubefence.createServiceAccount is "true" unless serviceAccount.create is false. A missing
+key counts as true: `helm upgrade --reuse-values` from a chart that had no such value
+renders with that chart's values, and must keep the ServiceAccount it created.
+*/}}
+{{- define "kubefence.createServiceAccount" -}}
+{{- if or (not (hasKey .Values.serviceAccount "create")) .Values.serviceAccount.create }}true{{ end -}}
+{{- end -}}
+
+{{/*
+Without serviceAccount.create the name must be given: falling back to the namespace's
+"default" ServiceAccount would hand the controller's ClusterRole to every pod that uses it.
+*/}}
 {{- define "kubefence.serviceAccountName" -}}
+{{- if include "kubefence.createServiceAccount" . -}}
 {{- default (include "kubefence.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name: the existing ServiceAccount to run as, needed when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+kubefence.topologySpreadConstraints gives every constraint without a labelSelector the
+controller's own selector labels, so that a constraint may name only its topologyKey.
+*/}}
+{{- define "kubefence.topologySpreadConstraints" -}}
+{{- $out := list -}}
+{{- $selector := include "kubefence.selectorLabels" . | fromYaml -}}
+{{- range .Values.controller.topologySpreadConstraints -}}
+{{- $c := deepCopy . -}}
+{{- if not (hasKey $c "labelSelector") }}{{ $_ := set $c "labelSelector" (dict "matchLabels" $selector) }}{{ end -}}
+{{- $out = append $out $c -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
 
 {{/* kubefence.image takes (dict "image" IMAGE-VALUES "root" $). */}}
