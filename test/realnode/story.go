@@ -197,26 +197,6 @@ func (c *Cluster) MovePod(ctx context.Context, sts, node string) error {
 	})
 }
 
-// WaitRenewals waits until node's Lease has been renewed twice more, so that the leader
-// has measured its renewal cadence: until then its evidence floor is the Lease's whole
-// duration (docs/safety-model.md §10), which would measure a fresh leader, not the
-// steady state.
-func (c *Cluster) WaitRenewals(ctx context.Context, node string) error {
-	var last *metav1.MicroTime
-	changes := 0
-	return WaitFor(ctx, "two renewals of "+node+"'s Lease", func() (bool, error) {
-		l, err := c.Client.CoordinationV1().Leases(sim.NodeLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
-		if err != nil || l.Spec.RenewTime == nil {
-			return false, err
-		}
-		if last != nil && !l.Spec.RenewTime.Equal(last) {
-			changes++
-		}
-		last = l.Spec.RenewTime
-		return changes >= 2, nil
-	})
-}
-
 // Failure is what one node's failure led to, by the clocks of this machine.
 type Failure struct {
 	Node    string

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -388,4 +390,28 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// WaitLeaseRenewals waits until node's Lease has been renewed twice more, so that a
+// controller watching it has measured its renewal cadence: until then a leader's evidence
+// floor is the Lease's whole duration (docs/safety-model.md §10), which would measure a
+// fresh leader, not the steady state.
+func WaitLeaseRenewals(ctx context.Context, client kubernetes.Interface, node string) error {
+	var last *metav1.MicroTime
+	changes := 0
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, node, metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil {
+			return false, nil
+		}
+		if last != nil && !l.Spec.RenewTime.Equal(last) {
+			changes++
+		}
+		last = l.Spec.RenewTime
+		return changes >= 2, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for two renewals of %s's Lease: %w", node, err)
+	}
+	return nil
 }

@@ -167,7 +167,7 @@ func failOnce(ctx context.Context, c *realnode.Cluster, rec *sim.Recorder, node 
 	if err := c.MovePod(ctx, "web", node); err != nil {
 		return nil, err
 	}
-	if err := c.WaitRenewals(ctx, node); err != nil {
+	if err := sim.WaitLeaseRenewals(ctx, c.Client, node); err != nil {
 		return nil, err
 	}
 	// Paces the failure within the renewal cycle; it waits for no condition.

@@ -89,7 +89,7 @@ func scenario(ctx context.Context, h *sim.Harness) (string, error) {
 	}
 	say("fence-controller %s is leader", leader)
 	say("waiting until it has seen %s renew its Lease twice (until then a fresh leader waits the Lease's whole duration, 40s)", victim)
-	if err := waitRenewals(ctx, h, victim); err != nil {
+	if err := sim.WaitLeaseRenewals(ctx, h.Cluster.Client, victim); err != nil {
 		return "", err
 	}
 

@@ -74,22 +74,3 @@ func running(pids map[string]int) []string {
 	sort.Strings(left)
 	return left
 }
-
-// waitRenewals waits until the node's Lease has been renewed twice more, so that the
-// controller has measured its renewal cadence: before that, a fresh leader's evidence
-// floor is the Lease's whole leaseDurationSeconds (docs/safety-model.md §10).
-func waitRenewals(ctx context.Context, h *sim.Harness, node string) error {
-	var last *metav1.MicroTime
-	changes := 0
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := h.Cluster.Client.CoordinationV1().Leases(sim.NodeLeaseNamespace).Get(ctx, node, metaGet)
-		if err != nil || l.Spec.RenewTime == nil {
-			return false, nil
-		}
-		if last != nil && !l.Spec.RenewTime.Equal(last) {
-			changes++
-		}
-		last = l.Spec.RenewTime
-		return changes >= 2, nil
-	})
-}
