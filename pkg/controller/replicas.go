@@ -73,7 +73,10 @@ func (r *replicas) on(node string, now time.Time) string {
 	defer r.mu.Unlock()
 	for _, s := range r.seen {
 		if s.node == node && now.Sub(s.at) < r.window {
-			return fmt.Sprintf("replica %s renewed its identity Lease %s ago", s.holder, now.Sub(s.at).Round(time.Millisecond))
+			// When, not how long ago: the evidence is the hold's message, and a message
+			// that changed at every sync would record the hold again at every sync (a
+			// status write, an Event and a metric each time).
+			return fmt.Sprintf("replica %s was last seen renewing its identity Lease at %s", s.holder, s.at.UTC().Format(time.RFC3339Nano))
 		}
 	}
 	return ""
