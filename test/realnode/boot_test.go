@@ -28,7 +28,7 @@ func TestNodePowerCycle(t *testing.T) {
 	if _, err := c.Client.CoreV1().Pods("default").Create(ctx, pod("before"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "pod before running", func() (bool, error) { return runningPod(ctx, c, "default", "before") != nil, nil })
+	waitFor(t, ctx, "pod before running", func() (bool, error) { return c.RunningPod(ctx, "default", "before") != nil, nil })
 	n := c.Node("node-1")
 	boot := n.BootID()
 	if err := c.Crash(ctx, "node-1"); err != nil {
@@ -62,5 +62,5 @@ func TestNodePowerCycle(t *testing.T) {
 	if _, err := c.Client.CoreV1().Pods("default").Create(ctx, pod("after"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "pod after running", func() (bool, error) { return runningPod(ctx, c, "default", "after") != nil, nil })
+	waitFor(t, ctx, "pod after running", func() (bool, error) { return c.RunningPod(ctx, "default", "after") != nil, nil })
 }

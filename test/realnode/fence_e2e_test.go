@@ -107,10 +107,6 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 	}
 }
 
-func runningPod(ctx context.Context, c *Cluster, ns, name string) *corev1.Pod {
-	return c.RunningPod(ctx, ns, name)
-}
-
 // TestFencingOnRealNodes is a user's story on three real nodes, one cluster throughout:
 //
 //   - the chart installed with its defaults (and the BMC Secret and node annotations of
@@ -268,7 +264,7 @@ func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target, strategy 
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "a pod running on "+target+" again", func() (bool, error) {
-		return runningPod(ctx, c, "default", probe.Name) != nil, nil
+		return c.RunningPod(ctx, "default", probe.Name) != nil, nil
 	})
 	return nf.GetName()
 }

@@ -103,10 +103,12 @@ func runProfile(ctx context.Context, name string, runs int, verbose bool) (*resu
 }
 
 func story(ctx context.Context, c *realnode.Cluster, name string, p profile, runs int, dir string, began time.Time) (*result, error) {
-	say("building the kubefence image, pushing it to the local registry, helm install with the chart's defaults%s",
-		map[bool]string{true: " and the profile's values", false: ""}[p.values != "" || runs > 1])
+	docs := []string{p.values}
+	if runs > 1 {
+		docs = append(docs, repeatValues)
+	}
 	var values []string
-	for _, v := range []string{p.values, map[bool]string{true: repeatValues}[runs > 1]} {
+	for _, v := range docs {
 		if v == "" {
 			continue
 		}
@@ -116,6 +118,7 @@ func story(ctx context.Context, c *realnode.Cluster, name string, p profile, run
 		}
 		values = append(values, f)
 	}
+	say("building the kubefence image, pushing it to the local registry, helm install with the chart's defaults and %d values file(s)", len(values))
 	if _, err := c.Install(ctx, values...); err != nil {
 		return nil, err
 	}
