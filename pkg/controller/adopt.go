@@ -69,7 +69,7 @@ func adopted(nf *v1alpha1.NodeFence, identity string) bool {
 // cancel ends an incident that has not started fencing, on a sign of life.
 func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time, life string) error {
 	nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseCancelled, "node alive before fencing started: "+life
-	addStep(&nf.Status, now, v1alpha1.StepCancelled, nf.Status.Message)
+	c.step(ctx, nf, now, v1alpha1.StepCancelled, nf.Status.Message)
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseCancelled)).Inc()
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonCancelled, "Node %s is alive (%s); incident %s cancelled before fencing", node.Name, life, nf.Name)
 	return c.save(ctx, nf)

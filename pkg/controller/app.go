@@ -94,7 +94,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		return err
 	}
 	for _, w := range warnings {
-		klog.InfoS("Configuration warning", "warning", w)
+		klog.FromContext(ctx).Info("Configuration warning", "warning", w)
 	}
 	dyn, client, err := clients(o)
 	if err != nil {
@@ -134,7 +134,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		return err
 	}
 	health.SetSynced()
-	klog.InfoS("Caches synced", "identity", identity)
+	klog.FromContext(ctx).Info("Caches synced", "identity", identity)
 
 	ids := &IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity, Owner: podOwner(o, cfg.LeaderElection.Namespace),
 		Component: "controller", Node: o.NodeName, Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
@@ -142,7 +142,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	go ids.Run(ctx)
 	if o.LeaderPod != nil {
 		if err := SetLeaderCondition(ctx, client, *o.LeaderPod, false); err != nil {
-			klog.ErrorS(err, "Marking own pod as standby")
+			klog.FromContext(ctx).Error(err, "Marking own pod as standby")
 		}
 	}
 	lead := leader(o, client, health, ids, host, c)
@@ -198,7 +198,7 @@ func clients(o AppOptions) (dynamic.Interface, kubernetes.Interface, error) {
 func checkAgents(ctx context.Context, cfg *v1alpha1.Config, host *plugin.Host) error {
 	problems := ValidateAgents(ctx, cfg, host)
 	for _, u := range problems.Unreachable {
-		klog.InfoS("Agent did not answer at start; its parameters are checked at its first call", "error", u)
+		klog.FromContext(ctx).Info("Agent did not answer at start; its parameters are checked at its first call", "error", u)
 	}
 	if err := problems.Err(); err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -231,12 +231,12 @@ func leader(o AppOptions, client kubernetes.Interface, health *Health, ids *Iden
 		health.SetLeader()
 		if o.LeaderPod != nil {
 			if err := SetLeaderCondition(ctx, client, *o.LeaderPod, true); err != nil {
-				klog.ErrorS(err, "Marking own pod as leader")
+				klog.FromContext(ctx).Error(err, "Marking own pod as leader")
 			}
 		}
 		go wait.UntilWithContext(ctx, func(ctx context.Context) {
 			if _, err := ids.Collect(ctx); err != nil {
-				klog.ErrorS(err, "Collecting identity leases")
+				klog.FromContext(ctx).Error(err, "Collecting identity leases")
 			}
 		}, o.IdentityRenewInterval)
 		agentLeases := *ids
@@ -256,7 +256,7 @@ func awaitEnd(ctx context.Context, le v1alpha1.LeaderElection, elected <-chan st
 		select {
 		case <-elected:
 		case <-time.After(le.RenewDeadline.Duration + le.RetryPeriod.Duration):
-			klog.InfoS("Leader Lease not released in time; exiting", "lease", le.Namespace+"/"+le.Name)
+			klog.FromContext(ctx).Info("Leader Lease not released in time; exiting", "lease", le.Namespace+"/"+le.Name)
 		}
 		return nil
 	case err := <-errc:

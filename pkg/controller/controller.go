@@ -320,7 +320,7 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	// Open incidents resume from their status; new ones need evidence gathered while this
 	// replica leads (see Detector.RestartClocks).
 	c.detector.RestartClocks(c.now())
-	klog.InfoS("Acting as leader", "identity", c.opts.Identity, "epoch", epoch)
+	klog.FromContext(ctx).Info("Acting as leader", "identity", c.opts.Identity, "epoch", epoch)
 	// A cache read fails only on a selector it cannot use; the resync below enqueues
 	// every node again within seconds anyway.
 	nodes, err := c.nodes.List(everything())

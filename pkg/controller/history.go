@@ -30,10 +30,10 @@ func (c *Controller) pruneHistory(ctx context.Context) {
 		err := c.store.client.Delete(ctx, nf.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			klog.ErrorS(err, "Pruning incident history", "incident", nf.Name)
+			klog.FromContext(ctx).Error(err, "Pruning incident history", "incident", nf.Name)
 			continue
 		}
-		klog.V(2).InfoS("Pruned an ended incident", "incident", nf.Name, "node", nf.Spec.NodeName, "phase", nf.Status.Phase)
+		klog.FromContext(ctx).V(2).Info("Pruned an ended incident", "incident", nf.Name, "node", nf.Spec.NodeName, "phase", nf.Status.Phase)
 	}
 }
 

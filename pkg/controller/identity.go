@@ -58,7 +58,7 @@ func (l *IdentityLeases) Run(ctx context.Context) {
 		result := renewalSuccess
 		if err != nil {
 			result = renewalFailure
-			klog.ErrorS(err, "Renewing identity lease", "identity", l.Identity)
+			klog.FromContext(ctx).Error(err, "Renewing identity lease", "identity", l.Identity)
 		}
 		if l.Metrics != nil {
 			l.Metrics.identityRenewals.WithLabelValues(result).Inc()
@@ -68,7 +68,7 @@ func (l *IdentityLeases) Run(ctx context.Context) {
 	defer cancel()
 	err := l.Client.CoordinationV1().Leases(l.Namespace).Delete(del, LeaseName(l.Component, l.Identity), metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		klog.ErrorS(err, "Deleting identity lease on exit", "identity", l.Identity)
+		klog.FromContext(ctx).Error(err, "Deleting identity lease on exit", "identity", l.Identity)
 	}
 }
 
@@ -147,7 +147,7 @@ func (l *IdentityLeases) Collect(ctx context.Context) (int, error) {
 		}
 		if err == nil {
 			n++
-			klog.InfoS("Collected expired identity lease", "lease", lease.Name, "holder", deref(lease.Spec.HolderIdentity))
+			klog.FromContext(ctx).Info("Collected expired identity lease", "lease", lease.Name, "holder", deref(lease.Spec.HolderIdentity))
 		}
 	}
 	return n, nil

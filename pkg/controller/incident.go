@@ -27,6 +27,7 @@ const holdRecheck = 2 * time.Second
 // drive moves an open incident on by one or more steps, persisting each.
 func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pn policy.Node, obs detector.Observation) (time.Duration, error) {
 	nf = nf.DeepCopy()
+	ctx = withLogValues(ctx, "incident", nf.Name)
 	pol := c.policyByName(nf.Status.Policy)
 	if pol == nil {
 		var err error
@@ -108,7 +109,7 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		d.Verdict = policy.Hold
 	}
 	if forced(nf) && budgetReasons[d.Reason] && d.Verdict != policy.Fence {
-		addStep(&nf.Status, now, v1alpha1.StepForced, fmt.Sprintf("%s overridden by %s=true: %s", d.Reason, v1alpha1.ForceAnnotation, d.Message))
+		c.step(ctx, nf, now, v1alpha1.StepForced, fmt.Sprintf("%s overridden by %s=true: %s", d.Reason, v1alpha1.ForceAnnotation, d.Message))
 		d = policy.Decision{Verdict: policy.Fence, Message: fmt.Sprintf("forced past %s", d.Reason)}
 	}
 	if d.Verdict != policy.Fence {
@@ -127,7 +128,7 @@ func (c *Controller) decide(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	}
 	nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseFencing, ""
 	nf.Status.Level = 1
-	addStep(&nf.Status, now, v1alpha1.StepFenceStarted, fmt.Sprintf("policy %s: %s", pol.Name, d.Message))
+	c.step(ctx, nf, now, v1alpha1.StepFenceStarted, fmt.Sprintf("policy %s: %s", pol.Name, d.Message))
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFencing)).Inc()
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceStarted, "Fencing node %s (incident %s)", node.Name, nf.Name)
 	// Persisted with the first attempt, before the first agent call.
@@ -149,7 +150,7 @@ func (c *Controller) notYet(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		}
 		nf.Status.Phase, nf.Status.Message = phase, d.Message
 		// The step is named after the verdict: v1alpha1.StepWait or StepHold (TestVerdictStepTypes).
-		addStep(&nf.Status, now, string(d.Verdict), d.Reason+": "+d.Message)
+		c.step(ctx, nf, now, string(d.Verdict), d.Reason+": "+d.Message)
 		if err := c.save(ctx, nf); err != nil {
 			return 0, err
 		}
@@ -185,7 +186,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			return c.fenced(ctx, nf, node, pol)
 		case fencer.GiveUp:
 			nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseFailed, step.Reason
-			addStep(&nf.Status, now, v1alpha1.StepFailed, step.Reason)
+			c.step(ctx, nf, now, v1alpha1.StepFailed, step.Reason)
 			c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseFailed)).Inc()
 			c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceFailed, "Fencing node %s failed; nothing was released: %s", node.Name, step.Reason)
 			return 0, c.save(ctx, nf)
@@ -197,7 +198,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			// The write of the issued attempt checks the Lease right before the call.
 			if why := c.agentDownReason(step.Agent); why != "" {
 				msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
-				addStep(&nf.Status, c.now(), v1alpha1.StepLevelSkipped, msg)
+				c.step(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
 				c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
 				if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Skipped, Level: step.Level, Agent: step.Agent,
 					Try: step.Try, Err: errors.New(msg), ErrKind: plugin.KindAgentDown}); err != nil {
@@ -208,7 +209,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			// Written ahead: the call is on record, with its target and time, before it
 			// is sent, so a crash or an API server outage cannot hide an action the
 			// device took.
-			addStep(&nf.Status, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, node, step))
+			c.step(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, node, step))
 			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
 				return 0, err
 			}
@@ -248,11 +249,11 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 		// The same read error again while verifying: nothing new to record.
 		return false, nil
 	case ev.Err != nil:
-		addStep(&nf.Status, now, v1alpha1.StepAgentError, fmt.Sprintf("agent %s %s %s: %v", step.Agent, method(step), ev.ErrKind, ev.Err))
+		c.step(ctx, nf, now, v1alpha1.StepAgentError, fmt.Sprintf("agent %s %s %s: %v", step.Agent, method(step), ev.ErrKind, ev.Err))
 	case step.Kind == fencer.DoFence:
-		addStep(&nf.Status, now, v1alpha1.StepAgentReturned, fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
+		c.step(ctx, nf, now, v1alpha1.StepAgentReturned, fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
 	case lastAttempt(nf).State != prev:
-		addStep(&nf.Status, now, v1alpha1.StepStateReadBack, fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence))
+		c.step(ctx, nf, now, v1alpha1.StepStateReadBack, fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence))
 	default:
 		// Still verifying with nothing new: no write, the next poll comes soon.
 		return false, nil
@@ -321,7 +322,7 @@ func lastAttempt(nf *v1alpha1.NodeFence) *v1alpha1.Attempt {
 func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	now := c.now()
 	nf.Status.Phase = v1alpha1.PhaseFenced
-	addStep(&nf.Status, now, v1alpha1.StepVerified, fmt.Sprintf("level %d read back as fenced", nf.Status.VerifiedLevel))
+	c.step(ctx, nf, now, v1alpha1.StepVerified, fmt.Sprintf("level %d read back as fenced", nf.Status.VerifiedLevel))
 	if a := lastAttempt(nf); a != nil {
 		c.metrics.phaseDuration.WithLabelValues(durationFence).Observe(now.Sub(a.Started.Time).Seconds())
 	}
@@ -332,9 +333,9 @@ func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 }
 
 // remediator acts for nf: its steps go to nf's timeline, its checkpoints save nf.
-func (c *Controller) remediator(nf *v1alpha1.NodeFence) remediate.Remediator {
+func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) remediate.Remediator {
 	r := *c.remedy
-	r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), step, msg) }
+	r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), step, msg) }
 	r.Checkpoint = func(ctx context.Context) error {
 		err := c.save(ctx, nf)
 		if err == nil && nf.Status.Phase == v1alpha1.PhaseFenced {
@@ -353,23 +354,23 @@ func (c *Controller) remediator(nf *v1alpha1.NodeFence) remediate.Remediator {
 // writes the incident, checking the Lease first, before the first change to the cluster.
 func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	start := c.now()
-	r := c.remediator(nf)
+	r := c.remediator(ctx, nf)
 	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
 	if errors.Is(err, remediate.ErrNodeRebooted) {
 		nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseRemediated, err.Error()
-		addStep(&nf.Status, c.now(), v1alpha1.StepReleaseSkipped, err.Error())
+		c.step(ctx, nf, c.now(), v1alpha1.StepReleaseSkipped, err.Error())
 		return 0, c.save(ctx, nf)
 	}
 	if err != nil {
 		// Record what was done so far; the next try resumes from it.
 		if serr := c.save(ctx, nf); serr != nil {
-			klog.ErrorS(serr, "Recording partial remediation", "incident", nf.Name)
+			klog.FromContext(ctx).Error(serr, "Recording partial remediation")
 		}
 		return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
 	now := c.now()
 	nf.Status.Phase = v1alpha1.PhaseRemediated
-	addStep(&nf.Status, now, v1alpha1.StepRemediated, fmt.Sprintf("strategy %s: taints added %v, %d pods and %d volume attachments deleted",
+	c.step(ctx, nf, now, v1alpha1.StepRemediated, fmt.Sprintf("strategy %s: taints added %v, %d pods and %d volume attachments deleted",
 		pol.Remediation, nf.Status.Remediation.TaintsAdded, len(nf.Status.Remediation.PodsDeleted), len(nf.Status.Remediation.VolumeAttachmentsDeleted)))
 	c.metrics.phaseDuration.WithLabelValues(durationRemediate).Observe(now.Sub(start).Seconds())
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRemediated)).Inc()
@@ -399,13 +400,13 @@ func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
 		if err != nil {
 			_, msg := unfenceFailure(at.Agent, "power on", res, err)
-			addStep(&nf.Status, c.now(), v1alpha1.StepUnfenceFailed, msg)
+			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
 			continue
 		}
-		addStep(&nf.Status, c.now(), v1alpha1.StepPoweredOn, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+		c.step(ctx, nf, c.now(), v1alpha1.StepPoweredOn, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
 	}
 	if err := c.save(ctx, nf); err != nil {
-		klog.ErrorS(err, "Recording power on", "incident", nf.Name)
+		klog.FromContext(ctx).Error(err, "Recording power on")
 	}
 }
 
@@ -432,7 +433,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		}
 		return 0, c.contradiction(ctx, nf, node)
 	}
-	c.clearContradiction(nf, obs)
+	c.clearContradiction(ctx, nf, obs)
 	if err := c.checkLease(ctx); err != nil {
 		return 0, err
 	}
@@ -443,22 +444,22 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			// the try is retried with backoff, and the timeline records each new state
 			// read back, not every try.
 			if key, msg := unfenceFailure(at.Agent, methodUnfence, res, err); !strings.HasPrefix(lastUnfenceFailure(nf, at.Agent), key) {
-				addStep(&nf.Status, c.now(), v1alpha1.StepUnfenceFailed, msg)
+				c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
 				if serr := c.save(ctx, nf); serr != nil {
 					err = errors.Join(err, serr)
 				}
 			}
 			return 0, fmt.Errorf("incident %s: unfence agent %s: %w", nf.Name, at.Agent, err)
 		}
-		addStep(&nf.Status, c.now(), v1alpha1.StepUnfenced, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+		c.step(ctx, nf, c.now(), v1alpha1.StepUnfenced, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
 	}
-	r := c.remediator(nf)
+	r := c.remediator(ctx, nf)
 	if err := r.RemoveTaints(ctx, node.Name, &nf.Status.Remediation); err != nil {
 		return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
 	now := c.now()
 	nf.Status.Phase = v1alpha1.PhaseRecovered
-	addStep(&nf.Status, now, v1alpha1.StepRecovered, fmt.Sprintf("node Ready with new boot ID %s", obs.BootID))
+	c.step(ctx, nf, now, v1alpha1.StepRecovered, fmt.Sprintf("node Ready with new boot ID %s", obs.BootID))
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseRecovered)).Inc()
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRecovered, "Node %s is back with a new boot; incident %s closed", node.Name, nf.Name)
 	return 0, c.save(ctx, nf)
@@ -507,19 +508,19 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 			if lastStepIs(nf, v1alpha1.StepLateReleaseRefused, msg) {
 				return 0, nil
 			}
-			addStep(&nf.Status, c.now(), v1alpha1.StepLateReleaseRefused, msg)
+			c.step(ctx, nf, c.now(), v1alpha1.StepLateReleaseRefused, msg)
 			c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateReleaseRefused, "%s", msg)
 			return 0, c.save(ctx, nf)
 		}
 		reads = append(reads, fmt.Sprintf("agent %s reads %s", at.Agent, ev.State))
 	}
 	msg := fmt.Sprintf("pods %v were bound to the fenced node after its release; %s", late, strings.Join(reads, ", "))
-	addStep(&nf.Status, c.now(), v1alpha1.StepLateRelease, msg)
+	c.step(ctx, nf, c.now(), v1alpha1.StepLateRelease, msg)
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateRelease, "%s", msg)
-	r := c.remediator(nf)
+	r := c.remediator(ctx, nf)
 	if err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation); err != nil {
 		if serr := c.save(ctx, nf); serr != nil {
-			klog.ErrorS(serr, "Recording late release", "incident", nf.Name)
+			klog.FromContext(ctx).Error(serr, "Recording late release")
 		}
 		return 0, fmt.Errorf("incident %s: late release: %w", nf.Name, err)
 	}
@@ -555,16 +556,16 @@ func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, 
 		node.Name, nf.Status.BootID)
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionTrue,
 		Reason: conditionReasonSameBoot, Message: msg, ObservedGeneration: nf.Generation})
-	addStep(&nf.Status, c.now(), v1alpha1.StepContradiction, msg)
+	c.step(ctx, nf, c.now(), v1alpha1.StepContradiction, msg)
 	c.metrics.contradictions.Inc()
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceContradicted, "%s", msg)
-	klog.ErrorS(nil, "Fence contradicted", "node", node.Name, "incident", nf.Name, "bootID", nf.Status.BootID)
+	klog.FromContext(ctx).Error(nil, "Fence contradicted", "bootID", nf.Status.BootID)
 	return c.save(ctx, nf)
 }
 
 // clearContradiction lowers a FenceContradicted condition once the node turns out to have
 // rebooted after all: the alarm stays in the timeline, not on a Recovered incident.
-func (c *Controller) clearContradiction(nf *v1alpha1.NodeFence, obs detector.Observation) {
+func (c *Controller) clearContradiction(ctx context.Context, nf *v1alpha1.NodeFence, obs detector.Observation) {
 	if !meta.IsStatusConditionTrue(nf.Status.Conditions, ConditionContradiction) {
 		return
 	}
@@ -572,7 +573,7 @@ func (c *Controller) clearContradiction(nf *v1alpha1.NodeFence, obs detector.Obs
 		obs.BootID, nf.Status.BootID)
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionFalse,
 		Reason: conditionReasonRebooted, Message: msg, ObservedGeneration: nf.Generation})
-	addStep(&nf.Status, c.now(), v1alpha1.StepContradictionCleared, msg)
+	c.step(ctx, nf, c.now(), v1alpha1.StepContradictionCleared, msg)
 }
 
 // verifiedAttempts returns the attempts that verified the incident's fence.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
@@ -173,5 +176,47 @@ func TestContradictionClearedByReboot(t *testing.T) {
 func TestVerdictStepTypes(t *testing.T) {
 	if string(policy.Wait) != v1alpha1.StepWait || string(policy.Hold) != v1alpha1.StepHold {
 		t.Errorf("verdicts %s and %s, step types %s and %s", policy.Wait, policy.Hold, v1alpha1.StepWait, v1alpha1.StepHold)
+	}
+}
+
+// TestLogsNameNodeAndIncident (issue 23): what a sync logs carries the node and the
+// incident as keys, and every timeline step is logged with them.
+func TestLogsNameNodeAndIncident(t *testing.T) {
+	verified := time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)
+	nf, node := remediatedIncident(verified)
+	nf.Status.Policy = "p"
+	cfg := &v1alpha1.Config{Policies: []v1alpha1.Policy{{Name: "p"}}}
+	cfg.Default()
+	c := fixtureController(t, cfg, nil, nf)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx := withLogValues(klog.NewContext(context.Background(), logger), "node", node.Name)
+	obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-1",
+		RenewalSeen: verified.Add(3 * time.Second), StatusSeen: verified.Add(4 * time.Second)}
+	if _, err := c.drive(ctx, nf, node, policy.Node{}, obs); err != nil {
+		t.Fatalf("drive: %v", err)
+	}
+	var steps, contradicted int
+	for _, e := range logger.GetSink().(ktesting.Underlier).GetBuffer().Data() {
+		kv := map[string]any{}
+		for i := 0; i+1 < len(e.WithKVList); i += 2 {
+			kv[fmt.Sprint(e.WithKVList[i])] = e.WithKVList[i+1]
+		}
+		for i := 0; i+1 < len(e.ParameterKVList); i += 2 {
+			kv[fmt.Sprint(e.ParameterKVList[i])] = e.ParameterKVList[i+1]
+		}
+		if kv["node"] != "node-1" || kv["incident"] != nf.Name {
+			t.Errorf("log entry %q has node %v and incident %v, want node-1 and %s", e.Message, kv["node"], kv["incident"], nf.Name)
+		}
+		switch e.Message {
+		case "Incident step":
+			if kv["step"] == v1alpha1.StepContradiction {
+				steps++
+			}
+		case "Fence contradicted":
+			contradicted++
+		}
+	}
+	if steps != 1 || contradicted != 1 {
+		t.Errorf("logged %d Contradiction steps and %d contradictions, want 1 and 1", steps, contradicted)
 	}
 }

@@ -53,7 +53,7 @@ func Elect(ctx context.Context, client kubernetes.Interface, cfg v1alpha1.Leader
 			OnStartedLeading: func(ctx context.Context) {
 				epoch, err := currentEpoch(ctx, client, cfg, identity)
 				if err != nil {
-					klog.ErrorS(err, "Reading fencing epoch")
+					klog.FromContext(ctx).Error(err, "Reading fencing epoch")
 					onLost()
 					return
 				}
@@ -64,7 +64,7 @@ func Elect(ctx context.Context, client kubernetes.Interface, cfg v1alpha1.Leader
 					onLost()
 				}
 			},
-			OnNewLeader: func(id string) { klog.InfoS("Leader observed", "leader", id) },
+			OnNewLeader: func(id string) { klog.FromContext(ctx).Info("Leader observed", "leader", id) },
 		},
 	})
 	if err != nil {

@@ -43,20 +43,21 @@ func (c *Controller) repairOrphan(ctx context.Context, n *corev1.Node, incs []*v
 			continue
 		}
 		nf = nf.DeepCopy()
+		ctx := withLogValues(ctx, "node", n.Name, "incident", nf.Name)
 		if err := c.checkLease(ctx); err != nil {
 			return // not confirmed as leader: nothing is touched; checkLease acted on a deposition
 		}
 		r := *c.remedy
-		r.OnStep = func(step, msg string) { addStep(&nf.Status, c.now(), v1alpha1.StepOrphanPrefix+step, msg) }
+		r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), v1alpha1.StepOrphanPrefix+step, msg) }
 		if err := r.RemoveTaints(ctx, n.Name, &nf.Status.Remediation); err != nil {
-			klog.ErrorS(err, "Repairing orphaned taints", "node", n.Name, "incident", nf.Name)
+			klog.FromContext(ctx).Error(err, "Repairing orphaned taints")
 			return
 		}
 		c.metrics.orphans.WithLabelValues(orphanRepaired).Inc()
 		c.event(n, nf, corev1.EventTypeWarning, v1alpha1.ReasonOrphanRepaired,
 			"Removed taints of node %s that closed incident %s recorded but had not removed", n.Name, nf.Name)
 		if err := c.save(ctx, nf); err != nil {
-			klog.ErrorS(err, "Recording orphan repair", "incident", nf.Name)
+			klog.FromContext(ctx).Error(err, "Recording orphan repair")
 		}
 		return
 	}

@@ -31,11 +31,11 @@ func (c *Controller) watchRemoteAgents(ctx context.Context, hc HealthChecker, le
 			err := hc.Healthy(ctx, name)
 			c.setAgentHealth(name, err)
 			if err != nil {
-				klog.ErrorS(err, "Remote agent does not answer", "agent", name)
+				klog.FromContext(ctx).Error(err, "Remote agent does not answer", "agent", name)
 				continue
 			}
 			if err := leases.Renew(ctx, name); err != nil {
-				klog.ErrorS(err, "Renewing remote agent lease", "agent", name)
+				klog.FromContext(ctx).Error(err, "Renewing remote agent lease", "agent", name)
 			}
 		}
 	}, interval)

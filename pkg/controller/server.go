@@ -65,10 +65,10 @@ func serve(ctx context.Context, o ServingOptions, client kubernetes.Interface, h
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.HealthAddress, err)
 	}
-	klog.InfoS("Serving health probes", "address", healthLn.Addr().String())
+	klog.FromContext(ctx).Info("Serving health probes", "address", healthLn.Addr().String())
 	go func() { errc <- serving.Serve(ctx, healthLn, healthMux(h), nil) }()
 	if o.MetricsAddress == MetricsOff {
-		klog.InfoS("Serving no metrics", "metricsBindAddress", o.MetricsAddress)
+		klog.FromContext(ctx).Info("Serving no metrics", "metricsBindAddress", o.MetricsAddress)
 		return nil
 	}
 	var handler http.Handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
@@ -84,7 +84,7 @@ func serve(ctx context.Context, o ServingOptions, client kubernetes.Interface, h
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.MetricsAddress, err)
 	}
-	klog.InfoS("Serving metrics", "address", metricsLn.Addr().String(), "secure", o.MetricsSecure)
+	klog.FromContext(ctx).Info("Serving metrics", "address", metricsLn.Addr().String(), "secure", o.MetricsSecure)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", handler)
 	go func() { errc <- serving.Serve(ctx, metricsLn, mux, tlsConfig) }()

@@ -26,13 +26,14 @@ const RequestedByController = "controller"
 
 // sync looks at one node and moves its incident on. It returns when to look again.
 func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
+	ctx = withLogValues(ctx, "node", name)
 	now := c.now()
 	node, err := c.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		// A deleted Node object says nothing about the machine; an open incident keeps
 		// its state and a person decides. Nothing new is started for a node we cannot see.
 		obs := c.detector.NodeDeleted(name, now)
-		klog.V(2).InfoS("Node deleted", "node", name, "evidence", obs.Evidence)
+		klog.FromContext(ctx).V(2).Info("Node deleted", "evidence", obs.Evidence)
 		c.forgetDryRun(name)
 		return 0, nil
 	}
@@ -114,7 +115,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		return holdRecheck, nil
 	}
 	if why := c.failedUnrecovered(node.Name, obs); why != "" {
-		klog.V(2).InfoS("No new incident", "node", node.Name, "reason", why)
+		klog.FromContext(ctx).V(2).Info("No new incident", "reason", why)
 		return holdRecheck, nil
 	}
 	if fresh, err := c.confirmStale(ctx, node, pol, now); err != nil || !fresh {
@@ -141,8 +142,8 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		rt := metav1.NewMicroTime(obs.RenewTime)
 		nf.Status.LeaseRenewTime = &rt
 	}
-	addStep(&nf.Status, obs.Since, v1alpha1.StepEvidenceStarted, obs.Evidence)
-	addStep(&nf.Status, now, v1alpha1.StepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
+	c.step(ctx, nf, obs.Since, v1alpha1.StepEvidenceStarted, obs.Evidence)
+	c.step(ctx, nf, now, v1alpha1.StepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
 	created, err := c.store.create(ctx, nf)
 	if err != nil {
 		return 0, err
@@ -151,7 +152,8 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
 	c.metrics.phaseDuration.WithLabelValues(durationDetect).Observe(now.Sub(obs.Since).Seconds())
 	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
-	klog.InfoS("Incident opened", "node", node.Name, "incident", created.Name, "evidence", obs.Evidence)
+	ctx = withLogValues(ctx, "incident", created.Name)
+	klog.FromContext(ctx).Info("Incident opened", "evidence", obs.Evidence)
 	// Go on at once rather than wait for the informer to bring the new incident back; the
 	// first decision writes the status with the detection in it.
 	requeue, err := c.drive(ctx, created, node, pn, obs)
@@ -159,7 +161,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		// The decision failed before it could write: keep the detection on record. (If it
 		// did write, this one fails on the resourceVersion, which is fine.)
 		if serr := c.save(ctx, created); serr != nil {
-			klog.V(2).InfoS("Recording detection after a failed decision", "incident", created.Name, "err", serr)
+			klog.FromContext(ctx).V(2).Info("Recording detection after a failed decision", "err", serr)
 		}
 	}
 	return requeue, err
@@ -182,13 +184,13 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 		// could renew either: staleness measured across the outage is the control
 		// plane's, not the nodes'. It counts again from now, as after a takeover.
 		c.detector.RestartClocks(now)
-		klog.InfoS("API server reachable again; Lease staleness counts from now", "node", node.Name)
+		klog.FromContext(ctx).Info("API server reachable again; Lease staleness counts from now")
 		return false, nil
 	}
 	c.detector.ObserveLease(lease, now)
 	_, obs := c.view(pol, node, now)
 	if obs.Health != detector.Unhealthy {
-		klog.InfoS("Lease renewed after all; no incident", "node", node.Name, "evidence", obs.Evidence)
+		klog.FromContext(ctx).Info("Lease renewed after all; no incident", "evidence", obs.Evidence)
 		return false, nil
 	}
 	return true, nil
@@ -243,6 +245,19 @@ func (c *Controller) refreshUnhealthy(now time.Time) {
 	}
 	c.metrics.unhealthy.Set(float64(unhealthy))
 	c.metrics.failedNodes.Set(float64(failed))
+}
+
+// withLogValues returns ctx with its logger carrying keysAndValues: what a sync logs
+// names its node and incident.
+func withLogValues(ctx context.Context, keysAndValues ...any) context.Context {
+	return klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), keysAndValues...))
+}
+
+// step adds a timeline step to nf and logs it with the context's keys (node and
+// incident): the log carries every step an incident takes, as its timeline does.
+func (c *Controller) step(ctx context.Context, nf *v1alpha1.NodeFence, at time.Time, typ, msg string) {
+	addStep(&nf.Status, at, typ, msg)
+	klog.FromContext(ctx).Info("Incident step", "step", typ, "message", msg)
 }
 
 func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {

@@ -103,7 +103,7 @@ func (c *Controller) monitorTargets(ctx context.Context, every time.Duration) {
 		// A cache read; a round that cannot list the nodes is skipped.
 		nodes, err := c.nodes.List(everything())
 		if err == nil {
-			c.recordTargets(c.caller.checkTargets(ctx, c.cfg.Policies, nodes))
+			c.recordTargets(ctx, c.caller.checkTargets(ctx, c.cfg.Policies, nodes))
 		}
 		jitter := time.Duration(rand.Int64N(int64(every/10) + 1))
 		select {
@@ -114,14 +114,14 @@ func (c *Controller) monitorTargets(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (c *Controller) recordTargets(checks []TargetCheck) {
+func (c *Controller) recordTargets(ctx context.Context, checks []TargetCheck) {
 	c.metrics.targetUp.Reset()
 	for _, tc := range checks {
 		up := 0.0
 		if tc.Up() {
 			up = 1
 		} else {
-			klog.ErrorS(tc.Err, "Fence device check failed", "node", tc.Node, "agent", tc.Agent, "target", tc.Target)
+			klog.FromContext(ctx).Error(tc.Err, "Fence device check failed", "node", tc.Node, "agent", tc.Agent, "target", tc.Target)
 		}
 		c.metrics.targetUp.WithLabelValues(tc.Node, tc.Agent).Set(up)
 	}

@@ -128,7 +128,7 @@ func (c *Controller) markPods(ctx context.Context, obs detector.Observation, now
 		_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
 			metav1.PatchOptions{}, "status")
 		if err != nil {
-			klog.V(2).InfoS("Marking pod of unreachable node", "pod", klog.KObj(pod), "err", err)
+			klog.FromContext(ctx).V(2).Info("Marking pod of unreachable node", "pod", klog.KObj(pod), "err", err)
 		}
 	}
 }
@@ -153,7 +153,7 @@ func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs dete
 		c.recorder.Eventf(node, corev1.EventTypeWarning, v1alpha1.ReasonWouldFence, "Dry run: would fence node %s: %s (%s)",
 			node.Name, obs.Evidence, d.Message)
 	}
-	klog.InfoS("Dry run: would fence", "node", node.Name, "evidence", obs.Evidence)
+	klog.FromContext(ctx).Info("Dry run: would fence", "evidence", obs.Evidence)
 }
 
 // forgetDryRun forgets the episodes reported in dry run for a node that is healthy again
