@@ -11,10 +11,9 @@ import (
 )
 
 const (
-	chartDir    = "../helm/kubefence"
-	manifests   = "../manifests/kubefence.yaml"
-	crdSource   = "../../pkg/apis/fencing/v1alpha1/crd"
-	crdChartDir = "../helm/kubefence/crds"
+	chartDir  = "../helm/kubefence"
+	manifests = "../manifests/kubefence.yaml"
+	crdSource = "../../pkg/apis/fencing/v1alpha1/crd"
 )
 
 // TestManifestsUpToDate fails when deploy/manifests was not regenerated after a chart change.
@@ -32,27 +31,62 @@ func TestManifestsUpToDate(t *testing.T) {
 	}
 }
 
-// TestChartCRDsMatchSource fails when the chart's CRD copy differs from the generated one
-// in pkg/apis (run deploy/helm/sync-crds.sh, which make manifests does).
+// TestChartCRDsMatchSource fails when the chart's CRD template differs from the generated
+// CRD in pkg/apis (run deploy/helm/sync-crds.sh, which make manifests does): rendered, it
+// is the source plus the chart's labels and, with crds.keep, helm.sh/resource-policy: keep.
+// crds.install=false renders no CRD.
 func TestChartCRDsMatchSource(t *testing.T) {
 	src, err := filepath.Glob(filepath.Join(crdSource, "*.yaml"))
 	if err != nil || len(src) == 0 {
 		t.Fatalf("no CRDs in %s: %v", crdSource, err)
 	}
-	copies, _ := filepath.Glob(filepath.Join(crdChartDir, "*.yaml"))
-	if len(copies) != len(src) {
-		t.Errorf("chart has %d CRD files, %s has %d: run make manifests", len(copies), crdSource, len(src))
+	for name, tc := range map[string]struct {
+		values map[string]any
+		crds   int
+		keep   bool
+	}{
+		"defaults":   {nil, len(src), true},
+		"not kept":   {map[string]any{"crds": map[string]any{"keep": false}}, len(src), false},
+		"not in use": {map[string]any{"crds": map[string]any{"install": false}}, 0, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := Render(chartDir, tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rendered := decode(t, out)["CustomResourceDefinition"]
+			if len(rendered) != tc.crds {
+				t.Fatalf("%d CRDs rendered, want %d", len(rendered), tc.crds)
+			}
+			for i, got := range rendered {
+				var want object
+				b, err := os.ReadFile(src[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := yaml.Unmarshal(b, &want); err != nil {
+					t.Fatal(err)
+				}
+				if !equality(got.Spec, want.Spec) || got.Metadata["name"] != want.Metadata["name"] {
+					t.Errorf("rendered CRD %v differs from %s: run make manifests", got.Metadata["name"], src[i])
+				}
+				ann, _ := got.Metadata["annotations"].(map[string]any)
+				if kept := ann["helm.sh/resource-policy"] == "keep"; kept != tc.keep {
+					t.Errorf("CRD %v kept on uninstall: %v, want %v", got.Metadata["name"], kept, tc.keep)
+				}
+				if labels, _ := got.Metadata["labels"].(map[string]any); labels["app.kubernetes.io/managed-by"] != "Helm" {
+					t.Errorf("CRD %v labels %v, want the chart's", got.Metadata["name"], labels)
+				}
+			}
+		})
 	}
-	for _, s := range src {
-		want, err := os.ReadFile(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := os.ReadFile(filepath.Join(crdChartDir, filepath.Base(s)))
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("chart copy of %s is stale or missing (%v): run make manifests", filepath.Base(s), err)
-		}
-	}
+}
+
+// equality compares two decoded YAML values.
+func equality(a, b any) bool {
+	ja, erra := yaml.Marshal(a)
+	jb, errb := yaml.Marshal(b)
+	return erra == nil && errb == nil && bytes.Equal(ja, jb)
 }
 
 // allOn turns on every optional part of the chart, with two datacenters served remotely.

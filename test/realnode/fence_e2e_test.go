@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/hack/images/imagebuild"
@@ -141,7 +143,7 @@ func TestFencingOnRealNodes(t *testing.T) {
 		leader   bool
 	}{
 		{name: "dead node, default remediation", strategy: "Both"},
-		{name: "dead node, OutOfServiceTaint after an upgrade to a new tag", strategy: "OutOfServiceTaint", upgrade: []string{
+		{name: "dead node, OutOfServiceTaint after an upgrade to a new chart and tag", strategy: "OutOfServiceTaint", upgrade: []string{
 			"--set", "image.tag=" + upgradeTag, "-f", remediationValues(t, "OutOfServiceTaint")}},
 		{name: "hung node, Direct", strategy: "Direct", hang: true, upgrade: []string{"--reuse-values", "-f", remediationValues(t, "Direct")}},
 		{name: "the leader's node dies", strategy: "Direct", leader: true},
@@ -191,6 +193,9 @@ func upgrade(t *testing.T, ctx context.Context, c *Cluster, args []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if slices.Contains(args, "image.tag="+upgradeTag) {
+		chart = nextChart(t, chart)
+	}
 	out, err := c.Helm(ctx, append([]string{"upgrade", Release, chart,
 		"-n", Namespace, "--wait", "--timeout", "5m"}, args...)...)
 	if err != nil {
@@ -198,6 +203,7 @@ func upgrade(t *testing.T, ctx context.Context, c *Cluster, args []string) {
 	}
 	t.Logf("helm upgrade %v: %s", args, firstLines(out, 4))
 	if slices.Contains(args, "image.tag="+upgradeTag) {
+		checkCRDField(t, ctx, c, nextField)
 		pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -208,6 +214,64 @@ func upgrade(t *testing.T, ctx context.Context, c *Cluster, args []string) {
 			}
 		}
 	}
+}
+
+// nextField is the NodeFence spec field that only nextChart's CRD has.
+const nextField = "upgradeProbe"
+
+// nextChart copies the chart at dir as the next release would ship it: a new chart
+// version whose NodeFence CRD has one more optional spec field, nextField. A helm upgrade
+// to it must update the CRD (issue 23): helm never updates a chart's crds/ directory.
+func nextChart(t *testing.T, dir string) string {
+	t.Helper()
+	next := filepath.Join(t.TempDir(), "kubefence")
+	if err := copyRegular(dir, next); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(file, old, new string) {
+		p := filepath.Join(next, file)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), old) {
+			t.Fatalf("%s has no %q to change for the next chart version", p, old)
+		}
+		if err := os.WriteFile(p, []byte(strings.Replace(string(b), old, new, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit("Chart.yaml", "\nversion: ", "\nversion: 99.0.0-next.")
+	// The first nodeName property is the spec's, as controller-gen writes it.
+	edit("templates/crds.yaml", "\n              nodeName:\n", "\n              "+nextField+
+		":\n                description: Only the next chart version's CRD has this field (test/realnode).\n                type: string\n              nodeName:\n")
+	return next
+}
+
+// checkCRDField reads the NodeFence CRD from the API server and fails unless its spec
+// schema has field.
+func checkCRDField(t *testing.T, ctx context.Context, c *Cluster, field string) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd, err := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).
+		Get(ctx, "nodefences.fencing.kubefence.io", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		props, _, _ := unstructured.NestedMap(v.(map[string]any), "schema", "openAPIV3Schema", "properties", "spec", "properties")
+		if _, ok := props[field]; !ok {
+			t.Fatalf("after helm upgrade the NodeFence CRD's spec has no %s: the upgrade did not update the CRD (spec fields %d)", field, len(props))
+		}
+	}
+	if len(versions) == 0 {
+		t.Fatal("the NodeFence CRD has no versions")
+	}
+	t.Logf("helm upgrade updated the NodeFence CRD: spec.%s is served", field)
 }
 
 // otherThan is the first node that is not node.
