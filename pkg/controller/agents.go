@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"text/template"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +18,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/policy"
 )
 
 // AgentSource hands out agent handles by name; *plugin.Host is one.
@@ -29,15 +34,51 @@ type agentCaller struct {
 	metrics *metrics
 	// now is the controller's clock: attempt deadlines are on it.
 	now func() time.Time
+	// templates are the parsed target templates, by agent.
+	templates map[string]*template.Template
+	// nodes lists every node (from the cache), to find a target two nodes share.
+	nodes func() ([]*corev1.Node, error)
+	// policies say which nodes an agent acts for.
+	policies []v1alpha1.Policy
+}
+
+// newAgentCaller is an agentCaller for the (validated) agents of a config.
+func newAgentCaller(src AgentSource, cfg *v1alpha1.Config, client kubernetes.Interface, m *metrics,
+	now func() time.Time, nodes func() ([]*corev1.Node, error)) (*agentCaller, error) {
+	a := &agentCaller{agents: src, config: map[string]v1alpha1.Agent{}, client: client, metrics: m, now: now,
+		templates: map[string]*template.Template{}, nodes: nodes, policies: cfg.Policies}
+	for _, cfg := range cfg.Agents {
+		a.config[cfg.Name] = cfg
+		if cfg.Target.Template == "" {
+			continue
+		}
+		t, err := cfg.Target.TargetTemplate()
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: target.template: %w", cfg.Name, err)
+		}
+		a.templates[cfg.Name] = t
+	}
+	return a, nil
 }
 
 // request builds the plugin request for agent on node, with its secrets.
 func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Node, epoch int64) (plugin.Request, v1alpha1.Agent, error) {
+	return a.requestOwned(ctx, name, node, epoch, nil)
+}
+
+// requestOwned is request with the agent's targetOwners already listed (nil: list them).
+func (a *agentCaller) requestOwned(ctx context.Context, name string, node *corev1.Node, epoch int64, owners map[string][]string) (plugin.Request, v1alpha1.Agent, error) {
 	cfg, ok := a.config[name]
 	if !ok {
 		return plugin.Request{}, cfg, plugin.Errorf(plugin.KindPermanent, "agent %s is not configured", name)
 	}
-	target, err := targetOf(cfg, node)
+	target, err := a.targetOf(cfg, node)
+	if err == nil && owners == nil {
+		owners, err = a.targetOwners(cfg)
+	}
+	if err == nil {
+		err = unshared(cfg, node, target, owners)
+	}
 	if err != nil {
 		return plugin.Request{}, cfg, err
 	}
@@ -65,16 +106,27 @@ func (a *agentCaller) targetFor(agent string, node *corev1.Node) string {
 	if !ok {
 		return "(agent not configured)"
 	}
-	t, err := targetOf(cfg, node)
+	t, err := a.targetOf(cfg, node)
 	if err != nil {
 		return "(none: " + err.Error() + ")"
 	}
 	return t
 }
 
-func targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, error) {
+// targetOf names cfg's target for node.
+func (a *agentCaller) targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, error) {
 	var target, from string
 	switch {
+	case cfg.Target.Template != "":
+		tmpl := a.templates[cfg.Name]
+		if tmpl == nil {
+			return "", plugin.Errorf(plugin.KindPermanent, "agent %s: target template not parsed", cfg.Name)
+		}
+		t, err := v1alpha1.ExecuteTarget(tmpl, node)
+		if err != nil {
+			return "", plugin.Errorf(plugin.KindPermanent, "agent %s: %v", cfg.Name, err)
+		}
+		return t, nil
 	case cfg.Target.Annotation != "":
 		target, from = node.Annotations[cfg.Target.Annotation], "annotation "+cfg.Target.Annotation
 	case cfg.Target.Label != "":
@@ -86,6 +138,64 @@ func targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, error) {
 		return "", plugin.Errorf(plugin.KindPermanent, "agent %s: node %s has no %s to name its target", cfg.Name, node.Name, from)
 	}
 	return target, nil
+}
+
+// targetOwners maps each target of agent cfg to the nodes it acts for that name it.
+func (a *agentCaller) targetOwners(cfg v1alpha1.Agent) (map[string][]string, error) {
+	owners := map[string][]string{}
+	if a.nodes == nil {
+		return owners, nil
+	}
+	nodes, err := a.nodes()
+	if err != nil {
+		return nil, plugin.Errorf(plugin.KindRetryable, "agent %s: list nodes to check that each target is one node's: %v", cfg.Name, err)
+	}
+	for _, n := range nodes {
+		if !a.actsFor(cfg.Name, n) {
+			continue
+		}
+		if t, err := a.targetOf(cfg, n); err == nil {
+			owners[t] = append(owners[t], n.Name)
+		}
+	}
+	return owners, nil
+}
+
+// unshared refuses a target that another node, one this agent also acts for, maps to as
+// well (owners, from targetOwners): acting on it could power off, or cut the storage of,
+// a node that is not the one being fenced. A copied annotation or a naming template that
+// drops what tells two nodes apart does that. Nodes whose policies use other agents do
+// not count: the agent's parameters, a port say, may set the devices apart.
+func unshared(cfg v1alpha1.Agent, node *corev1.Node, target string, owners map[string][]string) error {
+	var others []string
+	for _, n := range owners[target] {
+		if n != node.Name {
+			others = append(others, n)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	sort.Strings(others)
+	if len(others) > 3 {
+		others = append(others[:3], fmt.Sprintf("and %d more", len(others)-3))
+	}
+	return plugin.Errorf(plugin.KindPermanent, "agent %s: target %s of node %s is also the target of node %s; nothing is sent to it until the mapping names one node (agents[].target)",
+		cfg.Name, target, node.Name, strings.Join(others, ", "))
+}
+
+// actsFor reports whether a level of node's policy names agent.
+func (a *agentCaller) actsFor(agent string, node *corev1.Node) bool {
+	pol, err := policy.Select(a.policies, node.Labels)
+	if err != nil || pol == nil {
+		return false
+	}
+	for _, l := range pol.Levels {
+		if slices.Contains(l.Agents, agent) {
+			return true
+		}
+	}
+	return false
 }
 
 // call carries out a DoFence or DoVerify step and returns the event to apply. Fencing

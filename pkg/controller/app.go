@@ -332,11 +332,10 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 	for i := range list.Items {
 		nodes[i] = &list.Items[i]
 	}
-	agents := map[string]v1alpha1.Agent{}
-	for _, a := range cfg.Agents {
-		agents[a.Name] = a
+	caller, err := newAgentCaller(host, cfg, client, newMetrics(), time.Now, func() ([]*corev1.Node, error) { return nodes, nil })
+	if err != nil {
+		return false, err
 	}
-	caller := &agentCaller{agents: host, config: agents, client: client, metrics: newMetrics(), now: time.Now}
 	checks := caller.checkTargets(ctx, cfg.Policies, nodes)
 	if err := PrintTargetChecks(w, checks); err != nil {
 		return false, fmt.Errorf("print target checks: %w", err)

@@ -157,17 +157,19 @@ func New(opts Options) (*Controller, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
 	}
-	agents := map[string]v1alpha1.Agent{}
 	names := make([]string, 0, len(cfg.Agents))
 	for _, a := range cfg.Agents {
-		agents[a.Name] = a
 		names = append(names, a.Name)
 	}
 	c.metrics.initCounters(names)
 	// The agents read the controller's clock as it is at each call: a test that swaps it
 	// swaps theirs too.
-	c.caller = &agentCaller{agents: opts.Agents, config: agents, client: opts.Client, metrics: c.metrics,
-		now: func() time.Time { return c.now() }}
+	var err error
+	c.caller, err = newAgentCaller(opts.Agents, cfg, opts.Client, c.metrics, func() time.Time { return c.now() },
+		func() ([]*corev1.Node, error) { return c.nodes.List(everything()) })
+	if err != nil {
+		return nil, err
+	}
 	c.remedy = &remediate.Remediator{Client: opts.Client}
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
 	if err := c.newCaches(opts); err != nil {

@@ -56,6 +56,15 @@ func (a *agentCaller) checkTargets(ctx context.Context, policies []v1alpha1.Poli
 			jobs = append(jobs, job{n, agent})
 		}
 	}
+	// Each agent's targets are mapped once for the round, not once for every node.
+	owners := map[string]map[string][]string{}
+	for _, j := range jobs {
+		if _, done := owners[j.agent]; !done {
+			if cfg, ok := a.config[j.agent]; ok {
+				owners[j.agent], _ = a.targetOwners(cfg) // nil on error: each check lists again and says why
+			}
+		}
+	}
 	out := make([]TargetCheck, len(jobs))
 	sem := make(chan struct{}, targetConcurrency)
 	var wg sync.WaitGroup
@@ -64,7 +73,7 @@ func (a *agentCaller) checkTargets(ctx context.Context, policies []v1alpha1.Poli
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[i] = a.checkTarget(ctx, j.agent, j.node)
+			out[i] = a.checkTarget(ctx, j.agent, j.node, owners[j.agent])
 		}()
 	}
 	wg.Wait()
@@ -78,9 +87,9 @@ func (a *agentCaller) checkTargets(ctx context.Context, policies []v1alpha1.Poli
 }
 
 // checkTarget reads one node's target through agent, bounded by the agent's timeout.
-func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev1.Node) TargetCheck {
+func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev1.Node, owners map[string][]string) TargetCheck {
 	tc := TargetCheck{Node: node.Name, Agent: agent, Target: a.targetFor(agent, node)}
-	req, cfg, err := a.request(ctx, agent, node, 0)
+	req, cfg, err := a.requestOwned(ctx, agent, node, 0, owners)
 	if err != nil {
 		tc.Err = err
 		return tc

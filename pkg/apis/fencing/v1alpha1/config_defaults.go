@@ -222,16 +222,16 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 		errs = append(errs, field.Required(p.Child("secretRef"), "namespace and name"))
 	}
 	set := 0
-	for _, on := range []bool{a.Target.Annotation != "", a.Target.Label != "", a.Target.ProviderID} {
+	for _, on := range []bool{a.Target.Annotation != "", a.Target.Label != "", a.Target.ProviderID, a.Target.Template != ""} {
 		if on {
 			set++
 		}
 	}
 	switch {
 	case set == 0:
-		errs = append(errs, field.Required(p.Child("target"), "one of annotation, label or providerID: where the node's target is found"))
+		errs = append(errs, field.Required(p.Child("target"), "one of annotation, label, providerID or template: where the node's target is found"))
 	case set > 1:
-		errs = append(errs, field.Invalid(p.Child("target"), set, "exactly one of annotation, label, providerID must be set"))
+		errs = append(errs, field.Invalid(p.Child("target"), set, "exactly one of annotation, label, providerID, template must be set"))
 	}
 	errs = append(errs, within(p.Child("timeout"), a.Timeout, MinCallTimeout, MaxCallTimeout)...)
 	if a.OnTimeout != a.Timeout { // defaulted from it otherwise, and checked there
@@ -242,6 +242,11 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 	}
 	if a.Target.Label != "" {
 		errs = append(errs, qualifiedKey(p.Child("target", "label"), a.Target.Label)...)
+	}
+	if a.Target.Template != "" {
+		if _, err := a.Target.TargetTemplate(); err != nil {
+			errs = append(errs, field.Invalid(p.Child("target", "template"), a.Target.Template, err.Error()))
+		}
 	}
 	if a.SecretRef != nil && a.SecretRef.Namespace != "" && a.SecretRef.Name != "" {
 		errs = append(errs, dnsLabel(p.Child("secretRef", "namespace"), a.SecretRef.Namespace)...)

@@ -144,6 +144,14 @@ type TargetSource struct {
 	Label string `json:"label,omitempty"`
 	// ProviderID: the target is the node's spec.providerID.
 	ProviderID bool `json:"providerID,omitempty"`
+	// Template: the target is this Go text/template executed on the node, for a naming
+	// scheme that maps hundreds of nodes to their BMCs without an annotation on each. Its
+	// data are .Name, .ProviderID, .Labels and .Annotations; a map key the node lacks
+	// (.Labels.rack) is an error, not an empty string. Besides the built-in functions
+	// (printf, index, ...) it has replace, trimPrefix, trimSuffix and lower, e.g.
+	// `{{ .Name }}-ipmi.dc1.example.com` or `{{ .Name | trimSuffix ".example.com" }}-bmc`.
+	// A result that is empty or holds white space is an error naming the node.
+	Template string `json:"template,omitempty"`
 }
 
 // LevelMode says how many agents of a level must succeed.
