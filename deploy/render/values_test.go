@@ -72,7 +72,9 @@ func TestSchemaRejects(t *testing.T) {
 		"agent key misspelled":         {"agents: [{name: ipmi, binary: fence-agent-ipmi, target: {annotation: a}, secrets: x}]", []string{"/agents/0", "'secrets' not allowed"}},
 		"agent param not string":       {"agents: [{name: ipmi, binary: fence-agent-ipmi, target: {annotation: a}, params: {cipherSuite: 3}}]", []string{"/agents/0/params/cipherSuite"}},
 		"remote agent without TLS":     {"remoteAgents: [{name: ipmi-dc2, namespace: fencing-dc2, binary: fence-agent-ipmi, target: {annotation: a}}]", []string{"/remoteAgents/0", "serverTLSSecret"}},
-		"config key the chart ignores": {"config: {history: {maxAge: 24h}}", []string{"/config", "'history' not allowed"}},
+		"config key the chart ignores": {"config: {histroy: {maxAge: 24h}}", []string{"/config", "'histroy' not allowed"}},
+		"history age in days":          {"config: {history: {maxAge: 30d}}", []string{"/config/history/maxAge"}},
+		"target kind misspelled":       {"agents: [{name: ipmi, binary: fence-agent-ipmi, target: {templat: x}}]", []string{"/agents/0/target", "'templat' not allowed"}},
 		"reader kind":                  {"metrics: {readers: [{kind: Robot, name: r}]}", []string{"/metrics/readers/0/kind"}},
 		"scrape interval":              {"metrics: {serviceMonitor: {interval: 30}}", []string{"/metrics/serviceMonitor/interval"}},
 		"PDB minAvailable":             {"podDisruptionBudget: {minAvailable: half}", []string{"/podDisruptionBudget/minAvailable"}},
@@ -233,6 +235,21 @@ func TestRenderNames(t *testing.T) {
 			want:    []string{"serviceAccountName: fencing-sa", "name: fencing-sa\n    namespace: kubefence-system"},
 			lacking: []string{"\nkind: ServiceAccount"}},
 		"existing ServiceAccount unnamed": {values: "serviceAccount: {create: false}", err: "serviceAccount.name"},
+		"config history, onTimeout and a target template": {values: "config: {history: {maxAge: 240h, keepPerNode: 5}}\n" +
+			"agents: [{name: ipmi, binary: fence-agent-ipmi, onTimeout: 2m, target: {template: '{{ .Name }}-ipmi.dc1.example.com'}}]",
+			want: []string{"keepPerNode: 5", "maxAge: 240h", "onTimeout: 2m", "template: '{{ .Name }}-ipmi.dc1.example.com'"}},
+		"remote agent conventions": {values: "imagePullSecrets: [{name: regcred}]\nremoteAgents: [{name: ipmi-dc2, namespace: fencing-dc2, " +
+			"binary: fence-agent-ipmi, target: {annotation: a}, serverTLSSecret: s, clientTLSSecret: c, replicas: 2, " +
+			"podLabels: {tier: fencing}, podAnnotations: {example.com/scrape: \"no\"}, priorityClassName: fencing-agents, " +
+			"topologySpreadConstraints: [{maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: ScheduleAnyway}]}]",
+			want: []string{"kind: PodDisruptionBudget\nmetadata:\n  name: kubefence-agent-ipmi-dc2\n  namespace: fencing-dc2",
+				"        tier: fencing\n", "example.com/scrape: \"no\"", "priorityClassName: fencing-agents", "- name: regcred",
+				"podAntiAffinity:\n          preferredDuringSchedulingIgnoredDuringExecution:\n            - weight: 100\n              podAffinityTerm:\n                topologyKey: kubernetes.io/hostname\n                labelSelector:\n                  matchLabels:\n                    app.kubernetes.io/instance: kubefence\n                    fencing.kubefence.io/agent: ipmi-dc2",
+				"topologyKey: topology.kubernetes.io/zone"}},
+		"one remote agent replica, the controller's priority": {values: "remoteAgents: [{name: ipmi-dc2, namespace: fencing-dc2, " +
+			"binary: fence-agent-ipmi, target: {annotation: a}, serverTLSSecret: s, clientTLSSecret: c}]\npodDisruptionBudget: {enabled: false}",
+			want:    []string{"fencing.kubefence.io/agent: ipmi-dc2\n    spec:\n      automountServiceAccountToken: false\n      priorityClassName: system-cluster-critical"},
+			lacking: []string{"kind: PodDisruptionBudget", "fencing.kubefence.io/agent: ipmi-dc2\n      affinity"}},
 		// helm upgrade --reuse-values from a chart without the value renders with that
 		// chart's values (null deletes the key, as its absence there would).
 		"values of an older chart": {values: "serviceAccount: {create: null}",

@@ -95,6 +95,7 @@ controller's own selector labels, so that a constraint may name only its topolog
 {{- $a := dict "name" .a.name "target" .a.target -}}
 {{- with .a.params }}{{ $_ := set $a "params" . }}{{ end -}}
 {{- with .a.timeout }}{{ $_ := set $a "timeout" . }}{{ end -}}
+{{- with .a.onTimeout }}{{ $_ := set $a "onTimeout" . }}{{ end -}}
 {{- with .a.secret }}{{ $_ := set $a "secretRef" (dict "namespace" $.root.Release.Namespace "name" .) }}{{ end -}}
 {{- toJson $a -}}
 {{- end -}}
@@ -122,6 +123,7 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- $le := merge (dict "namespace" .Release.Namespace) (deepCopy (.Values.config.leaderElection | default dict)) -}}
 {{- $cfg := dict "apiVersion" "config.kubefence.io/v1alpha1" "kind" "FenceControllerConfiguration" "pluginDir" .Values.pluginDir "leaderElection" $le "agents" $agents "policies" .Values.policies -}}
 {{- with .Values.config.detection }}{{ $_ := set $cfg "detection" . }}{{ end -}}
+{{- with .Values.config.history }}{{ $_ := set $cfg "history" . }}{{ end -}}
 {{- if .Values.config.paused }}{{ $_ := set $cfg "paused" true }}{{ end -}}
 {{- if .Values.config.dryRun }}{{ $_ := set $cfg "dryRun" true }}{{ end -}}
 {{- toYaml $cfg -}}
