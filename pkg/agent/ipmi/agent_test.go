@@ -368,7 +368,10 @@ exec %q "$@"
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 
-	if _, err := ipmi.New().Fence(callCtx(t, 15*time.Second), requestFor(s), plugin.ActionReboot); err != nil {
+	// At Operator privilege, as docs/bmc-setup.md advises: ipmi_sim powers off and on.
+	req := requestFor(s)
+	req.Params[ipmi.ParamPrivilege] = "operator"
+	if _, err := ipmi.New().Fence(callCtx(t, 15*time.Second), req, plugin.ActionReboot); err != nil {
 		t.Fatalf("reboot: %v", err)
 	}
 	b, err := os.ReadFile(record)
@@ -382,6 +385,9 @@ exec %q "$@"
 		case "ARGV":
 			argvLines++
 			checkNoSecret(t, "ipmitool argv", rest)
+			if !strings.Contains(rest, " -L OPERATOR ") {
+				t.Errorf("ipmitool argv %q lacks -L OPERATOR", rest)
+			}
 		case "ENV":
 			checkNoSecret(t, "ipmitool environment", rest)
 		case "PWFILE":

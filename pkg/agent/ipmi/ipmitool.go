@@ -32,8 +32,10 @@ type Conn struct {
 	Host        string
 	Port        int
 	CipherSuite string
-	Username    string
-	Password    string
+	// Privilege is the IPMI session privilege level ipmitool asks for (-L).
+	Privilege string
+	Username  string
+	Password  string
 	// Timeout bounds each call to the BMC.
 	Timeout time.Duration
 	// CABundle holds PEM CA certificates that verify a Redfish BMC; empty means the
@@ -144,7 +146,7 @@ func (c *ipmitoolClient) run(ctx context.Context, command ...string) (string, er
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.conn.Timeout)
 	defer cancel()
-	args := []string{"-v", "-I", "lanplus", "-C", c.conn.CipherSuite,
+	args := []string{"-v", "-I", "lanplus", "-C", c.conn.CipherSuite, "-L", c.conn.Privilege,
 		"-H", c.conn.Host, "-p", strconv.Itoa(c.conn.Port),
 		"-U", c.conn.Username, "-f", c.passFile,
 		// One retry of one second: the per-call timeout and the verify loop do the

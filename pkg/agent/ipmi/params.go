@@ -16,6 +16,7 @@ import (
 const (
 	ParamPort          = "port"
 	ParamCipherSuite   = "cipherSuite"
+	ParamPrivilege     = "privilegeLevel"
 	ParamTimeout       = "timeout"
 	ParamVerifyTimeout = "verifyTimeout"
 	ParamPollInterval  = "pollInterval"
@@ -34,6 +35,8 @@ type params struct {
 	host        string
 	port        int
 	cipherSuite string
+	// privilege is the IPMI session privilege ipmitool asks for (-L).
+	privilege string
 	// timeout bounds each ipmitool call.
 	timeout time.Duration
 	// verifyTimeout bounds polling for the requested power state after a power command.
@@ -55,6 +58,8 @@ var paramSpecs = []plugin.Param{
 		Description: "UDP port of the BMC's IPMI LAN interface; a port in the target (host:port) takes precedence"},
 	{Name: ParamCipherSuite, Type: plugin.ParamString, Default: "3",
 		Description: "IPMI v2 (lanplus) cipher suite ID, 0-17"},
+	{Name: ParamPrivilege, Type: plugin.ParamString, Default: "ADMINISTRATOR",
+		Description: "IPMI session privilege level requested (ipmitool -L): OPERATOR is enough for chassis power control and lets the BMC account be an Operator; ADMINISTRATOR is ipmitool's own default"},
 	{Name: ParamTimeout, Type: plugin.ParamDuration, Default: "5s",
 		Description: "time limit of each call to the BMC"},
 	{Name: ParamVerifyTimeout, Type: plugin.ParamDuration, Default: "20s",
@@ -89,6 +94,11 @@ func parseParams(in map[string]string) (params, error) {
 	// ipmitool takes the ID as text (-C); it is parsed only to check its range.
 	p.cipherSuite = r.String(ParamCipherSuite)
 	r.Int(ParamCipherSuite, 0, 17, "a cipher suite ID (0-17)")
+	p.privilege = strings.ToUpper(r.String(ParamPrivilege))
+	if p.privilege != "OPERATOR" && p.privilege != "ADMINISTRATOR" {
+		// USER and CALLBACK cannot control chassis power: a fence through them always fails.
+		r.Errorf("%s: %q; want OPERATOR or ADMINISTRATOR (power control needs Operator)", ParamPrivilege, r.String(ParamPrivilege))
+	}
 	p.timeout = r.PositiveDuration(ParamTimeout)
 	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)
 	p.pollInterval = r.PositiveDuration(ParamPollInterval)

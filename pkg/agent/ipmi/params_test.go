@@ -36,6 +36,9 @@ func TestValidate(t *testing.T) {
 		"port zero":  {params: map[string]string{"port": "0"}, wantErr: []string{`port: "0" is not a port number`}},
 		"port large": {params: map[string]string{"port": "70000"}, wantErr: []string{"port:"}},
 		"cipher":     {params: map[string]string{"cipherSuite": "x"}, wantErr: []string{`cipherSuite: "x"`}},
+		"operator":   {params: map[string]string{"privilegeLevel": "operator"}},
+		"privilege too low": {params: map[string]string{"privilegeLevel": "USER"},
+			wantErr: []string{`privilegeLevel: "USER"; want OPERATOR or ADMINISTRATOR (power control needs Operator)`}},
 		"durations": {
 			params:  map[string]string{"timeout": "5", "verifyTimeout": "-1s", "pollInterval": "0s"},
 			wantErr: []string{"timeout: \"5\"", "verifyTimeout: \"-1s\"", "pollInterval: \"0s\""},
@@ -200,7 +203,7 @@ func TestDescribe(t *testing.T) {
 	if !secret["username"] || !secret["password"] || secret["port"] {
 		t.Errorf("secret flags %v", secret)
 	}
-	want := map[string]string{"port": "623", "cipherSuite": "3", "timeout": "5s", "verifyTimeout": "20s", "pollInterval": "250ms"}
+	want := map[string]string{"port": "623", "cipherSuite": "3", "privilegeLevel": "ADMINISTRATOR", "timeout": "5s", "verifyTimeout": "20s", "pollInterval": "250ms"}
 	for k, v := range want {
 		if defaults[k] != v {
 			t.Errorf("default of %s = %q, want %q", k, defaults[k], v)

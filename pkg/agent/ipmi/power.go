@@ -66,7 +66,7 @@ func (s *session) try(ctx context.Context, newClient ClientFunc, provider, node 
 		return plugin.Errorf(plugin.KindUnsupported, "provider %s: no client", provider)
 	}
 	client, err := newClient(Conn{
-		Host: s.p.host, Port: s.port, CipherSuite: s.p.cipherSuite,
+		Host: s.p.host, Port: s.port, CipherSuite: s.p.cipherSuite, Privilege: s.p.privilege,
 		Username: s.p.username, Password: s.p.password, Timeout: s.p.timeout,
 		CABundle: s.p.caBundle, Insecure: s.p.insecure, SystemName: s.p.systemName,
 	})
