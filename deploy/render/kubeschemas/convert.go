@@ -1,0 +1,441 @@
+package kubeschemas
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// A schema is a decoded JSON Schema (draft 4, as kubeconform compiles it): the same
+// map[string]any that encoding/json produces.
+type schema = map[string]any
+
+// defPrefix is how the apiserver's OpenAPI v2 document refers to its definitions, and how
+// the generated files refer to the copies they carry.
+const defPrefix = "#/definitions/"
+
+// draft4 is the dialect of every generated file.
+const draft4 = "http://json-schema.org/draft-04/schema#"
+
+// objectMeta is the definition of every object's metadata, also of custom resources'.
+const objectMeta = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+
+// FileName is the file kubeconform looks up for kind at apiVersion in a local schema
+// location "DIR/{{ .ResourceKind }}{{ .KindSuffix }}.json": the kind in lower case, then
+// the first label of the API group if there is one, then the version, joined by hyphens
+// (Deployment apps/v1: deployment-apps-v1.json; Service v1: service-v1.json).
+func FileName(apiVersion, kind string) string {
+	group, version, ok := strings.Cut(apiVersion, "/")
+	if !ok {
+		group, version = "", apiVersion
+	}
+	name := strings.ToLower(kind)
+	if group != "" {
+		first, _, _ := strings.Cut(group, ".")
+		name += "-" + strings.ToLower(first)
+	}
+	return name + "-" + strings.ToLower(version) + ".json"
+}
+
+// oneOfTypes are the definitions whose JSON form is not the one type the v2 document
+// gives them (string): the apiserver decodes either of these JSON types into them, as
+// their OpenAPIV3OneOfTypes in k8s.io/apimachinery declare.
+var oneOfTypes = map[string][]string{
+	"io.k8s.apimachinery.pkg.util.intstr.IntOrString": {"integer", "string"},
+	"io.k8s.apimachinery.pkg.api.resource.Quantity":   {"string", "number"},
+}
+
+// oneOf is a schema admitting exactly the JSON types given.
+func oneOf(types ...string) schema {
+	alts := make([]any, len(types))
+	for i, t := range types {
+		alts[i] = schema{"type": t}
+	}
+	return schema{"oneOf": alts}
+}
+
+// apiConverter turns the definitions of the apiserver's OpenAPI v2 document into strict
+// JSON Schemas.
+type apiConverter struct {
+	raw  map[string]schema // the document's definitions
+	conv map[string]schema // their conversions, by name
+}
+
+// gvk is one entry of a definition's x-kubernetes-group-version-kind.
+type gvk struct {
+	Group   string `json:"group"`
+	Version string `json:"version"`
+	Kind    string `json:"kind"`
+}
+
+func (g gvk) apiVersion() string {
+	if g.Group == "" {
+		return g.Version
+	}
+	return g.Group + "/" + g.Version
+}
+
+// newAPIConverter reads an OpenAPI v2 document (api/openapi-spec/swagger.json) and converts
+// all its definitions.
+func newAPIConverter(swagger []byte) (*apiConverter, error) {
+	var doc struct {
+		Swagger     string            `json:"swagger"`
+		Definitions map[string]schema `json:"definitions"`
+	}
+	if err := json.Unmarshal(swagger, &doc); err != nil {
+		return nil, fmt.Errorf("OpenAPI v2 document: %w", err)
+	}
+	if !strings.HasPrefix(doc.Swagger, "2.") || len(doc.Definitions) == 0 {
+		return nil, fmt.Errorf("not an OpenAPI v2 document with definitions (swagger %q, %d definitions)", doc.Swagger, len(doc.Definitions))
+	}
+	c := &apiConverter{raw: doc.Definitions, conv: map[string]schema{}}
+	for name, def := range c.raw {
+		s, err := c.definition(name, def)
+		if err != nil {
+			return nil, fmt.Errorf("definition %s: %w", name, err)
+		}
+		c.conv[name] = s
+	}
+	return c, nil
+}
+
+func (c *apiConverter) definition(name string, def schema) (schema, error) {
+	if types, ok := oneOfTypes[name]; ok {
+		return oneOf(types...), nil
+	}
+	return c.node(def)
+}
+
+// validating are the keywords of the v2 document's schemas that constrain a value; the
+// rest (descriptions, x-kubernetes-* list and patch hints) only annotate and are dropped.
+var validating = []string{"type", "format", "enum", "required", "pattern",
+	"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+	"minLength", "maxLength", "minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties"}
+
+// node converts one schema of the v2 document. The document uses, besides the validating
+// keywords, $ref (to its own definitions), properties, additionalProperties, items and
+// allOf; anything else that would hold a schema is refused rather than passed unchecked.
+func (c *apiConverter) node(s schema) (schema, error) {
+	if ref, ok := s["$ref"].(string); ok {
+		name, ok := strings.CutPrefix(ref, defPrefix)
+		if !ok {
+			return nil, fmt.Errorf("$ref %q outside %s", ref, defPrefix)
+		}
+		if _, ok := c.raw[name]; !ok {
+			return nil, fmt.Errorf("$ref %q: no such definition", ref)
+		}
+		return schema{"$ref": ref}, nil
+	}
+	if s["format"] == "int-or-string" {
+		return oneOf("integer", "string"), nil
+	}
+	out := schema{}
+	for _, k := range validating {
+		if v, ok := s[k]; ok {
+			out[k] = v
+		}
+	}
+	for _, k := range []string{"oneOf", "anyOf", "not", "patternProperties", "additionalItems", "definitions"} {
+		if _, ok := s[k]; ok {
+			return nil, fmt.Errorf("keyword %s not handled", k)
+		}
+	}
+	if props, ok := s["properties"].(map[string]any); ok {
+		conv := make(schema, len(props))
+		for name, p := range props {
+			ps, ok := p.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("property %s: not a schema", name)
+			}
+			cs, err := c.node(ps)
+			if err != nil {
+				return nil, fmt.Errorf("property %s: %w", name, err)
+			}
+			conv[name] = cs
+		}
+		out["properties"] = conv
+	}
+	switch ap := s["additionalProperties"].(type) {
+	case nil:
+		// Strict, as kubeconform -strict expects and as the apiserver's strict field
+		// validation judges: an object whose fields are listed has no others, unless
+		// the type keeps unknown fields.
+		if _, listed := out["properties"]; listed && s["x-kubernetes-preserve-unknown-fields"] != true {
+			out["additionalProperties"] = false
+		}
+	case bool:
+		out["additionalProperties"] = ap
+	case map[string]any:
+		cs, err := c.node(ap)
+		if err != nil {
+			return nil, fmt.Errorf("additionalProperties: %w", err)
+		}
+		out["additionalProperties"] = cs
+	default:
+		return nil, fmt.Errorf("additionalProperties of type %T", ap)
+	}
+	if items, ok := s["items"]; ok {
+		is, ok := items.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("items: not a schema")
+		}
+		cs, err := c.node(is)
+		if err != nil {
+			return nil, fmt.Errorf("items: %w", err)
+		}
+		out["items"] = cs
+	}
+	if all, ok := s["allOf"].([]any); ok {
+		conv := make([]any, len(all))
+		for i, a := range all {
+			as, ok := a.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("allOf[%d]: not a schema", i)
+			}
+			cs, err := c.node(as)
+			if err != nil {
+				return nil, fmt.Errorf("allOf[%d]: %w", i, err)
+			}
+			conv[i] = cs
+		}
+		out["allOf"] = conv
+	}
+	return out, nil
+}
+
+// closure adds to defs the converted definitions that s refers to, directly or not.
+func (c *apiConverter) closure(s any, defs schema) {
+	switch v := s.(type) {
+	case map[string]any:
+		if ref, ok := v["$ref"].(string); ok {
+			name := strings.TrimPrefix(ref, defPrefix)
+			if _, done := defs[name]; !done {
+				defs[name] = c.conv[name]
+				c.closure(c.conv[name], defs)
+			}
+		}
+		for _, e := range v {
+			c.closure(e, defs)
+		}
+	case []any:
+		for _, e := range v {
+			c.closure(e, defs)
+		}
+	}
+}
+
+// standalone is root as a file of its own: its apiVersion and kind pinned, and the
+// definitions it refers to carried along so that every $ref resolves inside the file.
+func (c *apiConverter) standalone(root schema, apiVersion, kind string) schema {
+	top := make(schema, len(root)+2)
+	for k, v := range root {
+		top[k] = v
+	}
+	if props, ok := root["properties"].(map[string]any); ok {
+		p := make(schema, len(props))
+		for k, v := range props {
+			p[k] = v
+		}
+		if _, ok := p["apiVersion"]; ok {
+			p["apiVersion"] = schema{"type": "string", "enum": []any{apiVersion}}
+		}
+		if _, ok := p["kind"]; ok {
+			p["kind"] = schema{"type": "string", "enum": []any{kind}}
+		}
+		top["properties"] = p
+	}
+	defs := schema{}
+	c.closure(top, defs)
+	if len(defs) > 0 {
+		top["definitions"] = defs
+	}
+	top["$schema"] = draft4
+	return top
+}
+
+// kindFiles is a file per group, version and kind that the document serves, by file name.
+func (c *apiConverter) kindFiles() (map[string]schema, error) {
+	files := map[string]schema{}
+	from := map[string]string{}
+	names := make([]string, 0, len(c.raw))
+	for name := range c.raw {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		raw, ok := c.raw[name]["x-kubernetes-group-version-kind"]
+		if !ok {
+			continue
+		}
+		b, err := json.Marshal(raw)
+		if err != nil {
+			return nil, err
+		}
+		var gvks []gvk
+		if err := json.Unmarshal(b, &gvks); err != nil {
+			return nil, fmt.Errorf("definition %s: x-kubernetes-group-version-kind: %w", name, err)
+		}
+		for _, g := range gvks {
+			file := FileName(g.apiVersion(), g.Kind)
+			if prev, dup := from[file]; dup && prev != name {
+				return nil, fmt.Errorf("%s: both %s and %s", file, prev, name)
+			}
+			from[file] = name
+			files[file] = c.standalone(c.conv[name], g.apiVersion(), g.Kind)
+		}
+	}
+	return files, nil
+}
+
+// crdConverter turns the OpenAPI v3 schemas of CustomResourceDefinitions into strict JSON
+// Schemas, each object's metadata checked as the apiserver's ObjectMeta.
+type crdConverter struct {
+	api *apiConverter
+}
+
+// crd is the part of a CustomResourceDefinition the schemas come from.
+type crd struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Spec       struct {
+		Group string `json:"group"`
+		Names struct {
+			Kind string `json:"kind"`
+		} `json:"names"`
+		Versions []struct {
+			Name   string `json:"name"`
+			Served bool   `json:"served"`
+			Schema *struct {
+				OpenAPIV3Schema schema `json:"openAPIV3Schema"`
+			} `json:"schema"`
+		} `json:"versions"`
+	} `json:"spec"`
+}
+
+// files adds to files a schema per served version of the CRD in doc (JSON).
+func (c crdConverter) files(doc []byte, files map[string]schema) error {
+	var d crd
+	if err := json.Unmarshal(doc, &d); err != nil {
+		return err
+	}
+	if d.APIVersion != "apiextensions.k8s.io/v1" || d.Kind != "CustomResourceDefinition" {
+		return fmt.Errorf("%s %s is not an apiextensions.k8s.io/v1 CustomResourceDefinition", d.APIVersion, d.Kind)
+	}
+	for _, v := range d.Spec.Versions {
+		if !v.Served {
+			continue
+		}
+		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+			return fmt.Errorf("%s %s/%s: no openAPIV3Schema", d.Spec.Names.Kind, d.Spec.Group, v.Name)
+		}
+		root, err := crdNode(v.Schema.OpenAPIV3Schema)
+		if err != nil {
+			return fmt.Errorf("%s %s/%s: %w", d.Spec.Names.Kind, d.Spec.Group, v.Name, err)
+		}
+		props, _ := root["properties"].(map[string]any)
+		if props == nil {
+			return fmt.Errorf("%s %s/%s: root schema lists no properties", d.Spec.Names.Kind, d.Spec.Group, v.Name)
+		}
+		// The apiserver checks every custom resource's metadata as ObjectMeta, whatever
+		// the CRD's schema says of it (at most name and generateName constraints).
+		props["metadata"] = schema{"$ref": defPrefix + objectMeta}
+		apiVersion := d.Spec.Group + "/" + v.Name
+		file := FileName(apiVersion, d.Spec.Names.Kind)
+		if _, dup := files[file]; dup {
+			return fmt.Errorf("%s: two CRDs map to it", file)
+		}
+		files[file] = c.api.standalone(root, apiVersion, d.Spec.Names.Kind)
+	}
+	return nil
+}
+
+// crdNode converts one schema of a CRD's openAPIV3Schema.
+func crdNode(s schema) (schema, error) {
+	out := schema{}
+	// Descriptions, defaults, examples and the x-kubernetes-* hints only annotate;
+	// x-kubernetes-validations (CEL) is not checked here.
+	for _, k := range validating {
+		if v, ok := s[k]; ok {
+			out[k] = v
+		}
+	}
+	if _, ok := s["$ref"]; ok {
+		return nil, fmt.Errorf("$ref in a structural schema")
+	}
+	sub := func(where string, v any) (schema, error) {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: not a schema", where)
+		}
+		cs, err := crdNode(m)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+		return cs, nil
+	}
+	if props, ok := s["properties"].(map[string]any); ok {
+		conv := make(schema, len(props))
+		for name, p := range props {
+			cs, err := sub("property "+name, p)
+			if err != nil {
+				return nil, err
+			}
+			conv[name] = cs
+		}
+		out["properties"] = conv
+	}
+	for _, k := range []string{"items", "not"} {
+		if v, ok := s[k]; ok {
+			cs, err := sub(k, v)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = cs
+		}
+	}
+	for _, k := range []string{"allOf", "anyOf", "oneOf"} {
+		list, ok := s[k].([]any)
+		if !ok {
+			continue
+		}
+		conv := make([]any, len(list))
+		for i, e := range list {
+			cs, err := sub(fmt.Sprintf("%s[%d]", k, i), e)
+			if err != nil {
+				return nil, err
+			}
+			conv[i] = cs
+		}
+		out[k] = conv
+	}
+	preserve := s["x-kubernetes-preserve-unknown-fields"] == true || s["x-kubernetes-embedded-resource"] == true
+	switch ap := s["additionalProperties"].(type) {
+	case nil:
+		if _, listed := out["properties"]; listed && !preserve {
+			out["additionalProperties"] = false
+		}
+	case bool:
+		out["additionalProperties"] = ap
+	case map[string]any:
+		cs, err := sub("additionalProperties", ap)
+		if err != nil {
+			return nil, err
+		}
+		out["additionalProperties"] = cs
+	}
+	// An int-or-string field is "anyOf: [integer, string]" in a structural schema; one
+	// without that spelled out still takes either.
+	if s["x-kubernetes-int-or-string"] == true && out["anyOf"] == nil && out["oneOf"] == nil && out["type"] == nil {
+		out["oneOf"] = oneOf("integer", "string")["oneOf"]
+	}
+	if s["nullable"] == true {
+		if t, ok := out["type"].(string); ok {
+			out["type"] = []any{t, "null"}
+		}
+		if e, ok := out["enum"].([]any); ok {
+			out["enum"] = append(append([]any(nil), e...), nil)
+		}
+	}
+	return out, nil
+}
