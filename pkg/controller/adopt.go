@@ -67,11 +67,13 @@ func adopted(nf *v1alpha1.NodeFence, identity string) bool {
 }
 
 // cancel ends an incident that has not started fencing, on a sign of life.
-func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, now time.Time, life string) error {
-	nf.Status.Phase, nf.Status.Message = v1alpha1.PhaseCancelled, "node alive before fencing started: "+life
-	c.step(ctx, nf, now, v1alpha1.StepCancelled, nf.Status.Message)
-	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhaseCancelled)).Inc()
-	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonCancelled, "Node %s is alive (%s); incident %s cancelled before fencing", node.Name, life, nf.Name)
+func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, life string) error {
+	msg := "node alive before fencing started: " + life
+	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseCancelled, message: &msg, count: true,
+		step: v1alpha1.StepCancelled, detail: msg, event: note{corev1.EventTypeNormal, v1alpha1.ReasonCancelled,
+			fmt.Sprintf("Node %s is alive (%s); incident %s cancelled before fencing", node.Name, life, nf.Name)}}); err != nil {
+		return err
+	}
 	return c.save(ctx, nf)
 }
 

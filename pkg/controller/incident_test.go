@@ -220,3 +220,24 @@ func TestLogsNameNodeAndIncident(t *testing.T) {
 		t.Errorf("logged %d Contradiction steps and %d contradictions, want 1 and 1", steps, contradicted)
 	}
 }
+
+// TestEnterRefusesIllegalMove: the one place that moves a phase refuses a move the
+// machine does not have (fencer.CanMove), and then changes nothing: an ended incident
+// never fences again, and nothing unverified is released.
+func TestEnterRefusesIllegalMove(t *testing.T) {
+	for _, tc := range []struct{ from, to v1alpha1.Phase }{
+		{v1alpha1.PhaseFailed, v1alpha1.PhaseFencing},
+		{v1alpha1.PhaseFencing, v1alpha1.PhaseRemediated},
+		{v1alpha1.PhaseRecovered, v1alpha1.PhaseRecovered},
+		{v1alpha1.PhasePending, v1alpha1.PhaseFenced},
+	} {
+		nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
+		nf.Status.Phase = tc.from
+		c := testController(t, nf)
+		err := c.enter(context.Background(), nf, node, transition{to: tc.to, count: true, step: v1alpha1.StepRemediated,
+			event: note{corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "x"}})
+		if err == nil || nf.Status.Phase != tc.from || len(nf.Status.Timeline) != 0 {
+			t.Errorf("%s → %s: err %v, phase %s, %d steps; want refused and nothing changed", tc.from, tc.to, err, nf.Status.Phase, len(nf.Status.Timeline))
+		}
+	}
+}

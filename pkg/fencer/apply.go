@@ -56,8 +56,9 @@ type Event struct {
 // StateFenced is the state an agent reads back from a fenced target.
 const StateFenced = "off"
 
-// Apply records ev in st at now and moves the incident on: to the next level when the
-// current one has failed, to Fenced when it is verified, to Failed after the last level.
+// Apply records ev in st at now and moves the fence on: to the next level when the
+// current one has failed, to a verified level when it is verified. It never sets the
+// phase: the controller moves it (Next says Done or GiveUp), through CanMove.
 func Apply(st *v1alpha1.NodeFenceStatus, plan Plan, ev Event, now time.Time) error {
 	level := max(st.Level, 1)
 	if ev.Level != level {
@@ -87,9 +88,6 @@ func Apply(st *v1alpha1.NodeFenceStatus, plan Plan, ev Event, now time.Time) err
 }
 
 func issue(st *v1alpha1.NodeFenceStatus, lv Level, ev Event, now time.Time) {
-	if st.Phase == v1alpha1.PhasePending || st.Phase == v1alpha1.PhaseHeld || st.Phase == "" {
-		st.Phase = v1alpha1.PhaseFencing
-	}
 	if a := latest(st, ev.Level, ev.Agent); a != nil && a.Try == ev.Try && a.State == v1alpha1.AttemptFencing {
 		// Re-issue after a lost outcome: same attempt, same deadline.
 		return
@@ -186,7 +184,6 @@ func settle(st *v1alpha1.NodeFenceStatus, lv Level, now time.Time) {
 	switch {
 	case done:
 		st.VerifiedLevel = st.Level
-		st.Phase = v1alpha1.PhaseFenced
 	case failed:
 		st.Level++
 	}

@@ -7,4 +7,8 @@
 // back a fenced state (all of them in mode all, one in mode any); a call that fails or an
 // attempt that is not verified before its deadline is a failure, retried with backoff and
 // then escalated to the next level.
+//
+// CanMove (phase.go) holds every phase an incident can be in and every way out of it.
+// Next and Apply never set the phase; the controller moves it, through CanMove, in one
+// place (pkg/controller, enter).
 package fencer

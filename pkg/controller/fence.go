@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// fence runs the fencer state machine until it must wait, is done or gives up.
+//
+// The incident is written before every agent call that changes the machine (the fence
+// is then re-issued on resume) and whenever it waits or ends. What the agents answered
+// in between is written with the next of those: losing it to a crash only means the
+// fence is issued and read back again, which agents do idempotently.
+func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
+	plan := fencer.PlanFor(pol, c.opts.PollInterval)
+	unsaved := false
+	wait := func(d time.Duration) (time.Duration, error) {
+		if !unsaved {
+			return d, nil
+		}
+		return d, c.save(ctx, nf)
+	}
+	for {
+		now := c.now()
+		step := fencer.Next(&nf.Status, plan, now)
+		switch step.Kind {
+		case fencer.DoWait:
+			return wait(max(step.Until.Sub(now), 10*time.Millisecond))
+		case fencer.Done:
+			return c.fenced(ctx, nf, node, pol)
+		case fencer.GiveUp:
+			if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFailed, message: text(step.Reason), count: true,
+				step: v1alpha1.StepFailed, detail: step.Reason, event: note{corev1.EventTypeWarning, v1alpha1.ReasonFenceFailed,
+					fmt.Sprintf("Fencing node %s failed; nothing was released: %s", node.Name, step.Reason)}}); err != nil {
+				return 0, err
+			}
+			return 0, c.save(ctx, nf)
+		case fencer.DoExpire:
+			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Expired, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
+				return 0, err
+			}
+		case fencer.DoFence:
+			// The write of the issued attempt checks the Lease right before the call.
+			if why := c.agentDownReason(step.Agent); why != "" {
+				msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
+				c.step(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
+				c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
+				if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Skipped, Level: step.Level, Agent: step.Agent,
+					Try: step.Try, Err: errors.New(msg), ErrKind: plugin.KindAgentDown}); err != nil {
+					return 0, err
+				}
+				continue
+			}
+			// Written ahead: the call is on record, with its target and time, before it
+			// is sent, so a crash or an API server outage cannot hide an action the
+			// device took.
+			c.step(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, node, step))
+			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
+				return 0, err
+			}
+			c.pause.at(PauseBeforeFenceCall)
+			if _, err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
+				return 0, err
+			}
+			unsaved = true
+		case fencer.DoVerify:
+			changed, err := c.callAndApply(ctx, nf, node, plan, step)
+			if err != nil {
+				return 0, err
+			}
+			unsaved = unsaved || changed
+			if a := lastAttempt(nf); a != nil && a.State == v1alpha1.AttemptVerifying && !changed {
+				return wait(plan.PollInterval)
+			}
+		}
+	}
+}
+
+// callAndApply calls the agent for step and applies the outcome to the incident in
+// memory; it reports whether there is anything new to record.
+func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, plan fencer.Plan, step fencer.Step) (bool, error) {
+	a := lastAttempt(nf)
+	ev := c.caller.call(ctx, step, node, c.currentEpoch(), a.Deadline.Time)
+	if step.Kind == fencer.DoFence {
+		c.pause.at(PauseAfterFenceCall)
+	}
+	prev := a.State
+	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {
+		return false, fmt.Errorf("incident %s: %w", nf.Name, err)
+	}
+	now := c.now()
+	switch {
+	case ev.Err != nil && step.Kind == fencer.DoVerify && lastAttempt(nf).State == prev && lastStepIs(nf, v1alpha1.StepAgentError, ev.Err.Error()):
+		// The same read error again while verifying: nothing new to record.
+		return false, nil
+	case ev.Err != nil:
+		c.step(ctx, nf, now, v1alpha1.StepAgentError, fmt.Sprintf("agent %s %s %s: %v", step.Agent, method(step), ev.ErrKind, ev.Err))
+	case step.Kind == fencer.DoFence:
+		c.step(ctx, nf, now, v1alpha1.StepAgentReturned, fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
+	case lastAttempt(nf).State != prev:
+		c.step(ctx, nf, now, v1alpha1.StepStateReadBack, fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence))
+	default:
+		// Still verifying with nothing new: no write, the next poll comes soon.
+		return false, nil
+	}
+	return true, nil
+}
+
+// callRecord describes the Fence call step is about to send; a re-issue (the outcome of
+// the same try was lost to a crash or an API server outage) names the call before it.
+func (c *Controller) callRecord(nf *v1alpha1.NodeFence, node *corev1.Node, step fencer.Step) string {
+	msg := fmt.Sprintf("level %d agent %s try %d: Fence off, target %s", step.Level, step.Agent, step.Try, c.caller.targetFor(step.Agent, node))
+	for _, a := range nf.Status.Attempts {
+		if a.Level == step.Level && a.Agent == step.Agent && a.Try == step.Try && a.State == v1alpha1.AttemptFencing {
+			msg += fmt.Sprintf("; re-issued: the outcome of the call sent at %s was lost", stampMicro(a.Started.Time))
+		}
+	}
+	return msg
+}
+
+func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, plan fencer.Plan, ev fencer.Event) error {
+	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {
+		return fmt.Errorf("incident %s: %w", nf.Name, err)
+	}
+	return c.save(ctx, nf)
+}
+
+func method(step fencer.Step) string {
+	if step.Kind == fencer.DoVerify {
+		return methodStatus
+	}
+	return methodFence
+}
+
+func lastStepIs(nf *v1alpha1.NodeFence, typ, contains string) bool {
+	tl := nf.Status.Timeline
+	return len(tl) > 0 && tl[len(tl)-1].Type == typ && strings.Contains(tl[len(tl)-1].Message, contains)
+}
+
+func lastAttempt(nf *v1alpha1.NodeFence) *v1alpha1.Attempt {
+	if len(nf.Status.Attempts) == 0 {
+		return nil
+	}
+	return &nf.Status.Attempts[len(nf.Status.Attempts)-1]
+}
+
+// fenced records the verified fence and releases the node's workloads.
+func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
+	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFenced, count: true,
+		step: v1alpha1.StepVerified, detail: fmt.Sprintf("level %d read back as fenced", nf.Status.VerifiedLevel),
+		event: note{corev1.EventTypeNormal, v1alpha1.ReasonFenced, fmt.Sprintf("Node %s verified fenced at level %d", node.Name, nf.Status.VerifiedLevel)}}); err != nil {
+		return 0, err
+	}
+	if a := lastAttempt(nf); a != nil {
+		c.metrics.phaseDuration.WithLabelValues(durationFence).Observe(c.now().Sub(a.Started.Time).Seconds())
+	}
+	// Written by release's first checkpoint, before anything is released.
+	return c.release(ctx, nf, node, pol)
+}

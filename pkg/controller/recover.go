@@ -1,0 +1,163 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
+)
+
+// lastUnfenceFailure is the message of agent's latest UnfenceFailed step since its last
+// successful Unfence, or "".
+func lastUnfenceFailure(nf *v1alpha1.NodeFence, agent string) string {
+	prefix := "agent " + agent + " "
+	tl := nf.Status.Timeline
+	for i := len(tl) - 1; i >= 0; i-- {
+		if !strings.HasPrefix(tl[i].Message, prefix) {
+			continue
+		}
+		switch tl[i].Type {
+		case v1alpha1.StepUnfenceFailed:
+			return tl[i].Message
+		case v1alpha1.StepUnfenced:
+			return ""
+		}
+	}
+	return ""
+}
+
+// recover closes an incident once its node is back with a new boot: it undoes the fence
+// (power on is idempotent for a node that booted; storage access is restored exactly as
+// recorded) and removes the taints kubefence added. A node that reports Ready with the
+// boot it had when it was verified fenced contradicts the fence: that is raised loudly and
+// nothing is undone.
+func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation) (time.Duration, error) {
+	if obs.Health != detector.Healthy || !nodeReady(node) || obs.BootID == "" {
+		return 0, nil
+	}
+	if obs.BootID == nf.Status.BootID {
+		// Healthy and Ready alone prove nothing here: a new leader restarts the Lease
+		// clocks, and kube-controller-manager takes a while to mark a dead node's Ready
+		// Unknown. A Lease renewal after the fence is not enough either: a kubelet that
+		// just rebooted renews its Lease before it posts the status with its new boot ID.
+		// Only one coherent observation proves the same boot ran on: a renewal and a
+		// status, both seen by this process after the fence held, the status still
+		// carrying the fenced boot ID.
+		verified := fenceVerifiedAt(nf)
+		if verified.IsZero() || !obs.RenewalSeen.After(verified) || !obs.StatusSeen.After(verified) {
+			return 0, nil
+		}
+		return 0, c.contradiction(ctx, nf, node)
+	}
+	c.clearContradiction(ctx, nf, obs)
+	if err := c.checkLease(ctx); err != nil {
+		return 0, err
+	}
+	for _, at := range verifiedAttempts(nf) {
+		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
+		if err != nil {
+			// Nothing is released on a failed Unfence, whatever was read back after it:
+			// the try is retried with backoff, and the timeline records each new state
+			// read back, not every try.
+			if key, msg := unfenceFailure(at.Agent, methodUnfence, res, err); !strings.HasPrefix(lastUnfenceFailure(nf, at.Agent), key) {
+				c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
+				if serr := c.save(ctx, nf); serr != nil {
+					err = errors.Join(err, serr)
+				}
+			}
+			return 0, fmt.Errorf("incident %s: unfence agent %s: %w", nf.Name, at.Agent, err)
+		}
+		c.step(ctx, nf, c.now(), v1alpha1.StepUnfenced, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+	}
+	r := c.remediator(ctx, nf)
+	if err := r.RemoveTaints(ctx, node.Name, &nf.Status.Remediation); err != nil {
+		return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
+	}
+	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseRecovered, count: true,
+		step: v1alpha1.StepRecovered, detail: fmt.Sprintf("node Ready with new boot ID %s", obs.BootID),
+		event: note{corev1.EventTypeNormal, v1alpha1.ReasonRecovered, fmt.Sprintf("Node %s is back with a new boot; incident %s closed", node.Name, nf.Name)}}); err != nil {
+		return 0, err
+	}
+	return 0, c.save(ctx, nf)
+}
+
+// ConditionContradiction is set on an incident whose node reports Ready with the same
+// boot ID after it was verified fenced: either the agent's verification or the node's
+// identity is wrong, and a person must look before anything is undone.
+const ConditionContradiction = "FenceContradicted"
+
+// Reasons of ConditionContradiction.
+const (
+	// conditionReasonSameBoot raises it: the node is Ready on the boot it had when fenced.
+	conditionReasonSameBoot = "SameBootAfterFence"
+	// conditionReasonRebooted lowers it: the node came back with a new boot after all.
+	conditionReasonRebooted = "RebootedAfterAll"
+)
+
+func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
+	if meta.IsStatusConditionTrue(nf.Status.Conditions, ConditionContradiction) {
+		return nil
+	}
+	msg := fmt.Sprintf("node %s reports Ready with boot ID %s, the boot it had when it was verified fenced; nothing is unfenced",
+		node.Name, nf.Status.BootID)
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionTrue,
+		Reason: conditionReasonSameBoot, Message: msg, ObservedGeneration: nf.Generation})
+	c.step(ctx, nf, c.now(), v1alpha1.StepContradiction, msg)
+	c.metrics.contradictions.Inc()
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceContradicted, "%s", msg)
+	klog.FromContext(ctx).Error(nil, "Fence contradicted", "bootID", nf.Status.BootID)
+	return c.save(ctx, nf)
+}
+
+// clearContradiction lowers a FenceContradicted condition once the node turns out to have
+// rebooted after all: the alarm stays in the timeline, not on a Recovered incident.
+func (c *Controller) clearContradiction(ctx context.Context, nf *v1alpha1.NodeFence, obs detector.Observation) {
+	if !meta.IsStatusConditionTrue(nf.Status.Conditions, ConditionContradiction) {
+		return
+	}
+	msg := fmt.Sprintf("node came back with a new boot ID %s (fenced boot %s): it was power cycled after all",
+		obs.BootID, nf.Status.BootID)
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionFalse,
+		Reason: conditionReasonRebooted, Message: msg, ObservedGeneration: nf.Generation})
+	c.step(ctx, nf, c.now(), v1alpha1.StepContradictionCleared, msg)
+}
+
+// verifiedAttempts returns the attempts that verified the incident's fence.
+func verifiedAttempts(nf *v1alpha1.NodeFence) []v1alpha1.Attempt {
+	var out []v1alpha1.Attempt
+	for _, a := range nf.Status.Attempts {
+		if a.Level == nf.Status.VerifiedLevel && a.State == v1alpha1.AttemptVerified {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// fenceVerifiedAt is when the last of the incident's verified attempts finished.
+func fenceVerifiedAt(nf *v1alpha1.NodeFence) time.Time {
+	var at time.Time
+	for _, a := range verifiedAttempts(nf) {
+		if a.Finished != nil && a.Finished.After(at) {
+			at = a.Finished.Time
+		}
+	}
+	return at
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, cnd := range node.Status.Conditions {
+		if cnd.Type == corev1.NodeReady {
+			return cnd.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

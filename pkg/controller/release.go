@@ -1,0 +1,171 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/policy"
+	"github.com/kubefence/kubefence/pkg/remediate"
+)
+
+// remediator acts for nf: its steps go to nf's timeline, its checkpoints save nf.
+func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) remediate.Remediator {
+	r := *c.remedy
+	r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), step, msg) }
+	r.Checkpoint = func(ctx context.Context) error {
+		err := c.save(ctx, nf)
+		if err == nil && nf.Status.Phase == v1alpha1.PhaseFenced {
+			c.pause.at(PauseAfterFenced)
+		}
+		return err
+	}
+	r.Before = func(ctx context.Context, action string) error {
+		c.pause.at(action)
+		return c.leaseConfirmed(ctx)
+	}
+	return r
+}
+
+// release carries out the policy's remediation for a verified incident. Its checkpoint
+// writes the incident, checking the Lease first, before the first change to the cluster.
+func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
+	start := c.now()
+	r := c.remediator(ctx, nf)
+	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
+	if errors.Is(err, remediate.ErrNodeRebooted) {
+		if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseRemediated, message: text(err.Error()),
+			step: v1alpha1.StepReleaseSkipped, detail: err.Error()}); err != nil {
+			return 0, err
+		}
+		return 0, c.save(ctx, nf)
+	}
+	if err != nil {
+		// Record what was done so far; the next try resumes from it.
+		if serr := c.save(ctx, nf); serr != nil {
+			klog.FromContext(ctx).Error(serr, "Recording partial remediation")
+		}
+		return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
+	}
+	rem := nf.Status.Remediation
+	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseRemediated, count: true, step: v1alpha1.StepRemediated,
+		detail: fmt.Sprintf("strategy %s: taints added %v, %d pods and %d volume attachments deleted",
+			pol.Remediation, rem.TaintsAdded, len(rem.PodsDeleted), len(rem.VolumeAttachmentsDeleted)),
+		event: note{corev1.EventTypeNormal, v1alpha1.ReasonRemediated, fmt.Sprintf("Released workloads of node %s", node.Name)}}); err != nil {
+		return 0, err
+	}
+	c.metrics.phaseDuration.WithLabelValues(durationRemediate).Observe(c.now().Sub(start).Seconds())
+	if err := c.save(ctx, nf); err != nil {
+		return 0, err
+	}
+	if action(nf, pol) == v1alpha1.ActionReboot {
+		// Only now that its workloads are released is the node powered on again; it comes
+		// back with a new boot and the incident closes through recovery.
+		c.powerOn(ctx, nf, node)
+	}
+	return 0, nil
+}
+
+func action(nf *v1alpha1.NodeFence, pol *v1alpha1.Policy) v1alpha1.FenceAction {
+	if nf.Spec.Action != "" {
+		return nf.Spec.Action
+	}
+	return pol.Action
+}
+
+// powerOn asks the agents that fenced the node to undo it, for the Reboot action. A
+// failure is recorded, not retried: the node stays off, which is safe, until a person acts.
+func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) {
+	for _, at := range verifiedAttempts(nf) {
+		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
+		if err != nil {
+			_, msg := unfenceFailure(at.Agent, "power on", res, err)
+			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
+			continue
+		}
+		c.step(ctx, nf, c.now(), v1alpha1.StepPoweredOn, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+	}
+	if err := c.save(ctx, nf); err != nil {
+		klog.FromContext(ctx).Error(err, "Recording power on")
+	}
+}
+
+// releaseLate releases pods bound to a fenced node after its incident was remediated.
+// The fenced taint keeps the scheduler off the node, but a scheduler working from a
+// stale cache (after an API server restart, say) can still bind a pod there, where it
+// would wait for a machine that is off until kube-controller-manager's eviction gets to
+// it. Only a pod that does not tolerate the fenced taint sets this off, and the pods go
+// only after every agent that fenced the node reads the fence back as still holding.
+func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation, pol *v1alpha1.Policy) (time.Duration, error) {
+	if pol.Remediation == v1alpha1.StrategyOutOfServiceTaint || (obs.BootID != "" && obs.BootID != nf.Status.BootID) {
+		// Kubernetes itself releases an out-of-service node's pods; a new boot is recovery's.
+		return 0, nil
+	}
+	var late []string
+	for _, p := range c.podsOn(node.Name) {
+		if !lateBound(p, node.Name) {
+			continue
+		}
+		// The cache can still hold a pod this release (or the last) just deleted: only a
+		// pod the API server still has, bound here, counts.
+		live, err := c.client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && !lateBound(live, node.Name)) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("incident %s: read pod %s/%s bound to the fenced node: %w", nf.Name, p.Namespace, p.Name, err)
+		}
+		late = append(late, p.Namespace+"/"+p.Name)
+	}
+	if len(late) == 0 {
+		return 0, nil
+	}
+	if err := c.checkLease(ctx); err != nil {
+		return 0, err
+	}
+	var reads []string
+	for _, at := range verifiedAttempts(nf) {
+		step := fencer.Step{Kind: fencer.DoVerify, Level: at.Level, Agent: at.Agent, Try: at.Try}
+		ev := c.caller.call(ctx, step, node, c.currentEpoch(), c.now().Add(time.Minute))
+		if ev.Err != nil || ev.State != fencer.StateFenced {
+			msg := fmt.Sprintf("pods %v were bound to the node after its release and are left alone: agent %s does not read the fence back (state %q, error %v)",
+				late, at.Agent, ev.State, ev.Err)
+			if lastStepIs(nf, v1alpha1.StepLateReleaseRefused, msg) {
+				return 0, nil
+			}
+			c.step(ctx, nf, c.now(), v1alpha1.StepLateReleaseRefused, msg)
+			c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateReleaseRefused, "%s", msg)
+			return 0, c.save(ctx, nf)
+		}
+		reads = append(reads, fmt.Sprintf("agent %s reads %s", at.Agent, ev.State))
+	}
+	msg := fmt.Sprintf("pods %v were bound to the fenced node after its release; %s", late, strings.Join(reads, ", "))
+	c.step(ctx, nf, c.now(), v1alpha1.StepLateRelease, msg)
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateRelease, "%s", msg)
+	r := c.remediator(ctx, nf)
+	if err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation); err != nil {
+		if serr := c.save(ctx, nf); serr != nil {
+			klog.FromContext(ctx).Error(serr, "Recording late release")
+		}
+		return 0, fmt.Errorf("incident %s: late release: %w", nf.Name, err)
+	}
+	return 0, c.save(ctx, nf)
+}
+
+// lateBound reports whether pod, bound to node, is one releaseLate releases: not done, not
+// a static pod's mirror, and not tolerating the fenced taint.
+func lateBound(pod *corev1.Pod, node string) bool {
+	_, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]
+	return pod.Spec.NodeName == node && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed &&
+		!mirror && !policy.Tolerates(pod, &remediate.FencedTaint)
+}

@@ -1,0 +1,50 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencer"
+)
+
+// transition is one move of an incident's phase and what reports it.
+type transition struct {
+	to v1alpha1.Phase
+	// message replaces Status.Message when set.
+	message *string
+	// step and detail are the timeline step recorded with the move.
+	step, detail string
+	// count adds the move to kubefence_incidents_total{phase}.
+	count bool
+	// event, when its reason is set, is the Event on the node and the incident.
+	event note
+}
+
+// note is an Event: its type, reason and message.
+type note struct{ typ, reason, message string }
+
+func text(s string) *string { return &s }
+
+// enter moves nf to t.to: the one place where an incident's phase changes, checked
+// against fencer.CanMove. It records the step, counts the phase and queues the Event
+// (sent once the incident is saved, see events.go); the caller saves.
+func (c *Controller) enter(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, t transition) error {
+	if from := nf.Status.Phase; !fencer.CanMove(from, t.to) {
+		return fmt.Errorf("incident %s: no move from phase %q to %s", nf.Name, from, t.to)
+	}
+	nf.Status.Phase = t.to
+	if t.message != nil {
+		nf.Status.Message = *t.message
+	}
+	c.step(ctx, nf, c.now(), t.step, t.detail)
+	if t.count {
+		c.metrics.incidents.WithLabelValues(string(t.to)).Inc()
+	}
+	if t.event.reason != "" {
+		c.event(node, nf, t.event.typ, t.event.reason, "%s", t.event.message)
+	}
+	return nil
+}

@@ -1,0 +1,33 @@
+package fencer
+
+import "github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+
+// phaseMoves are every phase an incident may move to from each phase; "" is an incident
+// whose status was never written. A phase that is not a key ends the incident.
+//
+//	"" ──▶ Pending ◀─▶ Held ──▶ Fencing ──▶ Fenced ──▶ Remediated ──▶ Recovered
+//	            │        │          │
+//	            └────────┴─▶ Cancelled (a sign of life before any fence)
+//	                                └─▶ Failed (every level failed; nothing released)
+//
+// Pending and Held move to themselves when the reason for not fencing yet changes.
+var phaseMoves = map[v1alpha1.Phase][]v1alpha1.Phase{
+	"":                    {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled},
+	v1alpha1.PhasePending: {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled},
+	v1alpha1.PhaseHeld:    {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled},
+	v1alpha1.PhaseFencing: {v1alpha1.PhaseFenced, v1alpha1.PhaseFailed},
+	// A node that booted anew before its release is not released (remediate.ErrNodeRebooted):
+	// Remediated then records that nothing was.
+	v1alpha1.PhaseFenced:     {v1alpha1.PhaseRemediated},
+	v1alpha1.PhaseRemediated: {v1alpha1.PhaseRecovered},
+}
+
+// CanMove reports whether an incident in phase from may move to phase to.
+func CanMove(from, to v1alpha1.Phase) bool {
+	for _, p := range phaseMoves[from] {
+		if p == to {
+			return true
+		}
+	}
+	return false
+}

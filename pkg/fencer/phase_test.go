@@ -1,0 +1,45 @@
+package fencer
+
+import (
+	"testing"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// TestCanMove covers every pair of phases: the moves an incident makes, and that none
+// leaves an ended phase, goes back to deciding once a fence was sent, or releases
+// anything that was not verified fenced.
+func TestCanMove(t *testing.T) {
+	phases := []v1alpha1.Phase{"", v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseFenced,
+		v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled}
+	allowed := map[[2]v1alpha1.Phase]bool{}
+	for _, from := range []v1alpha1.Phase{"", v1alpha1.PhasePending, v1alpha1.PhaseHeld} {
+		for _, to := range []v1alpha1.Phase{v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled} {
+			allowed[[2]v1alpha1.Phase{from, to}] = true
+		}
+	}
+	for _, m := range [][2]v1alpha1.Phase{
+		{v1alpha1.PhaseFencing, v1alpha1.PhaseFenced}, {v1alpha1.PhaseFencing, v1alpha1.PhaseFailed},
+		{v1alpha1.PhaseFenced, v1alpha1.PhaseRemediated}, {v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered},
+	} {
+		allowed[m] = true
+	}
+	n := 0
+	for _, from := range phases {
+		for _, to := range phases {
+			want := allowed[[2]v1alpha1.Phase{from, to}]
+			if got := CanMove(from, to); got != want {
+				t.Errorf("CanMove(%q, %q) = %v, want %v", from, to, got, want)
+			}
+			if want {
+				n++
+			}
+			if !from.Open() && from != "" && CanMove(from, to) {
+				t.Errorf("ended phase %s moves to %s", from, to)
+			}
+		}
+	}
+	if n != 16 {
+		t.Errorf("%d moves allowed, want 16", n)
+	}
+}
