@@ -178,11 +178,10 @@ func TestSameBootAfterFenceIsContradiction(t *testing.T) {
 	if got := taintKeys(t, ctx, h.Cluster, victim); !slices.Contains(got, outOfService) {
 		t.Errorf("taints %v: kubefence undid the fence of a contradicted node", got)
 	}
-	events, err := h.Cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonFenceContradicted})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(events.Items) == 0 {
-		t.Errorf("no FenceContradicted event")
-	}
+	// The Event goes out after the status write that raised the condition, from the
+	// recorder's own goroutine: it may reach the API server a moment after the condition.
+	eventually(t, 30*time.Second, "a FenceContradicted event", func() (bool, error) {
+		events, err := h.Cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonFenceContradicted})
+		return err == nil && len(events.Items) > 0, err
+	})
 }
