@@ -1,0 +1,542 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/policy"
+)
+
+// The controller's fixture, as sample-controller's: fake clients, informer caches
+// preloaded by hand (nothing runs in the background), a fake clock that the detector,
+// the machine and the agents' deadlines all read, and an agent made of function fields.
+// Each path test asserts the exact API requests the path sends.
+
+var f0 = time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)
+
+// bmc is an agent whose machine powers off when fenced and on when unfenced; it records
+// the calls.
+type bmc struct {
+	mu    sync.Mutex
+	on    bool
+	calls []string
+}
+
+func (b *bmc) Describe(context.Context) (plugin.Description, error) {
+	return plugin.Description{Name: "bmc"}, nil
+}
+func (b *bmc) Validate(context.Context, map[string]string) error { return nil }
+func (b *bmc) record(call string, on bool, set bool) plugin.Result {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, call)
+	if set {
+		b.on = on
+	}
+	st := plugin.StateOff
+	if b.on {
+		st = plugin.StateOn
+	}
+	return plugin.Result{State: st, Evidence: "power " + string(st)}
+}
+func (b *bmc) Fence(_ context.Context, req plugin.Request, _ plugin.Action) (plugin.Result, error) {
+	return b.record("Fence "+req.Target, false, true), nil
+}
+func (b *bmc) Status(_ context.Context, req plugin.Request) (plugin.Result, error) {
+	return b.record("Status "+req.Target, false, false), nil
+}
+func (b *bmc) Unfence(_ context.Context, req plugin.Request) (plugin.Result, error) {
+	return b.record("Unfence "+req.Target, true, true), nil
+}
+
+type fixture struct {
+	t    *testing.T
+	c    *Controller
+	kube *fake.Clientset
+	dyn  *dynamicfake.FakeDynamicClient
+	bmc  *bmc
+	now  time.Time
+	rec  *record.FakeRecorder
+}
+
+// fixtureConfig has one agent, ipmi, whose target is the node's "bmc" annotation, and
+// one policy over every node.
+func fixtureConfig() *v1alpha1.Config {
+	cfg := &v1alpha1.Config{
+		Agents:   []v1alpha1.Agent{{Name: "ipmi", SHA256: strings.Repeat("0", 64), Target: v1alpha1.TargetSource{Annotation: "bmc"}}},
+		Policies: []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"ipmi"}}}}},
+	}
+	cfg.Default()
+	return cfg
+}
+
+// newFixture is a controller over objs (Nodes, Leases, Pods, VolumeAttachments,
+// NodeFences), each both in its fake API server and in its caches, at f0. A Lease is
+// seen renewed at f0.
+func newFixture(t *testing.T, cfg *v1alpha1.Config, objs ...runtime.Object) *fixture {
+	t.Helper()
+	f := &fixture{t: t, now: f0, bmc: &bmc{on: true}, rec: record.NewFakeRecorder(100)}
+	var kubeObjs, nfObjs []runtime.Object
+	for _, o := range objs {
+		if nf, ok := o.(*v1alpha1.NodeFence); ok {
+			u, err := toUnstructured(nf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nfObjs = append(nfObjs, u)
+			continue
+		}
+		kubeObjs = append(kubeObjs, o)
+	}
+	f.kube = fake.NewClientset(kubeObjs...)
+	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.Resource: "NodeFenceList"}, nfObjs...)
+	// The fake API server does not generate names; the real one does.
+	f.dyn.PrependReactor("create", "nodefences", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if u, ok := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured); ok && u.GetName() == "" {
+			u.SetName(u.GetGenerateName() + "x1")
+		}
+		return false, nil, nil
+	})
+	c, err := New(Options{Config: cfg, Client: f.kube, Dynamic: f.dyn, Agents: oneAgent{f.bmc}, Recorder: f.rec, Identity: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.now = func() time.Time { return f.now }
+	f.c = c
+	for _, o := range kubeObjs {
+		f.cache(o)
+	}
+	for _, u := range nfObjs {
+		if err := c.store.indexer.Add(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.kube.ClearActions()
+	f.dyn.ClearActions()
+	return f
+}
+
+// cache puts o in the controller's informer caches, as a watch event would.
+func (f *fixture) cache(o runtime.Object) {
+	f.t.Helper()
+	var err error
+	switch o := o.(type) {
+	case *corev1.Node:
+		err = f.c.kubeInformers.Core().V1().Nodes().Informer().GetIndexer().Add(o)
+	case *corev1.Pod:
+		err = f.c.pods.GetIndexer().Add(o)
+	case *storagev1.VolumeAttachment:
+		err = f.c.kubeInformers.Storage().V1().VolumeAttachments().Informer().GetIndexer().Add(o)
+	case *coordinationv1.Lease:
+		err = f.c.leaseInformer.Coordination().V1().Leases().Informer().GetIndexer().Add(o)
+		f.c.detector.ObserveLease(o, f.now)
+	default:
+		f.t.Fatalf("fixture: no cache for %T", o)
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// sync runs one sync of node at the fixture's clock.
+func (f *fixture) sync(node string) time.Duration {
+	f.t.Helper()
+	d, err := f.c.sync(context.Background(), node)
+	if err != nil {
+		f.t.Fatalf("sync %s: %v", node, err)
+	}
+	return d
+}
+
+// requests are the API requests sent since the fixture was made (or last asked), as
+// "verb resource[/subresource] [name]", the kube client's first.
+func (f *fixture) requests() []string {
+	var out []string
+	for _, a := range append(f.kube.Actions(), f.dyn.Actions()...) {
+		s := a.GetVerb() + " " + a.GetResource().Resource
+		if sub := a.GetSubresource(); sub != "" {
+			s += "/" + sub
+		}
+		switch a := a.(type) {
+		case k8stesting.GetAction:
+			s += " " + a.GetName()
+		case k8stesting.DeleteAction:
+			s += " " + a.GetName()
+		case k8stesting.PatchAction:
+			s += " " + a.GetName()
+		}
+		out = append(out, s)
+	}
+	f.kube.ClearActions()
+	f.dyn.ClearActions()
+	return out
+}
+
+func (f *fixture) expectRequests(want ...string) {
+	f.t.Helper()
+	got := f.requests()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		f.t.Errorf("API requests:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+}
+
+func (f *fixture) expectCalls(want ...string) {
+	f.t.Helper()
+	f.bmc.mu.Lock()
+	got := f.bmc.calls
+	f.bmc.calls = nil
+	f.bmc.mu.Unlock()
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		f.t.Errorf("agent calls %v, want %v", got, want)
+	}
+}
+
+// incident is node's one NodeFence as the API server has it.
+func (f *fixture) incident(node string) *v1alpha1.NodeFence {
+	f.t.Helper()
+	list, err := f.dyn.Resource(v1alpha1.Resource).List(context.Background(), metav1.ListOptions{})
+	f.dyn.ClearActions()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var found []*v1alpha1.NodeFence
+	for i := range list.Items {
+		nf, err := fromUnstructured(&list.Items[i])
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if nf.Spec.NodeName == node {
+			found = append(found, nf)
+		}
+	}
+	if len(found) != 1 {
+		f.t.Fatalf("%d incidents for %s, want 1", len(found), node)
+	}
+	return found[0]
+}
+
+// expectEvents checks the reasons of the Events recorded since last asked, in order;
+// each goes to the node and to the incident, so each reason comes twice.
+func (f *fixture) expectEvents(reasons ...string) {
+	f.t.Helper()
+	var got, want []string
+	for _, e := range f.events() {
+		got = append(got, strings.Fields(e)[1])
+	}
+	for _, r := range reasons {
+		want = append(want, r, r)
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		f.t.Errorf("event reasons %v, want %v", got, want)
+	}
+}
+
+// events drains the Events recorded so far.
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func fixtureNode(name, boot string, ready bool) *corev1.Node {
+	st := corev1.ConditionTrue
+	if !ready {
+		st = corev1.ConditionUnknown
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"bmc": "bmc-" + name}},
+		Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: boot},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, LastHeartbeatTime: metav1.NewTime(f0)}}}}
+}
+
+func fixtureLease(node string, renewed time.Time) *coordinationv1.Lease {
+	rt := metav1.NewMicroTime(renewed)
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: NodeLeaseNamespace},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}
+}
+
+// threeNodes are node-1..3, Ready on boot-N, their Leases renewed at f0.
+func threeNodes() []runtime.Object {
+	var objs []runtime.Object
+	for i := 1; i <= 3; i++ {
+		n := fmt.Sprintf("node-%d", i)
+		objs = append(objs, fixtureNode(n, "boot-"+n, true), fixtureLease(n, f0))
+	}
+	return objs
+}
+
+// renewAllBut renews every node Lease but those of dead, at the fixture's clock.
+func (f *fixture) renewAllBut(dead ...string) {
+	f.t.Helper()
+	for i := 1; i <= 3; i++ {
+		n := fmt.Sprintf("node-%d", i)
+		if !strings.Contains(strings.Join(dead, ","), n) {
+			f.cache(fixtureLease(n, f.now))
+		}
+	}
+}
+
+// TestFixtureFence: a node whose Lease goes stale is fenced and released in one sync.
+// The requests are the path's whole cost: a live read of the Lease before the incident
+// opens, the open-incident check, the create, a status write before the agent call and
+// after each step, the pod's condition, the taints, the pod and attachment deletions.
+func TestFixtureFence(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0", UID: "u1"},
+		Spec: corev1.PodSpec{NodeName: "node-1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	pv := "pv-1"
+	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-1"},
+		Spec: storagev1.VolumeAttachmentSpec{NodeName: "node-1", Attacher: "csi.example.com", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}}}
+	f := newFixture(t, fixtureConfig(), append(threeNodes(), pod, va)...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectRequests(
+		// kube: the pod's NodeUnreachable condition, the live Lease read before opening,
+		// the release (fenced taint, pods, attachments, out-of-service taint)
+		"patch pods/status web-0", "get leases node-1",
+		"get nodes node-1", "update nodes", "list pods", "update pods/status", "delete pods web-0",
+		"list volumeattachments", "delete volumeattachments va-1", "update nodes",
+		// NodeFences: no open incident live, the create, the status before the Fence
+		// call, after the fence is verified, and around the release
+		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status",
+		"update nodefences/status", "update nodefences/status")
+	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+	nf := f.incident("node-1")
+	if nf.Status.Phase != v1alpha1.PhaseRemediated {
+		t.Errorf("phase %s, want Remediated (%s)", nf.Status.Phase, nf.Status.Message)
+	}
+	f.expectEvents(v1alpha1.ReasonDetected, v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated)
+}
+
+// fencedIncident is node-1's incident as a replica left it at phase: verified fenced by
+// ipmi at f0 plus 10s (from Fenced on), on boot-node-1, opened at f0.
+func fencedIncident(phase v1alpha1.Phase, attempt v1alpha1.AttemptState) *v1alpha1.NodeFence {
+	opened, verified := metav1.NewMicroTime(f0), metav1.NewMicroTime(f0.Add(10*time.Second))
+	nf := &v1alpha1.NodeFence{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "NodeFence"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1-x0", ResourceVersion: "1", Labels: map[string]string{NodeLabel: "node-1"}, CreationTimestamp: metav1.NewTime(f0)},
+		Spec:       v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: RequestedByController, Reason: "node unhealthy"},
+		Status: v1alpha1.NodeFenceStatus{Phase: phase, Policy: "default", BootID: "boot-node-1", Level: 1, Leader: "me", LeaseRenewTime: &opened,
+			Timeline: []v1alpha1.Step{{Time: opened, Type: v1alpha1.StepDetected, Message: "unhealthy"}}},
+	}
+	if attempt == "" {
+		return nf
+	}
+	a := v1alpha1.Attempt{Level: 1, Agent: "ipmi", Try: 1, State: attempt, Started: opened, Deadline: metav1.NewMicroTime(f0.Add(time.Hour))}
+	if attempt == v1alpha1.AttemptVerified {
+		a.Finished, nf.Status.VerifiedLevel = &verified, 1
+	}
+	nf.Status.Attempts = []v1alpha1.Attempt{a}
+	return nf
+}
+
+// TestFixtureResume: a new leader resumes an incident from the phase the last one wrote
+// (a crash right after that write): Pending decides again, Fencing re-issues the call
+// whose outcome was lost (same attempt, same deadline), Fenced releases without calling
+// an agent, Remediated on a dead node does nothing.
+func TestFixtureResume(t *testing.T) {
+	release := []string{"get nodes node-1", "update nodes", "list pods", "list volumeattachments", "update nodes"}
+	statuses := func(n int) []string {
+		var out []string
+		for range n {
+			out = append(out, "update nodefences/status")
+		}
+		return out
+	}
+	fenceCalls := []string{"Fence bmc-node-1", "Status bmc-node-1"}
+	for name, tc := range map[string]struct {
+		phase    v1alpha1.Phase
+		attempt  v1alpha1.AttemptState
+		leader   string
+		requests []string
+		calls    []string
+		events   []string
+	}{
+		"Pending": {v1alpha1.PhasePending, "", "me", append(release, statuses(4)...), fenceCalls,
+			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+		// Evidence another replica gathered is checked against the live Lease first.
+		"Pending, adopted": {v1alpha1.PhasePending, "", "other", append(append([]string{"get leases node-1"}, release...), statuses(4)...), fenceCalls,
+			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+		"Fencing, the call's outcome lost": {v1alpha1.PhaseFencing, v1alpha1.AttemptFencing, "me", append(release, statuses(4)...), fenceCalls,
+			[]string{v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+		"Fenced": {v1alpha1.PhaseFenced, v1alpha1.AttemptVerified, "me", append(release, statuses(3)...), nil,
+			[]string{v1alpha1.ReasonRemediated}},
+		"Remediated, the node still dead": {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, "me", nil, nil, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := fencedIncident(tc.phase, tc.attempt)
+			nf.Status.Leader = tc.leader
+			f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
+			f.now = f0.Add(time.Minute)
+			f.renewAllBut("node-1")
+			f.sync("node-1")
+			f.expectRequests(tc.requests...)
+			f.expectCalls(tc.calls...)
+			got := f.incident("node-1")
+			if got.Status.Phase != v1alpha1.PhaseRemediated {
+				t.Errorf("phase %s, want Remediated", got.Status.Phase)
+			}
+			if n := len(got.Status.Attempts); n != 1 {
+				t.Errorf("%d attempts, want 1 (a re-issue is the same attempt)", n)
+			}
+			f.expectEvents(tc.events...)
+		})
+	}
+}
+
+// TestFixtureHold: two of three nodes dead is a storm (maxUnhealthy 40%): the incident
+// opens and is held; no agent is called, nothing is released.
+func TestFixtureHold(t *testing.T) {
+	f := newFixture(t, fixtureConfig(), threeNodes()...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1", "node-2")
+	f.sync("node-1")
+	f.expectRequests("get leases node-1", "list nodefences", "create nodefences", "update nodefences/status")
+	f.expectCalls()
+	if nf := f.incident("node-1"); nf.Status.Phase != v1alpha1.PhaseHeld {
+		t.Errorf("phase %s, want Held (%s)", nf.Status.Phase, nf.Status.Message)
+	}
+	f.expectEvents(v1alpha1.ReasonDetected, policy.ReasonStorm)
+	// The same hold at the next look is not written again.
+	f.now = f.now.Add(time.Second)
+	f.sync("node-1")
+	f.expectRequests()
+	f.expectEvents()
+}
+
+// TestFixtureDryRun: in dry run a dead node is reported (an Event) and nothing is
+// written or called, not even the pods' condition.
+func TestFixtureDryRun(t *testing.T) {
+	cfg := fixtureConfig()
+	cfg.DryRun = true
+	f := newFixture(t, cfg, threeNodes()...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectRequests()
+	f.expectCalls()
+	if ev := f.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+v1alpha1.ReasonWouldFence+" ") {
+		t.Errorf("events %q, want one WouldFence", ev)
+	}
+}
+
+// TestFixtureAdoptedIncidentCancelled: a new leader that adopts a Pending incident reads
+// the node's Lease live before it fences on evidence it did not gather; a renewal after
+// the incident opened cancels it, with no agent call.
+func TestFixtureAdoptedIncidentCancelled(t *testing.T) {
+	nf := fencedIncident(v1alpha1.PhasePending, "")
+	nf.Status.Leader = "other"
+	objs := threeNodes()
+	objs[1] = fixtureLease("node-1", f0.Add(50*time.Second)) // in the API server, not yet in the cache
+	f := newFixture(t, fixtureConfig(), append(objs, nf)...)
+	f.cache(fixtureLease("node-1", f0))
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectRequests("get leases node-1", "update nodefences/status")
+	f.expectCalls()
+	if got := f.incident("node-1"); got.Status.Phase != v1alpha1.PhaseCancelled {
+		t.Errorf("phase %s, want Cancelled", got.Status.Phase)
+	}
+	f.expectEvents(v1alpha1.ReasonCancelled)
+}
+
+// TestFixtureLateRelease: a pod bound to the fenced node after its release (a scheduler
+// on a stale cache) is released once the agent reads the fence back as holding; the pod
+// is read live first.
+func TestFixtureLateRelease(t *testing.T) {
+	late := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "late-0", UID: "u9"},
+		Spec: corev1.PodSpec{NodeName: "node-1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	f := newFixture(t, fixtureConfig(), append(threeNodes(), fencedIncident(v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified), late)...)
+	f.bmc.on = false
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectRequests("patch pods/status late-0", "get pods late-0",
+		// the release again: this incident recorded no taints, so both are added
+		"get nodes node-1", "update nodes", "list pods", "update pods/status", "delete pods late-0",
+		"list volumeattachments", "update nodes", "update nodefences/status", "update nodefences/status", "update nodefences/status")
+	f.expectCalls("Status bmc-node-1")
+	if tl := f.incident("node-1").Status.Timeline; !slicesContainType(tl, v1alpha1.StepLateRelease) {
+		t.Errorf("no %s step in %+v", v1alpha1.StepLateRelease, tl)
+	}
+	f.expectEvents(v1alpha1.ReasonLateRelease)
+}
+
+func slicesContainType(tl []v1alpha1.Step, typ string) bool {
+	for _, s := range tl {
+		if s.Type == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFixtureBack: a fenced node back on its fenced boot, renewing and posting status
+// after the fence held, contradicts the fence (nothing is undone, no agent is called);
+// back with a new boot, the fence is undone and the incident recovers.
+func TestFixtureBack(t *testing.T) {
+	for name, tc := range map[string]struct {
+		boot     string
+		requests []string
+		calls    []string
+		phase    v1alpha1.Phase
+		events   []string
+	}{
+		"same boot": {"boot-node-1", []string{"update nodefences/status"}, nil, v1alpha1.PhaseRemediated,
+			[]string{v1alpha1.ReasonFenceContradicted}},
+		"new boot": {"boot-2", []string{"get nodes node-1", "update nodes", "update nodefences/status"},
+			[]string{"Unfence bmc-node-1"}, v1alpha1.PhaseRecovered, []string{v1alpha1.ReasonRecovered}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := fencedIncident(v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified)
+			nf.Status.Remediation.TaintsAdded = []string{"fencing.kubefence.io/fenced"}
+			objs := threeNodes()
+			objs[0] = fixtureNode("node-1", tc.boot, true)
+			objs[0].(*corev1.Node).Spec.Taints = []corev1.Taint{{Key: "fencing.kubefence.io/fenced", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+			f := newFixture(t, fixtureConfig(), append(objs, nf)...)
+			f.bmc.on = false
+			f.c.detector.Assess(objs[0].(*corev1.Node), f0)
+			// The node's renewal and status, both seen after the fence held.
+			f.now = f0.Add(time.Minute)
+			f.renewAllBut()
+			n := fixtureNode("node-1", tc.boot, true)
+			n.Spec.Taints = objs[0].(*corev1.Node).Spec.Taints
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.now)
+			f.cache(n)
+			f.c.detector.Assess(n, f.now)
+			f.now = f.now.Add(time.Second)
+			f.sync("node-1")
+			f.expectRequests(tc.requests...)
+			f.expectCalls(tc.calls...)
+			if got := f.incident("node-1"); got.Status.Phase != tc.phase {
+				t.Errorf("phase %s, want %s (%s)", got.Status.Phase, tc.phase, got.Status.Message)
+			}
+			f.expectEvents(tc.events...)
+		})
+	}
+}
