@@ -166,11 +166,7 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	u, err := toUnstructured(nf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.store.indexer.Add(u); err != nil {
+	if err := c.store.indexer.Add(nf.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	c.refreshUnhealthy(detected)
@@ -178,10 +174,7 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 		t.Fatalf("gauge %v with one open incident, want 1", got)
 	}
 	nf.Status.Phase = v1alpha1.PhaseCancelled
-	if u, err = toUnstructured(nf); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.store.indexer.Update(u); err != nil {
+	if err := c.store.indexer.Update(nf.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	c.refreshUnhealthy(detected)
@@ -216,11 +209,7 @@ func TestFailedIncidentBlocksNewOnes(t *testing.T) {
 				nf.Annotations = map[string]string{v1alpha1.RetryAnnotation: "true"}
 			}
 			c := testController(t, nf)
-			u, err := toUnstructured(nf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.store.indexer.Add(u); err != nil {
+			if err := c.store.indexer.Add(nf.DeepCopy()); err != nil {
 				t.Fatal(err)
 			}
 			why := c.failedUnrecovered("node-1", tc.obs)

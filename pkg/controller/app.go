@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -96,7 +96,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	for _, w := range warnings {
 		klog.FromContext(ctx).Info("Configuration warning", "warning", w)
 	}
-	dyn, client, err := clients(o)
+	fencing, client, err := clients(o)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	recorder, stopEvents := eventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
 	c, err := New(Options{
-		Config: cfg, Client: client, Dynamic: dyn, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
+		Config: cfg, Client: client, Fencing: fencing, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
 		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
 		PauseAt: os.Getenv(PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder,
 	})
@@ -164,9 +164,8 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	return awaitEnd(ctx, cfg.LeaderElection, elected, errc)
 }
 
-// clients returns the dynamic client (for NodeFences) and the typed one, with o's request
-// budget.
-func clients(o AppOptions) (dynamic.Interface, kubernetes.Interface, error) {
+// clients returns the NodeFence client and the Kubernetes one, with o's request budget.
+func clients(o AppOptions) (versioned.Interface, kubernetes.Interface, error) {
 	rc, err := restConfig(o.Kubeconfig)
 	if err != nil {
 		return nil, nil, err
@@ -181,15 +180,15 @@ func clients(o AppOptions) (dynamic.Interface, kubernetes.Interface, error) {
 	// No API request may hang the incident it serves: after an API server restart a
 	// request on a half-open connection would otherwise wait for TCP to give up.
 	rc.Timeout = 30 * time.Second
-	dyn, err := dynamic.NewForConfig(rc)
+	fencing, err := versioned.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dynamic client: %w", err)
+		return nil, nil, fmt.Errorf("NodeFence client: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(Protobuf(rc))
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return dyn, client, nil
+	return fencing, client, nil
 }
 
 // checkAgents has every agent validate its parameters: an agent that refuses them cannot
@@ -286,7 +285,7 @@ func agentSpecs(cfg *v1alpha1.Config) map[string]plugin.AgentSpec {
 
 // Protobuf returns a copy of rc that speaks protobuf, as Kubernetes' own controllers do:
 // it costs the API server less than JSON to encode and decode. Only for the built-in
-// types; custom resources (the dynamic client) are JSON only.
+// types; custom resources (NodeFences) are JSON only.
 func Protobuf(rc *rest.Config) *rest.Config {
 	pc := rest.CopyConfig(rc)
 	pc.ContentType = runtime.ContentTypeProtobuf

@@ -10,11 +10,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -27,6 +24,8 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
@@ -35,9 +34,10 @@ const NodeLeaseNamespace = "kube-node-lease"
 
 // Options are what the controller needs from main.
 type Options struct {
-	Config   *v1alpha1.Config
-	Client   kubernetes.Interface
-	Dynamic  dynamic.Interface
+	Config *v1alpha1.Config
+	Client kubernetes.Interface
+	// Fencing is the typed client of NodeFences.
+	Fencing  versioned.Interface
 	Agents   AgentSource
 	Recorder record.EventRecorder
 	// Identity names this replica (hostname_PID_suffix).
@@ -89,7 +89,7 @@ type Controller struct {
 	kubeInformers informers.SharedInformerFactory
 	leaseInformer informers.SharedInformerFactory
 	idInformer    informers.SharedInformerFactory
-	nfInformer    dynamicinformer.DynamicSharedInformerFactory
+	nfInformer    fencinginformers.SharedInformerFactory
 	replicas      *replicas
 	pause         *pauser
 
@@ -184,7 +184,7 @@ func (c *Controller) newCaches(opts Options) error {
 	c.kubeInformers = informers.NewSharedInformerFactory(opts.Client, 10*time.Minute)
 	c.leaseInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
 		informers.WithNamespace(NodeLeaseNamespace))
-	c.nfInformer = dynamicinformer.NewDynamicSharedInformerFactory(opts.Dynamic, 10*time.Minute)
+	c.nfInformer = fencinginformers.NewSharedInformerFactory(opts.Fencing, 10*time.Minute)
 	c.idInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
 		informers.WithNamespace(cfg.LeaderElection.Namespace), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.LabelSelector = IdentityLabel + "=true," + ComponentLabel + "=controller"
@@ -205,12 +205,12 @@ func (c *Controller) newCaches(opts Options) error {
 		return fmt.Errorf("index pods: %w", err)
 	}
 	c.pods, c.pdbs, c.attachments = podInf.Informer(), pdbInf.Lister(), vaInf.Lister()
-	nfInf := c.nfInformer.ForResource(v1alpha1.Resource)
+	nfInf := c.nfInformer.Fencing().V1alpha1().NodeFences()
 	if err := nfInf.Informer().AddIndexers(nodeFenceIndexers()); err != nil {
 		return fmt.Errorf("index incidents: %w", err)
 	}
 	c.nodes = nodeInf.Lister()
-	c.store = &store{client: opts.Dynamic.Resource(v1alpha1.Resource), indexer: nfInf.Informer().GetIndexer()}
+	c.store = &store{client: opts.Fencing.FencingV1alpha1().NodeFences(), indexer: nfInf.Informer().GetIndexer()}
 	idInf := c.idInformer.Coordination().V1().Leases().Informer()
 	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced,
 		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced, idInf.HasSynced}
@@ -249,9 +249,9 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 		UpdateFunc: func(_, obj any) { c.onNodeFence(obj) },
 		DeleteFunc: func(obj any) {
 			// A deleted incident's last write has nothing left to stand in for.
-			if u, ok := unwrapDeleted(obj).(*unstructured.Unstructured); ok {
-				c.store.forget(u.GetName())
-				c.dropEvents(u.GetName())
+			if nf, ok := unwrapDeleted(obj).(*v1alpha1.NodeFence); ok {
+				c.store.forget(nf.Name)
+				c.dropEvents(nf.Name)
 			}
 		},
 	}); err != nil {
@@ -292,10 +292,8 @@ func (c *Controller) onIdentityLease(obj any) {
 }
 
 func (c *Controller) onNodeFence(obj any) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if node, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); node != "" {
-			c.queue.Add(node)
-		}
+	if nf, ok := obj.(*v1alpha1.NodeFence); ok && nf.Spec.NodeName != "" {
+		c.queue.Add(nf.Spec.NodeName)
 	}
 }
 

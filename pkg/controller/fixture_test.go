@@ -12,15 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -71,7 +69,7 @@ type fixture struct {
 	t    *testing.T
 	c    *Controller
 	kube *fake.Clientset
-	dyn  *dynamicfake.FakeDynamicClient
+	dyn  *fencingfake.Clientset
 	bmc  *bmc
 	now  time.Time
 	rec  *record.FakeRecorder
@@ -97,26 +95,21 @@ func newFixture(t *testing.T, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 	var kubeObjs, nfObjs []runtime.Object
 	for _, o := range objs {
 		if nf, ok := o.(*v1alpha1.NodeFence); ok {
-			u, err := toUnstructured(nf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			nfObjs = append(nfObjs, u)
+			nfObjs = append(nfObjs, nf)
 			continue
 		}
 		kubeObjs = append(kubeObjs, o)
 	}
 	f.kube = fake.NewClientset(kubeObjs...)
-	f.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{v1alpha1.Resource: "NodeFenceList"}, nfObjs...)
+	f.dyn = fencingfake.NewSimpleClientset(nfObjs...)
 	// The fake API server does not generate names; the real one does.
 	f.dyn.PrependReactor("create", "nodefences", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if u, ok := a.(k8stesting.CreateAction).GetObject().(*unstructured.Unstructured); ok && u.GetName() == "" {
-			u.SetName(u.GetGenerateName() + "x1")
+		if nf, ok := a.(k8stesting.CreateAction).GetObject().(*v1alpha1.NodeFence); ok && nf.Name == "" {
+			nf.Name = nf.GenerateName + "x1"
 		}
 		return false, nil, nil
 	})
-	c, err := New(Options{Config: cfg, Client: f.kube, Dynamic: f.dyn, Agents: oneAgent{f.bmc}, Recorder: f.rec, Identity: "me"})
+	c, err := New(Options{Config: cfg, Client: f.kube, Fencing: f.dyn, Agents: oneAgent{f.bmc}, Recorder: f.rec, Identity: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +118,8 @@ func newFixture(t *testing.T, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 	for _, o := range kubeObjs {
 		f.cache(o)
 	}
-	for _, u := range nfObjs {
-		if err := c.store.indexer.Add(u); err != nil {
+	for _, nf := range nfObjs {
+		if err := c.store.indexer.Add(nf.(*v1alpha1.NodeFence).DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -213,18 +206,14 @@ func (f *fixture) expectCalls(want ...string) {
 // incident is node's one NodeFence as the API server has it.
 func (f *fixture) incident(node string) *v1alpha1.NodeFence {
 	f.t.Helper()
-	list, err := f.dyn.Resource(v1alpha1.Resource).List(context.Background(), metav1.ListOptions{})
+	list, err := f.dyn.FencingV1alpha1().NodeFences().List(context.Background(), metav1.ListOptions{})
 	f.dyn.ClearActions()
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	var found []*v1alpha1.NodeFence
 	for i := range list.Items {
-		nf, err := fromUnstructured(&list.Items[i])
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		if nf.Spec.NodeName == node {
+		if nf := &list.Items[i]; nf.Spec.NodeName == node {
 			found = append(found, nf)
 		}
 	}

@@ -41,7 +41,7 @@ func (c *Controller) pruneHistory(ctx context.Context) {
 func (c *Controller) expiredIncidents(now time.Time) []*v1alpha1.NodeFence {
 	byNode := map[string][]*v1alpha1.NodeFence{}
 	for _, obj := range c.store.indexer.List() {
-		nf, err := fromUnstructured(obj)
+		nf, err := cached(obj)
 		if err != nil || nf.Status.Phase.Open() || nf.Spec.RequestedBy != RequestedByController {
 			continue // one that cannot be read is kept: retention never deletes on a guess
 		}

@@ -40,11 +40,7 @@ func TestHistoryRetention(t *testing.T) {
 	cfg.Default()
 	c := fixtureController(t, cfg, nil, all[0])
 	for _, nf := range all {
-		u, err := toUnstructured(nf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.store.indexer.Add(u); err != nil {
+		if err := c.store.indexer.Add(nf.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
 	}

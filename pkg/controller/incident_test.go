@@ -10,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -49,13 +48,7 @@ func testController(t *testing.T, nf *v1alpha1.NodeFence, objs ...runtime.Object
 // fixtureController is a controller on fake clients holding nf, with cfg and agents.
 func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents AgentSource, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
 	t.Helper()
-	u, err := toUnstructured(nf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{v1alpha1.Resource: "NodeFenceList"}, u)
-	c, err := New(Options{Config: cfg, Client: fake.NewClientset(objs...), Dynamic: dyn, Agents: agents,
+	c, err := New(Options{Config: cfg, Client: fake.NewClientset(objs...), Fencing: fencingfake.NewSimpleClientset(nf), Agents: agents,
 		Recorder: record.NewFakeRecorder(10), Identity: "me"})
 	if err != nil {
 		t.Fatal(err)
@@ -66,11 +59,7 @@ func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents AgentSource, n
 // stored reads an incident back from the (fake) API server.
 func stored(t *testing.T, c *Controller, name string) *v1alpha1.NodeFence {
 	t.Helper()
-	u, err := c.store.client.Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nf, err := fromUnstructured(u)
+	nf, err := c.store.client.Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

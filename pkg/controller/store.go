@@ -11,13 +11,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	fencingclient "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/typed/fencing/v1alpha1"
 )
 
 // NodeLabel marks each NodeFence with the node it is about, for selection.
@@ -29,7 +27,7 @@ var ErrStaleEpoch = errors.New("incident written by a newer leader epoch")
 
 // store reads NodeFences from the informer cache and writes them to the API server.
 type store struct {
-	client  dynamic.NamespaceableResourceInterface
+	client  fencingclient.NodeFenceInterface
 	indexer cache.Indexer
 
 	// written holds this replica's last write of each incident until the cache shows it.
@@ -88,36 +86,21 @@ const byNodeIndex = "byNode"
 
 func nodeFenceIndexers() cache.Indexers {
 	return cache.Indexers{byNodeIndex: func(obj any) ([]string, error) {
-		u, ok := obj.(*unstructured.Unstructured)
+		nf, ok := obj.(*v1alpha1.NodeFence)
 		if !ok {
 			return nil, nil
 		}
-		name, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName")
-		return []string{name}, nil
+		return []string{nf.Spec.NodeName}, nil
 	}}
 }
 
-func fromUnstructured(obj any) (*v1alpha1.NodeFence, error) {
-	u, ok := obj.(*unstructured.Unstructured)
+// cached is a NodeFence from the informer cache, which nobody may change.
+func cached(obj any) (*v1alpha1.NodeFence, error) {
+	nf, ok := obj.(*v1alpha1.NodeFence)
 	if !ok {
 		return nil, fmt.Errorf("unexpected object %T in NodeFence cache", obj)
 	}
-	nf := &v1alpha1.NodeFence{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, nf); err != nil {
-		return nil, fmt.Errorf("decode NodeFence %s: %w", u.GetName(), err)
-	}
 	return nf, nil
-}
-
-func toUnstructured(nf *v1alpha1.NodeFence) (*unstructured.Unstructured, error) {
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(nf)
-	if err != nil {
-		return nil, fmt.Errorf("encode NodeFence %s: %w", nf.Name, err)
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	u.SetAPIVersion(v1alpha1.SchemeGroupVersion.String())
-	u.SetKind("NodeFence")
-	return u, nil
 }
 
 // forNode returns every cached NodeFence of a node.
@@ -127,16 +110,16 @@ func (s *store) forNode(node string) ([]*v1alpha1.NodeFence, error) {
 		return nil, err
 	}
 	out := make([]*v1alpha1.NodeFence, 0, len(objs))
-	cached := make(map[string]bool, len(objs))
+	seen := make(map[string]bool, len(objs))
 	for _, o := range objs {
-		nf, err := fromUnstructured(o)
+		nf, err := cached(o)
 		if err != nil {
 			return nil, err
 		}
-		cached[nf.Name] = true
-		out = append(out, s.fresh(nf))
+		seen[nf.Name] = true
+		out = append(out, s.fresh(nf).DeepCopy())
 	}
-	return append(out, s.unseen(node, cached)...), nil
+	return append(out, s.unseen(node, seen)...), nil
 }
 
 // openLive lists the node's open incidents from the API server itself, so that a cache
@@ -155,14 +138,7 @@ func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFenc
 	}
 	var out []*v1alpha1.NodeFence
 	for i := range list.Items {
-		if n, _, _ := unstructured.NestedString(list.Items[i].Object, "spec", "nodeName"); n != node {
-			continue
-		}
-		nf, err := fromUnstructured(&list.Items[i])
-		if err != nil {
-			return nil, err
-		}
-		if nf.Status.Phase.Open() {
+		if nf := &list.Items[i]; nf.Spec.NodeName == node && nf.Status.Phase.Open() {
 			out = append(out, nf)
 		}
 	}
@@ -173,17 +149,9 @@ func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFenc
 // status, which the first decision on the incident writes (saving a request per
 // incident); until then the incident reads as a fresh request, and is decided as one.
 func (s *store) create(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.NodeFence, error) {
-	u, err := toUnstructured(nf)
-	if err != nil {
-		return nil, err
-	}
-	created, err := s.client.Create(ctx, u, metav1.CreateOptions{})
+	out, err := s.client.Create(ctx, nf, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create incident for node %s: %w", nf.Spec.NodeName, err)
-	}
-	out, err := fromUnstructured(created)
-	if err != nil {
-		return nil, err
 	}
 	out.Status = *nf.Status.DeepCopy()
 	return out, nil
@@ -197,33 +165,22 @@ func (s *store) writeStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch i
 	}
 	nf.Status.Epoch, nf.Status.Leader = epoch, leader
 	clampStatus(&nf.Status)
-	u, err := toUnstructured(nf)
-	if err != nil {
-		return nil, err
-	}
-	updated, err := s.client.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	saved, err := s.client.UpdateStatus(ctx, nf, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		s.forget(nf.Name)
 		// Someone wrote in between: find out whether it was a newer leader.
-		if cur, gerr := s.client.Get(ctx, nf.Name, metav1.GetOptions{}); gerr == nil {
-			if stored, derr := fromUnstructured(cur); derr == nil && stored.Status.Epoch > epoch {
-				return nil, fmt.Errorf("write incident %s at epoch %d, stored epoch is %d: %w", nf.Name, epoch, stored.Status.Epoch, ErrStaleEpoch)
-			}
+		if stored, gerr := s.client.Get(ctx, nf.Name, metav1.GetOptions{}); gerr == nil && stored.Status.Epoch > epoch {
+			return nil, fmt.Errorf("write incident %s at epoch %d, stored epoch is %d: %w", nf.Name, epoch, stored.Status.Epoch, ErrStaleEpoch)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write incident %s: %w", nf.Name, err)
 	}
-	saved, err := fromUnstructured(updated)
-	if err != nil {
-		return nil, err
-	}
 	s.remember(saved)
 	return saved, nil
 }
 
-// facts is what policy needs of an incident, read straight from the cached object:
-// converting every incident for every decision would cost more than the decision.
+// facts is what policy needs of an incident, read straight from the cached object.
 type facts struct {
 	phase      v1alpha1.Phase
 	fenceStart time.Time
@@ -232,25 +189,16 @@ type facts struct {
 }
 
 func factsOf(obj any) facts {
-	u, ok := obj.(*unstructured.Unstructured)
+	nf, ok := obj.(*v1alpha1.NodeFence)
 	if !ok {
 		return facts{}
 	}
-	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-	f := facts{phase: v1alpha1.Phase(phase)}
-	if lvl, _, _ := unstructured.NestedInt64(u.Object, "status", "verifiedLevel"); lvl > 0 {
-		f.verified = true
-	}
-	steps, _, _ := unstructured.NestedSlice(u.Object, "status", "timeline")
-	for _, s := range steps {
-		m, ok := s.(map[string]any)
-		if !ok || m["type"] != v1alpha1.StepFenceStarted {
-			continue
+	f := facts{phase: nf.Status.Phase, verified: nf.Status.VerifiedLevel > 0}
+	for _, st := range nf.Status.Timeline {
+		if st.Type == v1alpha1.StepFenceStarted {
+			f.fenceStart = st.Time.Time
+			break
 		}
-		if ts, ok := m["time"].(string); ok {
-			f.fenceStart, _ = time.Parse(time.RFC3339Nano, ts)
-		}
-		break
 	}
 	return f
 }

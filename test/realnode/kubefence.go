@@ -184,7 +184,7 @@ func (c *Cluster) NodeFences(ctx context.Context, node string) ([]unstructured.U
 	if err != nil {
 		return nil, err
 	}
-	list, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{})
+	list, err := dyn.Resource(v1alpha1.NodeFenceResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -92,7 +92,7 @@ func incidentFloor(b *testing.B, nodes int) {
 		for _, e := range extras {
 			requests += floorWrites + e
 		}
-		if err := dyn.Resource(v1alpha1.Resource).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		if err := dyn.Resource(v1alpha1.NodeFenceResource).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		for _, n := range created {
@@ -121,7 +121,7 @@ func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic
 		return 0, err
 	}
 	u := &unstructured.Unstructured{Object: obj}
-	res := dyn.Resource(v1alpha1.Resource)
+	res := dyn.Resource(v1alpha1.NodeFenceResource)
 	if u, err = res.Create(ctx, u, metav1.CreateOptions{}); err != nil {
 		return 0, fmt.Errorf("create: %w", err)
 	}

@@ -78,7 +78,7 @@ func TestForceNeedsPermission(t *testing.T) {
 	forceRule := rbacv1.PolicyRule{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"nodefences/force"}, Verbs: []string{"create"}}
 	operator := personClient(t, ctx, c, "operator", []rbacv1.PolicyRule{create})
 	oncall := personClient(t, ctx, c, "oncall", []rbacv1.PolicyRule{create, forceRule})
-	nodefences := func(d dynamic.Interface) dynamic.ResourceInterface { return d.Resource(v1alpha1.Resource) }
+	nodefences := func(d dynamic.Interface) dynamic.ResourceInterface { return d.Resource(v1alpha1.NodeFenceResource) }
 
 	// The policy takes a moment to be loaded by the API server: poll until it denies.
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -129,7 +129,7 @@ func TestForceOverridesStormHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.ForceAnnotation + `":"true"}}}`)
-	if _, err := dyn.Resource(v1alpha1.Resource).Patch(ctx, nf2.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := dyn.Resource(v1alpha1.NodeFenceResource).Patch(ctx, nf2.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

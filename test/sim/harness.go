@@ -209,7 +209,7 @@ func InstallCRD(ctx context.Context, c *Cluster) error {
 		return fmt.Errorf("create NodeFence CRD: %w", err)
 	}
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if _, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		if _, err := dyn.Resource(v1alpha1.NodeFenceResource).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 			return false, nil
 		}
 		return true, nil

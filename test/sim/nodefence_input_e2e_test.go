@@ -27,12 +27,12 @@ func TestNodeFenceInputRefused(t *testing.T) {
 	c := h.Cluster
 	applyAdmissionPolicies(t, ctx, c)
 	rules := []rbacv1.PolicyRule{{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"nodefences"}, Verbs: []string{"create", "update", "get"}}}
-	operator := personClient(t, ctx, c, "operator", rules).Resource(v1alpha1.Resource)
+	operator := personClient(t, ctx, c, "operator", rules).Resource(v1alpha1.NodeFenceResource)
 	admin, err := dynamicClient(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodefences := admin.Resource(v1alpha1.Resource)
+	nodefences := admin.Resource(v1alpha1.NodeFenceResource)
 	me := personName("operator")
 	dry := metav1.CreateOptions{DryRun: []string{"All"}}
 

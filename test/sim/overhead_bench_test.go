@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -227,7 +227,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 	rc.QPS, rc.Burst = 500, 1000
 	rc.Wrap(counter.wrap)
 	client := mustClient(b, controller.Protobuf(&rc))
-	dyn, err := dynamic.NewForConfig(&rc)
+	fencing, err := versioned.NewForConfig(&rc)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
-	ctl, err := controller.New(controller.Options{Config: cfg, Client: client, Dynamic: dyn,
+	ctl, err := controller.New(controller.Options{Config: cfg, Client: client, Fencing: fencing,
 		Agents: instantAgent{}, Identity: identity,
 		Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}),
 		Guard:    &controller.LeaseGuard{Client: client, Config: le, Identity: identity}})
@@ -297,12 +297,12 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 	res.span, res.requests, res.cpu = last.Sub(first), counter.reset(), cpuTime()-cpuStart
 	// The next round starts from an empty cluster, as this one did.
 	stop()
-	cleanupRound(b, ctx, c, dyn, prefix, nodes)
+	cleanupRound(b, ctx, c, fencing, prefix, nodes)
 	return res
 }
 
-func cleanupRound(b *testing.B, ctx context.Context, c *Cluster, dyn dynamic.Interface, prefix string, nodes int) {
-	if err := dyn.Resource(v1alpha1.Resource).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+func cleanupRound(b *testing.B, ctx context.Context, c *Cluster, fencing versioned.Interface, prefix string, nodes int) {
+	if err := fencing.FencingV1alpha1().NodeFences().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	for i := range nodes {

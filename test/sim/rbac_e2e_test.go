@@ -215,7 +215,7 @@ func applyServerSide(ctx context.Context, c *Cluster, objs []*unstructured.Unstr
 		return fmt.Errorf("rendered manifests hold %d identity, RBAC and CRD objects, want at least %d", applied, len(appliedKinds))
 	}
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{Limit: 1})
+		_, err := dyn.Resource(v1alpha1.NodeFenceResource).List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil, nil
 	})
 }

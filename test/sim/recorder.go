@@ -63,7 +63,7 @@ func NewRecorder(ctx context.Context, c *Cluster) (*Recorder, error) {
 		{f.Core().V1().Pods().Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: r.podUpdated, DeleteFunc: r.podDeleted}},
 		{f.Storage().V1().VolumeAttachments().Informer(), cache.ResourceEventHandlerFuncs{DeleteFunc: r.vaDeleted}},
 		{f.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: r.nodeUpdated}},
-		{df.ForResource(v1alpha1.Resource).Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.incident, UpdateFunc: func(_, o any) { r.incident(o) }}},
+		{df.ForResource(v1alpha1.NodeFenceResource).Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.incident, UpdateFunc: func(_, o any) { r.incident(o) }}},
 	}
 	for _, x := range handlers {
 		if _, err := x.inf.AddEventHandler(x.h); err != nil {

@@ -32,12 +32,12 @@ func createIncident(t *testing.T, ctx context.Context, c *Cluster, nf *v1alpha1.
 	u := &unstructured.Unstructured{Object: obj}
 	u.SetAPIVersion(v1alpha1.SchemeGroupVersion.String())
 	u.SetKind("NodeFence")
-	created, err := dyn.Resource(v1alpha1.Resource).Create(ctx, u, metav1.CreateOptions{})
+	created, err := dyn.Resource(v1alpha1.NodeFenceResource).Create(ctx, u, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	created.Object["status"] = obj["status"]
-	if _, err := dyn.Resource(v1alpha1.Resource).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	if _, err := dyn.Resource(v1alpha1.NodeFenceResource).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

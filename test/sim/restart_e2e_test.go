@@ -155,7 +155,7 @@ func fencedAnything(ctx context.Context, h *Harness) string {
 	if err != nil {
 		return "dynamic client: " + err.Error()
 	}
-	nfs, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{})
+	nfs, err := dyn.Resource(v1alpha1.NodeFenceResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "list NodeFences: " + err.Error()
 	}

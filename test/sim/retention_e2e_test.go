@@ -26,7 +26,7 @@ func TestHistoryKeepsNewestTen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodefences := dyn.Resource(v1alpha1.Resource)
+	nodefences := dyn.Resource(v1alpha1.NodeFenceResource)
 	t0 := time.Now().Add(-24 * time.Hour)
 	ended := func(name, by string, opened time.Time) {
 		u := nodeFenceRequest(name, "node-1", by, false)

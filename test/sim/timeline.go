@@ -27,7 +27,7 @@ func Incidents(ctx context.Context, c *Cluster, node string) ([]v1alpha1.NodeFen
 	if err != nil {
 		return nil, err
 	}
-	list, err := dyn.Resource(v1alpha1.Resource).List(ctx, metav1.ListOptions{})
+	list, err := dyn.Resource(v1alpha1.NodeFenceResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list incidents: %w", err)
 	}

@@ -12,12 +12,17 @@ const GroupName = "fencing.kubefence.io"
 var (
 	// SchemeGroupVersion is the group and version of this package's types.
 	SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
-	// Resource is the NodeFence resource, for dynamic and REST clients.
-	Resource = SchemeGroupVersion.WithResource("nodefences")
+	// NodeFenceResource is the NodeFence resource, for dynamic and REST clients.
+	NodeFenceResource = SchemeGroupVersion.WithResource("nodefences")
 
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	AddToScheme   = SchemeBuilder.AddToScheme
 )
+
+// Resource is the group-qualified resource, as the generated listers name it in errors.
+func Resource(resource string) schema.GroupResource {
+	return SchemeGroupVersion.WithResource(resource).GroupResource()
+}
 
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion, &NodeFence{}, &NodeFenceList{})
