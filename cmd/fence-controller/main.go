@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/leader"
 )
 
 func main() {
@@ -36,7 +37,7 @@ func main() {
 		return
 	}
 	if f.LeaderCondition {
-		o.LeaderPod = &controller.PodRef{Namespace: o.PodNamespace, Name: o.PodName}
+		o.LeaderPod = &leader.PodRef{Namespace: o.PodNamespace, Name: o.PodName}
 		if o.LeaderPod.Namespace == "" || o.LeaderPod.Name == "" {
 			fmt.Fprintln(os.Stderr, "--leader-pod-condition needs the pod's namespace and name (POD_NAMESPACE and POD_NAME, or --pod-namespace and --pod-name)")
 			os.Exit(1)

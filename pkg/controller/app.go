@@ -23,6 +23,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -40,8 +41,8 @@ type AppOptions struct {
 	// the leader collects it; IdentityRenewInterval how often each replica renews its own.
 	IdentityLeaseDuration time.Duration
 	IdentityRenewInterval time.Duration
-	// LeaderPod, when set, is this replica's own pod: it gets the LeaderCondition.
-	LeaderPod *PodRef
+	// LeaderPod, when set, is this replica's own pod: it gets the leader.LeaderCondition.
+	LeaderPod *leader.PodRef
 	// PodUID is the UID of this replica's own pod (POD_UID from the downward API), with
 	// PodName: the pod then owns the replica's identity Lease, and the garbage collector
 	// removes the Lease with the pod (an uninstall leaves none behind).
@@ -109,10 +110,10 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		return err
 	}
 
-	identity := NewIdentity()
-	var guard *LeaseGuard
+	identity := leader.NewIdentity()
+	var guard *leader.LeaseGuard
 	if *cfg.LeaderElection.Enabled {
-		guard = &LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
+		guard = &leader.LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
 	}
 	recorder, stopEvents := eventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
@@ -136,16 +137,16 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	health.SetSynced()
 	klog.FromContext(ctx).Info("Caches synced", "identity", identity)
 
-	ids := &IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity, Owner: podOwner(o, cfg.LeaderElection.Namespace),
+	ids := &leader.IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity, Owner: podOwner(o, cfg.LeaderElection.Namespace),
 		Component: "controller", Node: o.NodeName, Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
 		Metrics: c.Metrics(), Now: time.Now}
 	go ids.Run(ctx)
 	if o.LeaderPod != nil {
-		if err := SetLeaderCondition(ctx, client, *o.LeaderPod, false); err != nil {
+		if err := leader.SetLeaderCondition(ctx, client, *o.LeaderPod, false); err != nil {
 			klog.FromContext(ctx).Error(err, "Marking own pod as standby")
 		}
 	}
-	lead := leader(o, client, health, ids, host, c)
+	lead := leading(o, client, health, ids, host, c)
 	elected := make(chan struct{})
 	if !*cfg.LeaderElection.Enabled {
 		close(elected)
@@ -153,7 +154,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	} else {
 		go func() {
 			defer close(elected)
-			err := Elect(ctx, client, cfg.LeaderElection, identity, lead, func() {
+			err := leader.Elect(ctx, client, cfg.LeaderElection, identity, lead, func() {
 				deposed(errors.New("leader lease lost"))
 			})
 			if err != nil {
@@ -208,7 +209,7 @@ func checkAgents(ctx context.Context, cfg *v1alpha1.Config, host *plugin.Host) e
 // eventRecorder returns the recorder of the controller's Events and the function that
 // stops it. With leader election (guard set), an Event goes out only while a Lease check
 // vouches for this replica (confirmedSink).
-func eventRecorder(ctx context.Context, client kubernetes.Interface, guard *LeaseGuard, identity string) (record.EventRecorder, func()) {
+func eventRecorder(ctx context.Context, client kubernetes.Interface, guard *leader.LeaseGuard, identity string) (record.EventRecorder, func()) {
 	scheme := runtime.NewScheme()
 	// Adding types to a fresh scheme fails only when two registrations conflict, which
 	// these two do not; the scheme only names the objects Events are about.
@@ -223,13 +224,13 @@ func eventRecorder(ctx context.Context, client kubernetes.Interface, guard *Leas
 	return broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}), broadcaster.Shutdown
 }
 
-// leader returns what this replica does while it leads at an epoch: it marks its pod as
+// leading returns what this replica does while it leads at an epoch: it marks its pod as
 // the leader, collects expired identity Leases, watches the remote agents and runs c.
-func leader(o AppOptions, client kubernetes.Interface, health *Health, ids *IdentityLeases, host *plugin.Host, c *Controller) func(context.Context, int64) {
+func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, c *Controller) func(context.Context, int64) {
 	return func(ctx context.Context, epoch int64) {
 		health.SetLeader()
 		if o.LeaderPod != nil {
-			if err := SetLeaderCondition(ctx, client, *o.LeaderPod, true); err != nil {
+			if err := leader.SetLeaderCondition(ctx, client, *o.LeaderPod, true); err != nil {
 				klog.FromContext(ctx).Error(err, "Marking own pod as leader")
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
+	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
@@ -53,7 +54,7 @@ type Options struct {
 	OnDeposed func(error)
 	// Guard checks the leader Lease before every write and irreversible action; nil
 	// without leader election.
-	Guard *LeaseGuard
+	Guard *leader.LeaseGuard
 	// NodeName is the node this replica runs on (the downward API's spec.nodeName);
 	// empty outside a pod. It is never fenced by this replica.
 	NodeName string
@@ -94,7 +95,7 @@ type Controller struct {
 	pause         *pauser
 
 	// guard checks the Lease before irreversible actions; nil without leader election.
-	guard *LeaseGuard
+	guard *leader.LeaseGuard
 
 	mu    sync.Mutex
 	epoch int64
@@ -187,7 +188,7 @@ func (c *Controller) newCaches(opts Options) error {
 	c.nfInformer = fencinginformers.NewSharedInformerFactory(opts.Fencing, 10*time.Minute)
 	c.idInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
 		informers.WithNamespace(cfg.LeaderElection.Namespace), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = IdentityLabel + "=true," + ComponentLabel + "=controller"
+			o.LabelSelector = leader.IdentityLabel + "=true," + leader.ComponentLabel + "=controller"
 		}))
 
 	nodeInf := c.kubeInformers.Core().V1().Nodes()

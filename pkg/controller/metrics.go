@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -158,4 +160,21 @@ func (m *metrics) initCounters(agents []string) {
 			}
 		}
 	}
+}
+
+// Renewal counts a renewal of this replica's identity Lease (leader.IdentityMetrics).
+func (m *metrics) Renewal(ok bool) {
+	result := renewalSuccess
+	if !ok {
+		result = renewalFailure
+	}
+	m.identityRenewals.WithLabelValues(result).Inc()
+}
+
+// Renewed exports when this replica's identity Lease was acquired and last renewed.
+func (m *metrics) Renewed(acquired, renewed time.Time) {
+	if !acquired.IsZero() {
+		m.identityStart.Set(float64(acquired.UnixMicro()) / 1e6)
+	}
+	m.identityRenew.Set(float64(renewed.UnixMicro()) / 1e6)
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/kubefence/kubefence/pkg/leader"
 )
 
 // AddFlags registers the controller's flags on fs, with their defaults, as Kubernetes
@@ -16,7 +18,7 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&f.Validate, "validate-config", false, "check the --config file and exit")
 	fs.BoolVar(&f.ValidateAgents, "validate-agents", true, "with --validate-config, also ask each agent to check its parameters (needs pluginDir's binaries, and remote agents to answer)")
 	fs.BoolVar(&f.Version, "version", false, "print the version and exit")
-	fs.BoolVar(&f.LeaderCondition, "leader-pod-condition", false, "set the "+string(LeaderCondition)+
+	fs.BoolVar(&f.LeaderCondition, "leader-pod-condition", false, "set the "+string(leader.LeaderCondition)+
 		" condition on this replica's pod (POD_NAMESPACE, POD_NAME from the downward API); use it as a readiness gate")
 	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/leader"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
@@ -16,7 +17,7 @@ type HealthChecker interface {
 // watchRemoteAgents health-checks every remote agent each interval and, while it answers,
 // renews a Lease for it, so that `kubectl get leases` shows which datacenter agents are
 // alive. A level with an agent that does not answer is skipped, with the reason recorded.
-func (c *Controller) watchRemoteAgents(ctx context.Context, hc HealthChecker, leases *IdentityLeases, interval time.Duration) {
+func (c *Controller) watchRemoteAgents(ctx context.Context, hc HealthChecker, leases *leader.IdentityLeases, interval time.Duration) {
 	var remote []string
 	for _, a := range c.cfg.Agents {
 		if a.Address != "" {

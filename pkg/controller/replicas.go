@@ -6,6 +6,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
 )
 
 // replicas knows which nodes run a live replica of the controller, from the replicas'
@@ -52,7 +53,7 @@ func (r *replicas) observe(lease *coordinationv1.Lease, now time.Time) {
 	if ok && old.renew.Equal(lease.Spec.RenewTime.Time) && old.node == node {
 		return
 	}
-	r.seen[lease.Name] = replicaSeen{node: node, holder: deref(lease.Spec.HolderIdentity), renew: lease.Spec.RenewTime.Time, at: now}
+	r.seen[lease.Name] = replicaSeen{node: node, holder: ptr.Deref(lease.Spec.HolderIdentity, ""), renew: lease.Spec.RenewTime.Time, at: now}
 }
 
 func (r *replicas) forget(name string) {

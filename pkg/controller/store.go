@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -16,14 +15,15 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	fencingclient "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/typed/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/leader"
 )
 
 // NodeLabel marks each NodeFence with the node it is about, for selection.
-const NodeLabel = "fencing.kubefence.io/node"
+const NodeLabel = v1alpha1.NodeLabel
 
-// ErrStaleEpoch means a leader with a newer fencing epoch has written the incident: this
-// replica has been deposed and must stop at once.
-var ErrStaleEpoch = errors.New("incident written by a newer leader epoch")
+// ErrStaleEpoch means a leader with a newer fencing epoch has written the incident, or
+// holds the Lease: this replica has been deposed and must stop at once.
+var ErrStaleEpoch = leader.ErrStaleEpoch
 
 // store reads NodeFences from the informer cache and writes them to the API server.
 type store struct {

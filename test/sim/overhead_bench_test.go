@@ -27,6 +27,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -240,7 +241,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 	ctl, err := controller.New(controller.Options{Config: cfg, Client: client, Fencing: fencing,
 		Agents: instantAgent{}, Identity: identity,
 		Recorder: broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}),
-		Guard:    &controller.LeaseGuard{Client: client, Config: le, Identity: identity}})
+		Guard:    &leader.LeaseGuard{Client: client, Config: le, Identity: identity}})
 	if err != nil {
 		b.Fatal(err)
 	}

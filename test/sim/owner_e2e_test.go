@@ -6,12 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/leader"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/kubefence/kubefence/pkg/controller"
 )
 
 // TestIdentityLeaseGoesWithItsPod (issue 23: an uninstall left one identity Lease for
@@ -41,7 +40,7 @@ func TestIdentityLeaseGoesWithItsPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	selector := controller.IdentityLabel + "=true," + controller.ComponentLabel + "=controller"
+	selector := leader.IdentityLabel + "=true," + leader.ComponentLabel + "=controller"
 	var lease string
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := cs.CoordinationV1().Leases(ControllerNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})

@@ -41,6 +41,10 @@ func (p Phase) Open() bool {
 // nodefences/force, which the chart's ValidatingAdmissionPolicy checks.
 const ForceAnnotation = "fencing.kubefence.io/force"
 
+// NodeLabel names the node a NodeFence is about, on the NodeFence, and the node a
+// controller replica runs on, on its identity Lease.
+const NodeLabel = "fencing.kubefence.io/node"
+
 // MaxTimelineSteps is the most steps an incident's timeline keeps: the first (why it
 // opened) and the latest others. The CRD refuses a longer one.
 const MaxTimelineSteps = 1000

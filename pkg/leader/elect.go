@@ -1,9 +1,10 @@
-package controller
+package leader
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -18,6 +19,10 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
+
+// ErrStaleEpoch means a leader with a newer fencing epoch holds the Lease, or has written
+// what this replica meant to write: this replica has been deposed and must stop at once.
+var ErrStaleEpoch = errors.New("incident written by a newer leader epoch")
 
 // NewIdentity returns hostname_PID_suffix, unique per process even across restarts
 // with a recycled PID, as the apiserver-identity proposal does for kube-apiservers.

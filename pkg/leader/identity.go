@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,8 +41,9 @@ type IdentityLeases struct {
 	Duration time.Duration
 	// RenewInterval is how often the Lease is renewed.
 	RenewInterval time.Duration
-	Metrics       *metrics
-	Now           func() time.Time
+	// Metrics, if set, is told of every renewal of the replica's own Lease.
+	Metrics IdentityMetrics
+	Now     func() time.Time
 }
 
 // LeaseName is the Lease name of an identity: identities (hostname_PID_suffix) are not
@@ -55,13 +57,11 @@ func LeaseName(component, identity string) string {
 func (l *IdentityLeases) Run(ctx context.Context) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		err := l.Renew(ctx, l.Identity)
-		result := renewalSuccess
 		if err != nil {
-			result = renewalFailure
 			klog.FromContext(ctx).Error(err, "Renewing identity lease", "identity", l.Identity)
 		}
 		if l.Metrics != nil {
-			l.Metrics.identityRenewals.WithLabelValues(result).Inc()
+			l.Metrics.Renewal(err == nil)
 		}
 	}, l.RenewInterval)
 	del, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -111,7 +111,7 @@ func (l *IdentityLeases) labels(had map[string]string) map[string]string {
 	}
 	out[IdentityLabel], out[ComponentLabel] = "true", l.Component
 	if l.Node != "" {
-		out[NodeLabel] = l.Node
+		out[v1alpha1.NodeLabel] = l.Node
 	}
 	return out
 }
@@ -120,10 +120,20 @@ func (l *IdentityLeases) observe(lease *coordinationv1.Lease) {
 	if l.Metrics == nil || l.Component != "controller" {
 		return
 	}
+	var acquired time.Time
 	if lease.Spec.AcquireTime != nil {
-		l.Metrics.identityStart.Set(float64(lease.Spec.AcquireTime.UnixMicro()) / 1e6)
+		acquired = lease.Spec.AcquireTime.Time
 	}
-	l.Metrics.identityRenew.Set(float64(lease.Spec.RenewTime.UnixMicro()) / 1e6)
+	l.Metrics.Renewed(acquired, lease.Spec.RenewTime.Time)
+}
+
+// IdentityMetrics receives what IdentityLeases does with the replica's own Lease.
+type IdentityMetrics interface {
+	// Renewal is each renewal attempt and whether it worked.
+	Renewal(ok bool)
+	// Renewed is the Lease as written: when it was first acquired (zero if unknown) and
+	// renewed.
+	Renewed(acquired, renewed time.Time)
 }
 
 // Collect deletes identity Leases of any component whose renewal is older than their
