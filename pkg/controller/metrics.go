@@ -125,6 +125,13 @@ func newMetrics() *metrics {
 			Help: "Renewals of this replica's identity Lease, by result.",
 		}, []string{"result"}),
 	}
+	m.register()
+	return m
+}
+
+// register adds every metric to the registry, with kubefence_build_info and the Go and
+// process collectors.
+func (m *metrics) register() {
 	m.registry.MustRegister(m.orphans, m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kubefence_build_info",
@@ -135,7 +142,6 @@ func newMetrics() *metrics {
 	m.registry.MustRegister(m.incidents, m.phaseDuration, m.agentLatency, m.agentErrors,
 		m.unhealthy, m.holds, m.leader, m.identity,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
 }
 
 // initCounters sets every counter an alert reads to 0 for each label value known at
