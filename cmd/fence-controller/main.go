@@ -14,8 +14,8 @@ import (
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/app"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
-	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/leader"
 )
 
@@ -23,7 +23,7 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check" {
 		os.Exit(check(os.Args[2:]))
 	}
-	var o controller.AppOptions
+	var o app.AppOptions
 	f := o.AddFlags(flag.CommandLine)
 	logging := logsapi.NewLoggingConfiguration()
 	logsapi.AddGoFlags(logging, flag.CommandLine)
@@ -45,7 +45,7 @@ func main() {
 	}
 
 	if f.Validate {
-		warnings, err := controller.ValidateConfig(context.Background(), o.ConfigPath, f.ValidateAgents)
+		warnings, err := app.ValidateConfig(context.Background(), o.ConfigPath, f.ValidateAgents)
 		for _, w := range warnings {
 			fmt.Fprintln(os.Stderr, "warning:", w)
 		}
@@ -58,11 +58,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := controller.RunApp(ctx, o, func(err error) {
+	err := app.RunApp(ctx, o, func(err error) {
 		// Invariant 2: a deposed replica stops at once, without draining.
 		klog.ErrorS(err, "Deposed; exiting")
 		klog.Flush()
-		os.Exit(controller.ExitDeposed)
+		os.Exit(app.ExitDeposed)
 	})
 	if err != nil {
 		klog.ErrorS(err, "fence-controller failed")
@@ -74,13 +74,13 @@ func main() {
 // check is "fence-controller check": every node's fence device read once, as a table.
 func check(args []string) int {
 	fs := flag.NewFlagSet("fence-controller check", flag.ContinueOnError)
-	var o controller.AppOptions
+	var o app.AppOptions
 	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	ok, err := controller.RunCheck(context.Background(), o, os.Stdout)
+	ok, err := app.RunCheck(context.Background(), o, os.Stdout)
 	switch {
 	case err != nil:
 		fmt.Fprintln(os.Stderr, err)

@@ -28,6 +28,7 @@ import (
 	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // NodeLeaseNamespace is where kubelets keep their heartbeat Leases.
@@ -261,8 +262,11 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 	return nil
 }
 
-// Metrics returns the controller's registry handle for the HTTP server.
-func (c *Controller) Metrics() *metrics { return c.metrics }
+// Registry is the controller's metrics registry, for the HTTP server.
+func (c *Controller) Registry() *prometheus.Registry { return c.metrics.registry }
+
+// IdentityMetrics receives the renewals of this replica's identity Lease.
+func (c *Controller) IdentityMetrics() leader.IdentityMetrics { return c.metrics }
 
 func unwrapDeleted(obj any) any {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {

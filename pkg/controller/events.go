@@ -4,9 +4,15 @@ import (
 	"context"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/leader"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 )
 
 // confirmedSink sends an Event only while a leader Lease check passed within the renew
@@ -57,4 +63,22 @@ func (s confirmedSink) Patch(old *corev1.Event, data []byte) (*corev1.Event, err
 
 func errUnconfirmed() error {
 	return apierrors.NewServiceUnavailable("event dropped: this replica's leader Lease was not confirmed within the renew deadline")
+}
+
+// NewEventRecorder returns the recorder of the controller's Events and the function that
+// stops it. With leader election (guard set), an Event goes out only while a Lease check
+// vouches for this replica (confirmedSink).
+func NewEventRecorder(ctx context.Context, client kubernetes.Interface, guard *leader.LeaseGuard, identity string) (record.EventRecorder, func()) {
+	scheme := runtime.NewScheme()
+	// Adding types to a fresh scheme fails only when two registrations conflict, which
+	// these two do not; the scheme only names the objects Events are about.
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	var sink record.EventSink = &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}
+	if guard != nil {
+		sink = confirmedSink{events: client.CoreV1().Events(""), until: guard.ConfirmedUntil}
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(sink)
+	return broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}), broadcaster.Shutdown
 }

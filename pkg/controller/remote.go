@@ -14,10 +14,10 @@ type HealthChecker interface {
 	Healthy(ctx context.Context, name string) error
 }
 
-// watchRemoteAgents health-checks every remote agent each interval and, while it answers,
+// WatchRemoteAgents health-checks every remote agent each interval and, while it answers,
 // renews a Lease for it, so that `kubectl get leases` shows which datacenter agents are
 // alive. A level with an agent that does not answer is skipped, with the reason recorded.
-func (c *Controller) watchRemoteAgents(ctx context.Context, hc HealthChecker, leases *leader.IdentityLeases, interval time.Duration) {
+func (c *Controller) WatchRemoteAgents(ctx context.Context, hc HealthChecker, leases *leader.IdentityLeases, interval time.Duration) {
 	var remote []string
 	for _, a := range c.cfg.Agents {
 		if a.Address != "" {

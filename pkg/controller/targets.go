@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -38,6 +39,16 @@ const (
 	DefaultTargetInterval = 10 * time.Minute
 	targetConcurrency     = 8
 )
+
+// CheckTargets reads every node's first-level fence device once through agents, as the
+// leader's monitor does (fence-controller check).
+func CheckTargets(ctx context.Context, cfg *v1alpha1.Config, agents AgentSource, client kubernetes.Interface, nodes []*corev1.Node) ([]TargetCheck, error) {
+	caller, err := newAgentCaller(agents, cfg, client, newMetrics(), time.Now, func() ([]*corev1.Node, error) { return nodes, nil })
+	if err != nil {
+		return nil, err
+	}
+	return caller.checkTargets(ctx, cfg.Policies, nodes), nil
+}
 
 // checkTargets reads the first-level targets of every node a policy governs, at most
 // targetConcurrency at once, and returns the results sorted by node and agent.

@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/app"
 )
 
 // floorWrites is how many requests BenchmarkIncidentFloor sends per incident when no
@@ -46,7 +46,7 @@ func incidentFloor(b *testing.B, nodes int) {
 	c := benchCluster(b, ctx)
 	rc := *c.Config
 	rc.QPS, rc.Burst = 500, 1000
-	client := mustClient(b, controller.Protobuf(&rc))
+	client := mustClient(b, app.Protobuf(&rc))
 	dyn, err := dynamic.NewForConfig(&rc)
 	if err != nil {
 		b.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/app"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/leader"
@@ -227,7 +228,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, prefix string,
 	rc := *c.Config
 	rc.QPS, rc.Burst = 500, 1000
 	rc.Wrap(counter.wrap)
-	client := mustClient(b, controller.Protobuf(&rc))
+	client := mustClient(b, app.Protobuf(&rc))
 	fencing, err := versioned.NewForConfig(&rc)
 	if err != nil {
 		b.Fatal(err)

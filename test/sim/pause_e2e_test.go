@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/app"
 	"github.com/kubefence/kubefence/pkg/controller"
 )
 
@@ -77,8 +78,8 @@ func pausedLeader(t *testing.T, point string) {
 		t.Fatalf("resumed leader never exited")
 	}
 	exited := time.Now()
-	if code := leader.ExitCode(); code != controller.ExitDeposed {
-		t.Errorf("resumed leader exited with %d, want %d", code, controller.ExitDeposed)
+	if code := leader.ExitCode(); code != app.ExitDeposed {
+		t.Errorf("resumed leader exited with %d, want %d", code, app.ExitDeposed)
 	}
 	for _, pid := range agents {
 		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {

@@ -1,4 +1,4 @@
-package controller
+package app
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -60,7 +61,7 @@ const MetricsOff = "0"
 
 // serve starts the health server and the metrics server of o; each reports its end on
 // errc. Listening happens now, so that a taken port fails the start.
-func serve(ctx context.Context, o ServingOptions, client kubernetes.Interface, h *Health, m *metrics, errc chan<- error) error {
+func serve(ctx context.Context, o ServingOptions, client kubernetes.Interface, h *Health, reg *prometheus.Registry, errc chan<- error) error {
 	healthLn, err := net.Listen("tcp", o.HealthAddress)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.HealthAddress, err)
@@ -71,7 +72,7 @@ func serve(ctx context.Context, o ServingOptions, client kubernetes.Interface, h
 		klog.FromContext(ctx).Info("Serving no metrics", "metricsBindAddress", o.MetricsAddress)
 		return nil
 	}
-	var handler http.Handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{Registry: m.registry})
+	var handler http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	var tlsConfig *tls.Config
 	if o.MetricsSecure {
 		host, _ := os.Hostname()

@@ -1,4 +1,4 @@
-package controller
+package app
 
 import (
 	"flag"
@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/leader"
 )
 
@@ -27,7 +28,7 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&o.Serving.MetricsSecure, "metrics-secure", true, "serve /metrics over HTTPS, only to bearer tokens the API server authenticates (TokenReview) whose identity may get /metrics (SubjectAccessReview); false serves plain HTTP to anyone, for a trusted network")
 	fs.StringVar(&o.Serving.TLSCertFile, "tls-cert-file", "", "the metrics server's certificate (PEM), with --tls-private-key-file; when both are empty a self-signed one is made at start")
 	fs.StringVar(&o.Serving.TLSKeyFile, "tls-private-key-file", "", "the private key (PEM) of --tls-cert-file")
-	fs.IntVar(&o.Workers, "workers", DefaultWorkers, "how many nodes are synced at once (each open incident holds one while it is driven)")
+	fs.IntVar(&o.Workers, "workers", controller.DefaultWorkers, "how many nodes are synced at once (each open incident holds one while it is driven)")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "this replica's pod's namespace (default $POD_NAMESPACE); the pod owns the identity Lease only when it is the Lease's namespace")
 	fs.StringVar(&o.PodName, "pod-name", os.Getenv("POD_NAME"), "this replica's pod (default $POD_NAME, from the downward API); with --pod-uid it owns the replica's identity Lease")
 	fs.StringVar(&o.PodUID, "pod-uid", os.Getenv("POD_UID"), "the UID of this replica's pod (default $POD_UID, from the downward API's metadata.uid)")
@@ -35,7 +36,7 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&o.ReadyOnlyWhenLeader, "ready-only-when-leader", false, "report ready only while leader")
 	fs.DurationVar(&o.IdentityLeaseDuration, "identity-lease-duration", time.Hour, "how long an unrenewed replica identity Lease lives before the leader collects it")
 	fs.DurationVar(&o.IdentityRenewInterval, "identity-renew-interval", 10*time.Second, "how often each replica renews its identity Lease")
-	fs.DurationVar(&o.TargetInterval, "target-check-interval", DefaultTargetInterval, "how often the leader reads every node's first-level fence device (kubefence_target_up)")
+	fs.DurationVar(&o.TargetInterval, "target-check-interval", controller.DefaultTargetInterval, "how often the leader reads every node's first-level fence device (kubefence_target_up)")
 	fs.Func("kube-api-qps", "requests per second to the API server, sustained (default 500)", func(s string) error {
 		return parseQPS(s, &o.QPS)
 	})

@@ -1,4 +1,4 @@
-package controller
+package app
 
 import (
 	"context"
@@ -14,14 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -115,12 +113,12 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if *cfg.LeaderElection.Enabled {
 		guard = &leader.LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
 	}
-	recorder, stopEvents := eventRecorder(ctx, client, guard, identity)
+	recorder, stopEvents := controller.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
-	c, err := New(Options{
+	c, err := controller.New(controller.Options{
 		Config: cfg, Client: client, Fencing: fencing, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
 		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
-		PauseAt: os.Getenv(PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder,
+		PauseAt: os.Getenv(controller.PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder,
 	})
 	if err != nil {
 		return fmt.Errorf("new controller: %w", err)
@@ -128,7 +126,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
 	// One slot for each sender: the health server, the metrics server and the election.
 	errc := make(chan error, 3)
-	if err := serve(ctx, o.Serving, client, health, c.Metrics(), errc); err != nil {
+	if err := serve(ctx, o.Serving, client, health, c.Registry(), errc); err != nil {
 		return err
 	}
 	if err := c.StartInformers(ctx); err != nil {
@@ -139,7 +137,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 
 	ids := &leader.IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity, Owner: podOwner(o, cfg.LeaderElection.Namespace),
 		Component: "controller", Node: o.NodeName, Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
-		Metrics: c.Metrics(), Now: time.Now}
+		Metrics: c.IdentityMetrics(), Now: time.Now}
 	go ids.Run(ctx)
 	if o.LeaderPod != nil {
 		if err := leader.SetLeaderCondition(ctx, client, *o.LeaderPod, false); err != nil {
@@ -196,7 +194,7 @@ func clients(o AppOptions) (versioned.Interface, kubernetes.Interface, error) {
 // fence, and is refused now, not at the first incident. A remote agent that is down may
 // come up later.
 func checkAgents(ctx context.Context, cfg *v1alpha1.Config, host *plugin.Host) error {
-	problems := ValidateAgents(ctx, cfg, host)
+	problems := controller.ValidateAgents(ctx, cfg, host)
 	for _, u := range problems.Unreachable {
 		klog.FromContext(ctx).Info("Agent did not answer at start; its parameters are checked at its first call", "error", u)
 	}
@@ -206,27 +204,9 @@ func checkAgents(ctx context.Context, cfg *v1alpha1.Config, host *plugin.Host) e
 	return nil
 }
 
-// eventRecorder returns the recorder of the controller's Events and the function that
-// stops it. With leader election (guard set), an Event goes out only while a Lease check
-// vouches for this replica (confirmedSink).
-func eventRecorder(ctx context.Context, client kubernetes.Interface, guard *leader.LeaseGuard, identity string) (record.EventRecorder, func()) {
-	scheme := runtime.NewScheme()
-	// Adding types to a fresh scheme fails only when two registrations conflict, which
-	// these two do not; the scheme only names the objects Events are about.
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = v1alpha1.AddToScheme(scheme)
-	var sink record.EventSink = &typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")}
-	if guard != nil {
-		sink = confirmedSink{events: client.CoreV1().Events(""), until: guard.ConfirmedUntil}
-	}
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(sink)
-	return broadcaster.NewRecorder(scheme, corev1.EventSource{Component: "kubefence", Host: identity}), broadcaster.Shutdown
-}
-
 // leading returns what this replica does while it leads at an epoch: it marks its pod as
 // the leader, collects expired identity Leases, watches the remote agents and runs c.
-func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, c *Controller) func(context.Context, int64) {
+func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, c *controller.Controller) func(context.Context, int64) {
 	return func(ctx context.Context, epoch int64) {
 		health.SetLeader()
 		if o.LeaderPod != nil {
@@ -241,7 +221,7 @@ func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *lea
 		}, o.IdentityRenewInterval)
 		agentLeases := *ids
 		agentLeases.Component, agentLeases.Duration, agentLeases.Node = "agent", 3*o.IdentityRenewInterval, ""
-		go c.watchRemoteAgents(ctx, host, &agentLeases, o.IdentityRenewInterval)
+		go c.WatchRemoteAgents(ctx, host, &agentLeases, o.IdentityRenewInterval)
 		c.Run(ctx, epoch)
 	}
 }
@@ -332,12 +312,11 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 	for i := range list.Items {
 		nodes[i] = &list.Items[i]
 	}
-	caller, err := newAgentCaller(host, cfg, client, newMetrics(), time.Now, func() ([]*corev1.Node, error) { return nodes, nil })
+	checks, err := controller.CheckTargets(ctx, cfg, host, client, nodes)
 	if err != nil {
 		return false, err
 	}
-	checks := caller.checkTargets(ctx, cfg.Policies, nodes)
-	if err := PrintTargetChecks(w, checks); err != nil {
+	if err := controller.PrintTargetChecks(w, checks); err != nil {
 		return false, fmt.Errorf("print target checks: %w", err)
 	}
 	for _, tc := range checks {

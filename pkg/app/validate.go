@@ -1,0 +1,42 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// ValidateConfig is --validate-config: the file decoded and validated, then, with
+// checkAgents, every agent asked about its parameters, without a cluster. It returns the
+// warnings to print (the unversioned form, remote agents that did not answer) and the
+// error that makes the file unusable.
+func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	cfg, warnings, err := v1alpha1.DecodeConfig(data)
+	if err != nil || !checkAgents {
+		return warnings, err
+	}
+	// The agents' own launch logs would bury the verdict on stderr.
+	host, err := plugin.NewHost(plugin.HostConfig{Dir: cfg.PluginDir, Agents: agentSpecs(cfg), Logger: hclog.NewNullLogger()})
+	if err != nil {
+		return warnings, fmt.Errorf("config: agents: %w", err)
+	}
+	defer host.Close()
+	problems := controller.ValidateAgents(ctx, cfg, host)
+	for _, u := range problems.Unreachable {
+		warnings = append(warnings, fmt.Sprintf("%v (agent not checked)", u))
+	}
+	if err := problems.Err(); err != nil {
+		return warnings, fmt.Errorf("config: %w", err)
+	}
+	return warnings, nil
+}
