@@ -36,6 +36,8 @@ type bmc struct {
 	mu    sync.Mutex
 	on    bool
 	calls []string
+	// fence, when set, answers Fence instead (a BMC that refuses, or hangs).
+	fence func(ctx context.Context) error
 }
 
 func (b *bmc) Describe(context.Context) (plugin.Description, error) {
@@ -55,7 +57,12 @@ func (b *bmc) record(call string, on bool, set bool) plugin.Result {
 	}
 	return plugin.Result{State: st, Evidence: "power " + string(st)}
 }
-func (b *bmc) Fence(_ context.Context, req plugin.Request, _ plugin.Action) (plugin.Result, error) {
+func (b *bmc) Fence(ctx context.Context, req plugin.Request, _ plugin.Action) (plugin.Result, error) {
+	if b.fence != nil {
+		err := b.fence(ctx)
+		b.record("Fence "+req.Target, false, err == nil || ctx.Err() != nil)
+		return plugin.Result{}, err
+	}
 	return b.record("Fence "+req.Target, false, true), nil
 }
 func (b *bmc) Status(_ context.Context, req plugin.Request) (plugin.Result, error) {
@@ -528,4 +535,62 @@ func TestFixtureBack(t *testing.T) {
 			f.expectEvents(tc.events...)
 		})
 	}
+}
+
+// TestFixtureFenceFails: a BMC that refuses the credentials fails its level at once
+// (Permanent: no retry); with no level left the incident is Failed, and nothing of the
+// node is released: no taint, no pod or attachment deleted.
+func TestFixtureFenceFails(t *testing.T) {
+	f := newFixture(t, fixtureConfig(), threeNodes()...)
+	f.bmc.fence = func(context.Context) error { return plugin.Errorf(plugin.KindPermanent, "authentication failed") }
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectRequests("get leases node-1", "list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status")
+	f.expectCalls("Fence bmc-node-1")
+	if nf := f.incident("node-1"); nf.Status.Phase != v1alpha1.PhaseFailed || !strings.Contains(nf.Status.Message, "authentication failed") {
+		t.Errorf("phase %s (%s), want Failed naming the agent's error", nf.Status.Phase, nf.Status.Message)
+	}
+	f.expectEvents(v1alpha1.ReasonDetected, v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenceFailed)
+}
+
+// TestFixtureFenceCallTimesOut: a Fence call that runs into its deadline has an unknown
+// outcome; the state is read back before anything else, and off read back verifies the
+// fence (the BMC acted after all).
+func TestFixtureFenceCallTimesOut(t *testing.T) {
+	cfg := fixtureConfig()
+	cfg.Agents[0].Timeout = metav1.Duration{Duration: 100 * time.Millisecond}
+	f := newFixture(t, cfg, threeNodes()...)
+	f.bmc.fence = func(ctx context.Context) error {
+		<-ctx.Done() // the machine goes off, the answer never comes
+		return ctx.Err()
+	}
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+	nf := f.incident("node-1")
+	if nf.Status.Phase != v1alpha1.PhaseRemediated {
+		t.Errorf("phase %s (%s), want Remediated", nf.Status.Phase, nf.Status.Message)
+	}
+	if a := nf.Status.Attempts; len(a) != 1 || a[0].State != v1alpha1.AttemptVerified || a[0].ErrorKind != string(plugin.KindUnknown) {
+		t.Errorf("attempts %+v, want one verified after an unknown outcome", a)
+	}
+}
+
+// TestFixtureForcedPastStorm: a person's force annotation on a held incident fences past
+// the storm hold (a budget rule), and the override is on the timeline.
+func TestFixtureForcedPastStorm(t *testing.T) {
+	nf := fencedIncident(v1alpha1.PhaseHeld, "")
+	nf.Annotations = map[string]string{v1alpha1.ForceAnnotation: "true"}
+	f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1", "node-2")
+	f.sync("node-1")
+	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+	got := f.incident("node-1")
+	if got.Status.Phase != v1alpha1.PhaseRemediated || !slicesContainType(got.Status.Timeline, v1alpha1.StepForced) {
+		t.Errorf("phase %s, timeline %+v: want Remediated with a %s step", got.Status.Phase, got.Status.Timeline, v1alpha1.StepForced)
+	}
+	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated)
 }
