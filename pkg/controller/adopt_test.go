@@ -277,18 +277,20 @@ func TestAPIOutageRestartsClocks(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	if _, err := c.confirmStale(context.Background(), node, pol, now); err == nil {
+	c.now = func() time.Time { return now }
+	if _, err := c.confirmStale(context.Background(), node, pol); err == nil {
 		t.Fatalf("confirmStale during the outage did not fail")
 	}
 	fail = false
-	fresh, err := c.confirmStale(context.Background(), node, pol, now)
+	fresh, err := c.confirmStale(context.Background(), node, pol)
 	if err != nil || fresh {
 		t.Fatalf("first read after the outage: stale %v, %v; want no incident", fresh, err)
 	}
 	if obs := c.detector.Assess(node, now.Add(time.Second)); obs.Health == detector.Unhealthy {
 		t.Errorf("still unhealthy right after the outage: %s", obs.Evidence)
 	}
-	if fresh, err := c.confirmStale(context.Background(), node, pol, now.Add(time.Hour)); err != nil || !fresh {
+	now = now.Add(time.Hour)
+	if fresh, err := c.confirmStale(context.Background(), node, pol); err != nil || !fresh {
 		t.Errorf("a floor after the outage with no renewal: stale %v, %v; want stale", fresh, err)
 	}
 }

@@ -594,3 +594,35 @@ func TestFixtureForcedPastStorm(t *testing.T) {
 	}
 	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated)
 }
+
+// TestFixtureSlowAPIServerAfterOutage: the API server comes back from an outage slowly,
+// answering the live Lease read long after the sync began. Lease staleness counts again
+// from when the API server answered, not from when the sync began: counted from the
+// earlier time, the outage itself made every node look dead a moment later, and healthy
+// nodes were fenced (make test saw two powered off, 1.4 s after the API server returned).
+func TestFixtureSlowAPIServerAfterOutage(t *testing.T) {
+	f := newFixture(t, fixtureConfig(), threeNodes()...)
+	down := true
+	f.kube.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down {
+			return true, nil, fmt.Errorf("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		// Back, but slow: the answer comes an hour into the sync.
+		f.now = f.now.Add(time.Hour)
+		return false, nil, nil
+	})
+	f.now = f0.Add(time.Minute)
+	if _, err := f.c.sync(context.Background(), "node-2"); err == nil {
+		t.Fatal("sync with the API server down succeeded")
+	}
+	down = false
+	f.sync("node-2") // reachable again: staleness counts from the answer
+	f.requests()
+	// Less than any threshold after the answer, no kubelet has renewed yet.
+	f.now = f.now.Add(time.Second)
+	f.sync("node-2")
+	if list, _ := f.dyn.FencingV1alpha1().NodeFences().List(context.Background(), metav1.ListOptions{}); len(list.Items) > 0 {
+		t.Fatalf("an incident opened for a healthy node a second after the API server answered: %s", list.Items[0].Status.Message)
+	}
+	f.expectCalls()
+}

@@ -118,7 +118,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		klog.FromContext(ctx).V(2).Info("No new incident", "reason", why)
 		return holdRecheck, nil
 	}
-	if fresh, err := c.confirmStale(ctx, node, pol, now); err != nil || !fresh {
+	if fresh, err := c.confirmStale(ctx, node, pol); err != nil || !fresh {
 		return holdRecheck, err
 	}
 	if err := c.checkLease(ctx); err != nil {
@@ -170,8 +170,13 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 // confirmStale reads the node's Lease from the API server before an incident is opened
 // on the evidence of the cache: a replica that was paused, or whose watch lagged, may not
 // have seen the latest renewals. It reports whether the node is still unhealthy.
-func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v1alpha1.Policy, now time.Time) (bool, error) {
+//
+// Everything after the read is judged at the time the API server answered, not at the
+// sync's start: a read against an API server coming back from an outage can take
+// seconds, and an earlier time would count them as the nodes' silence.
+func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v1alpha1.Policy) (bool, error) {
 	lease, err := c.client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, node.Name, metav1.GetOptions{})
+	now := c.now()
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, nil
