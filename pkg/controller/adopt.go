@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,33 +10,8 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencer"
 )
-
-// signOfLife returns what shows, in obs, that the node lived after its incident opened,
-// or "" when nothing does. Only the kubelet's own word counts: a Lease renewTime later
-// than the one recorded when the incident opened (both on the kubelet's clock), or, for
-// an incident that recorded none, a renewal this replica saw after the detection. A
-// Healthy verdict alone is not one: a new leader restarts its Lease clocks, and a dead
-// node looks fresh to it for a while.
-func signOfLife(nf *v1alpha1.NodeFence, obs detector.Observation) string {
-	if rt := nf.Status.LeaseRenewTime; rt != nil {
-		if obs.RenewTime.After(rt.Time) {
-			return fmt.Sprintf("its Lease was renewed at %s, after %s when the incident opened",
-				stampMicro(obs.RenewTime), stampMicro(rt.Time))
-		}
-		return ""
-	}
-	detected := stepTime(nf, v1alpha1.StepDetected)
-	if !detected.IsZero() && obs.RenewalSeen.After(detected) {
-		return fmt.Sprintf("this replica saw its Lease renewed at %s, after the detection at %s",
-			stampMicro(obs.RenewalSeen), stampMicro(detected))
-	}
-	if obs.RenewTime.IsZero() && obs.Health == detector.Healthy && !detected.IsZero() {
-		// A node without a Lease is judged on Ready alone, and it is True again.
-		return "Ready again (the node has no Lease)"
-	}
-	return ""
-}
 
 // liveSignOfLife reads the node's Lease from the API server and compares it with the
 // renewTime recorded when the incident opened.
@@ -55,15 +29,9 @@ func (c *Controller) liveSignOfLife(ctx context.Context, nf *v1alpha1.NodeFence,
 	c.detector.ObserveLease(lease, c.now())
 	if rt := lease.Spec.RenewTime; rt != nil && rt.After(nf.Status.LeaseRenewTime.Time) {
 		return fmt.Sprintf("its Lease was renewed at %s, after %s when the incident opened",
-			stampMicro(rt.Time), stampMicro(nf.Status.LeaseRenewTime.Time)), nil
+			fencer.Stamp(rt.Time), fencer.Stamp(nf.Status.LeaseRenewTime.Time)), nil
 	}
 	return "", nil
-}
-
-// adopted reports whether another replica last wrote the incident: its evidence was
-// gathered by an earlier leader.
-func adopted(nf *v1alpha1.NodeFence, identity string) bool {
-	return nf.Status.Leader != "" && nf.Status.Leader != identity
 }
 
 // cancel ends an incident that has not started fencing, on a sign of life.
@@ -76,18 +44,6 @@ func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	}
 	return c.save(ctx, nf)
 }
-
-// stepTime is when the incident's first step of type typ happened; zero if none.
-func stepTime(nf *v1alpha1.NodeFence, typ string) time.Time {
-	for _, st := range nf.Status.Timeline {
-		if st.Type == typ {
-			return st.Time.Time
-		}
-	}
-	return time.Time{}
-}
-
-func stampMicro(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // failedUnrecovered returns why no automatic incident may open for node: its newest
 // incident failed, and since then the node showed no sign of life, no new boot, and no
@@ -109,7 +65,7 @@ func (c *Controller) failedUnrecovered(node string, obs detector.Observation) st
 	case last.Status.Phase != v1alpha1.PhaseFailed,
 		last.Annotations[v1alpha1.RetryAnnotation] == "true",
 		obs.BootID != "" && last.Status.BootID != "" && obs.BootID != last.Status.BootID,
-		signOfLife(last, obs) != "":
+		fencer.SignOfLife(last, obs) != "":
 		return ""
 	}
 	return fmt.Sprintf("incident %s failed (%s); no new automatic incident until node %s shows a sign of life or a new boot, or a person sets %s=true on %s",

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -25,7 +26,7 @@ func pendingIncident(detected time.Time, renewed *time.Time) *v1alpha1.NodeFence
 	nf := &v1alpha1.NodeFence{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "NodeFence"},
 		ObjectMeta: metav1.ObjectMeta{Name: "node-1-x", ResourceVersion: "1"},
-		Spec:       v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: RequestedByController},
+		Spec:       v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: v1alpha1.RequestedByController},
 		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Leader: "old-leader", BootID: "boot-1",
 			Timeline: []v1alpha1.Step{{Time: metav1.NewMicroTime(detected), Type: v1alpha1.StepDetected}}},
 	}
@@ -62,7 +63,7 @@ func TestSignOfLife(t *testing.T) {
 		"no Lease at all, Ready again: alive": {nil, detector.Observation{Health: detector.Healthy}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := signOfLife(pendingIncident(detected, tc.recorded), tc.obs)
+			got := fencer.SignOfLife(pendingIncident(detected, tc.recorded), tc.obs)
 			if (got != "") != tc.life {
 				t.Errorf("signOfLife = %q, want a sign of life: %v", got, tc.life)
 			}
@@ -104,7 +105,7 @@ func TestAdoptedIncidentIsNotCancelledOnFreshClocks(t *testing.T) {
 			if tc.phase == v1alpha1.PhaseCancelled && got.Status.Phase != v1alpha1.PhaseCancelled {
 				t.Fatalf("phase %s, want Cancelled on a renewal", got.Status.Phase)
 			}
-			if tc.phase == v1alpha1.PhaseFencing && stepTime(got, v1alpha1.StepFenceStarted).IsZero() {
+			if tc.phase == v1alpha1.PhaseFencing && fencer.StepTime(got, v1alpha1.StepFenceStarted).IsZero() {
 				t.Errorf("fence never started: phase %s, timeline %+v", got.Status.Phase, got.Status.Timeline)
 			}
 		})
@@ -245,7 +246,7 @@ func TestIncidentWithoutEvidenceWaitsForOwn(t *testing.T) {
 			if got.Status.Phase == v1alpha1.PhaseCancelled {
 				t.Fatalf("cancelled: %s", got.Status.Message)
 			}
-			if started := !stepTime(got, v1alpha1.StepFenceStarted).IsZero(); started != tc.fenced {
+			if started := !fencer.StepTime(got, v1alpha1.StepFenceStarted).IsZero(); started != tc.fenced {
 				t.Errorf("fence started %v, want %v (phase %s)", started, tc.fenced, got.Status.Phase)
 			}
 		})

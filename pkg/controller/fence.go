@@ -121,7 +121,7 @@ func (c *Controller) callRecord(nf *v1alpha1.NodeFence, node *corev1.Node, step 
 	msg := fmt.Sprintf("level %d agent %s try %d: Fence off, target %s", step.Level, step.Agent, step.Try, c.caller.targetFor(step.Agent, node))
 	for _, a := range nf.Status.Attempts {
 		if a.Level == step.Level && a.Agent == step.Agent && a.Try == step.Try && a.State == v1alpha1.AttemptFencing {
-			msg += fmt.Sprintf("; re-issued: the outcome of the call sent at %s was lost", stampMicro(a.Started.Time))
+			msg += fmt.Sprintf("; re-issued: the outcome of the call sent at %s was lost", fencer.Stamp(a.Started.Time))
 		}
 	}
 	return msg

@@ -42,7 +42,7 @@ func (c *Controller) expiredIncidents(now time.Time) []*v1alpha1.NodeFence {
 	byNode := map[string][]*v1alpha1.NodeFence{}
 	for _, obj := range c.store.indexer.List() {
 		nf, err := cached(obj)
-		if err != nil || nf.Status.Phase.Open() || nf.Spec.RequestedBy != RequestedByController {
+		if err != nil || nf.Status.Phase.Open() || nf.Spec.RequestedBy != v1alpha1.RequestedByController {
 			continue // one that cannot be read is kept: retention never deletes on a guess
 		}
 		byNode[nf.Spec.NodeName] = append(byNode[nf.Spec.NodeName], nf)

@@ -27,13 +27,13 @@ func TestHistoryRetention(t *testing.T) {
 	}
 	var all []*v1alpha1.NodeFence
 	for i := range 15 { // node-1: fifteen recovered incidents, an hour apart; the newest is a-14
-		all = append(all, incident(fmt.Sprintf("a-%02d", i), "node-1", time.Duration(15-i)*time.Hour, v1alpha1.PhaseRecovered, RequestedByController))
+		all = append(all, incident(fmt.Sprintf("a-%02d", i), "node-1", time.Duration(15-i)*time.Hour, v1alpha1.PhaseRecovered, v1alpha1.RequestedByController))
 	}
 	all = append(all,
-		incident("a-open", "node-1", 400*time.Hour, v1alpha1.PhaseFencing, RequestedByController),
+		incident("a-open", "node-1", 400*time.Hour, v1alpha1.PhaseFencing, v1alpha1.RequestedByController),
 		incident("a-person", "node-1", 500*time.Hour, v1alpha1.PhaseRecovered, "alice"),
-		incident("b-old-newest", "node-2", 800*time.Hour, v1alpha1.PhaseFailed, RequestedByController),
-		incident("b-older", "node-2", 900*time.Hour, v1alpha1.PhaseRecovered, RequestedByController),
+		incident("b-old-newest", "node-2", 800*time.Hour, v1alpha1.PhaseFailed, v1alpha1.RequestedByController),
+		incident("b-older", "node-2", 900*time.Hour, v1alpha1.PhaseRecovered, v1alpha1.RequestedByController),
 		incident("b-young", "node-2", 900*time.Hour-time.Minute, v1alpha1.PhaseCancelled, "bob"),
 	)
 	cfg := &v1alpha1.Config{}

@@ -86,14 +86,14 @@ func TestSameBootNeedsASeenRenewal(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			nf, node := remediatedIncident(verified)
-			c := testController(t, nf)
+			c := fixtureController(t, fixtureConfig(), nil, nf)
 			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-1", RenewalSeen: tc.renewal,
 				StatusSeen: tc.status}
-			if _, err := c.recover(context.Background(), nf, node, obs); err != nil {
-				t.Fatalf("recover: %v", err)
+			if _, err := c.drive(context.Background(), nf, node, policy.Node{}, obs); err != nil {
+				t.Fatalf("drive: %v", err)
 			}
 			got := stored(t, c, nf.Name)
-			if is := meta.IsStatusConditionTrue(got.Status.Conditions, ConditionContradiction); is != tc.contradict {
+			if is := meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionContradiction); is != tc.contradict {
 				t.Errorf("FenceContradicted stored = %v, want %v (conditions %+v)", is, tc.contradict, got.Status.Conditions)
 			}
 			if got.Status.Phase != v1alpha1.PhaseRemediated {
@@ -124,9 +124,8 @@ func TestLateReleaseConfirmsPodsLive(t *testing.T) {
 			if err := c.pods.GetIndexer().Add(pod); err != nil {
 				t.Fatal(err)
 			}
-			obs := detector.Observation{Node: "node-1", Health: detector.Unhealthy, BootID: "boot-1"}
 			pol := &v1alpha1.Policy{Name: "p", Remediation: v1alpha1.StrategyBoth}
-			if _, err := c.releaseLate(context.Background(), nf, node, obs, pol); err != nil {
+			if _, err := c.releaseLate(context.Background(), nf, node, pol); err != nil {
 				t.Fatalf("releaseLate: %v", err)
 			}
 			last := ""
@@ -145,7 +144,7 @@ func TestLateReleaseConfirmsPodsLive(t *testing.T) {
 func TestContradictionClearedByReboot(t *testing.T) {
 	verified := time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)
 	nf, node := remediatedIncident(verified)
-	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionTrue,
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionContradiction, Status: metav1.ConditionTrue,
 		Reason: conditionReasonSameBoot, Message: "earlier"})
 	node.Status.NodeInfo.BootID = "boot-2"
 	c := testController(t, nf)
@@ -154,7 +153,7 @@ func TestContradictionClearedByReboot(t *testing.T) {
 	// failure is recorded with it.
 	_, _ = c.recover(context.Background(), nf, node, obs)
 	got := stored(t, c, nf.Name)
-	cond := meta.FindStatusCondition(got.Status.Conditions, ConditionContradiction)
+	cond := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionContradiction)
 	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != conditionReasonRebooted {
 		t.Errorf("FenceContradicted = %+v, want False/RebootedAfterAll", cond)
 	}

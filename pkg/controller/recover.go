@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencer"
 )
 
 // lastUnfenceFailure is the message of agent's latest UnfenceFailed step since its last
@@ -41,28 +42,11 @@ func lastUnfenceFailure(nf *v1alpha1.NodeFence, agent string) string {
 // boot it had when it was verified fenced contradicts the fence: that is raised loudly and
 // nothing is undone.
 func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation) (time.Duration, error) {
-	if obs.Health != detector.Healthy || !nodeReady(node) || obs.BootID == "" {
-		return 0, nil
-	}
-	if obs.BootID == nf.Status.BootID {
-		// Healthy and Ready alone prove nothing here: a new leader restarts the Lease
-		// clocks, and kube-controller-manager takes a while to mark a dead node's Ready
-		// Unknown. A Lease renewal after the fence is not enough either: a kubelet that
-		// just rebooted renews its Lease before it posts the status with its new boot ID.
-		// Only one coherent observation proves the same boot ran on: a renewal and a
-		// status, both seen by this process after the fence held, the status still
-		// carrying the fenced boot ID.
-		verified := fenceVerifiedAt(nf)
-		if verified.IsZero() || !obs.RenewalSeen.After(verified) || !obs.StatusSeen.After(verified) {
-			return 0, nil
-		}
-		return 0, c.contradiction(ctx, nf, node)
-	}
 	c.clearContradiction(ctx, nf, obs)
 	if err := c.checkLease(ctx); err != nil {
 		return 0, err
 	}
-	for _, at := range verifiedAttempts(nf) {
+	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
 		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
 		if err != nil {
 			// Nothing is released on a failed Unfence, whatever was read back after it:
@@ -90,12 +74,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	return 0, c.save(ctx, nf)
 }
 
-// ConditionContradiction is set on an incident whose node reports Ready with the same
-// boot ID after it was verified fenced: either the agent's verification or the node's
-// identity is wrong, and a person must look before anything is undone.
-const ConditionContradiction = "FenceContradicted"
-
-// Reasons of ConditionContradiction.
+// Reasons of v1alpha1.ConditionContradiction.
 const (
 	// conditionReasonSameBoot raises it: the node is Ready on the boot it had when fenced.
 	conditionReasonSameBoot = "SameBootAfterFence"
@@ -104,12 +83,12 @@ const (
 )
 
 func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
-	if meta.IsStatusConditionTrue(nf.Status.Conditions, ConditionContradiction) {
+	if meta.IsStatusConditionTrue(nf.Status.Conditions, v1alpha1.ConditionContradiction) {
 		return nil
 	}
 	msg := fmt.Sprintf("node %s reports Ready with boot ID %s, the boot it had when it was verified fenced; nothing is unfenced",
 		node.Name, nf.Status.BootID)
-	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionTrue,
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionContradiction, Status: metav1.ConditionTrue,
 		Reason: conditionReasonSameBoot, Message: msg, ObservedGeneration: nf.Generation})
 	c.step(ctx, nf, c.now(), v1alpha1.StepContradiction, msg)
 	c.metrics.contradictions.Inc()
@@ -121,36 +100,14 @@ func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, 
 // clearContradiction lowers a FenceContradicted condition once the node turns out to have
 // rebooted after all: the alarm stays in the timeline, not on a Recovered incident.
 func (c *Controller) clearContradiction(ctx context.Context, nf *v1alpha1.NodeFence, obs detector.Observation) {
-	if !meta.IsStatusConditionTrue(nf.Status.Conditions, ConditionContradiction) {
+	if !meta.IsStatusConditionTrue(nf.Status.Conditions, v1alpha1.ConditionContradiction) {
 		return
 	}
 	msg := fmt.Sprintf("node came back with a new boot ID %s (fenced boot %s): it was power cycled after all",
 		obs.BootID, nf.Status.BootID)
-	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: ConditionContradiction, Status: metav1.ConditionFalse,
+	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionContradiction, Status: metav1.ConditionFalse,
 		Reason: conditionReasonRebooted, Message: msg, ObservedGeneration: nf.Generation})
 	c.step(ctx, nf, c.now(), v1alpha1.StepContradictionCleared, msg)
-}
-
-// verifiedAttempts returns the attempts that verified the incident's fence.
-func verifiedAttempts(nf *v1alpha1.NodeFence) []v1alpha1.Attempt {
-	var out []v1alpha1.Attempt
-	for _, a := range nf.Status.Attempts {
-		if a.Level == nf.Status.VerifiedLevel && a.State == v1alpha1.AttemptVerified {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// fenceVerifiedAt is when the last of the incident's verified attempts finished.
-func fenceVerifiedAt(nf *v1alpha1.NodeFence) time.Time {
-	var at time.Time
-	for _, a := range verifiedAttempts(nf) {
-		if a.Finished != nil && a.Finished.After(at) {
-			at = a.Finished.Time
-		}
-	}
-	return at
 }
 
 func nodeReady(node *corev1.Node) bool {

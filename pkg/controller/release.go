@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/policy"
 	"github.com/kubefence/kubefence/pkg/remediate"
@@ -86,7 +85,7 @@ func action(nf *v1alpha1.NodeFence, pol *v1alpha1.Policy) v1alpha1.FenceAction {
 // powerOn asks the agents that fenced the node to undo it, for the Reboot action. A
 // failure is recorded, not retried: the node stays off, which is safe, until a person acts.
 func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) {
-	for _, at := range verifiedAttempts(nf) {
+	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
 		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
 		if err != nil {
 			_, msg := unfenceFailure(at.Agent, "power on", res, err)
@@ -106,11 +105,7 @@ func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *
 // would wait for a machine that is off until kube-controller-manager's eviction gets to
 // it. Only a pod that does not tolerate the fenced taint sets this off, and the pods go
 // only after every agent that fenced the node reads the fence back as still holding.
-func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation, pol *v1alpha1.Policy) (time.Duration, error) {
-	if pol.Remediation == v1alpha1.StrategyOutOfServiceTaint || (obs.BootID != "" && obs.BootID != nf.Status.BootID) {
-		// Kubernetes itself releases an out-of-service node's pods; a new boot is recovery's.
-		return 0, nil
-	}
+func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	var late []string
 	for _, p := range c.podsOn(node.Name) {
 		if !lateBound(p, node.Name) {
@@ -134,7 +129,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 		return 0, err
 	}
 	var reads []string
-	for _, at := range verifiedAttempts(nf) {
+	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
 		step := fencer.Step{Kind: fencer.DoVerify, Level: at.Level, Agent: at.Agent, Try: at.Try}
 		ev := c.caller.call(ctx, step, node, c.currentEpoch(), c.now().Add(time.Minute))
 		if ev.Err != nil || ev.State != fencer.StateFenced {

@@ -15,14 +15,11 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
 func everything() labels.Selector { return labels.Everything() }
-
-// RequestedByController marks incidents the controller opened itself; any other value
-// is a person's request.
-const RequestedByController = "controller"
 
 // sync looks at one node and moves its incident on. It returns when to look again.
 func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
@@ -112,14 +109,14 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		if d := policy.Decide(pol, pn, cl, now); d.Verdict == policy.WouldFence {
 			c.wouldFence(ctx, node, obs, d)
 		}
-		return holdRecheck, nil
+		return fencer.HoldRecheck, nil
 	}
 	if why := c.failedUnrecovered(node.Name, obs); why != "" {
 		klog.FromContext(ctx).V(2).Info("No new incident", "reason", why)
-		return holdRecheck, nil
+		return fencer.HoldRecheck, nil
 	}
 	if fresh, err := c.confirmStale(ctx, node, pol); err != nil || !fresh {
-		return holdRecheck, err
+		return fencer.HoldRecheck, err
 	}
 	if err := c.checkLease(ctx); err != nil {
 		return 0, err
@@ -134,7 +131,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	}
 	nf := &v1alpha1.NodeFence{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-", Labels: map[string]string{NodeLabel: node.Name}},
-		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: RequestedByController,
+		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: v1alpha1.RequestedByController,
 			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
 		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},
 	}

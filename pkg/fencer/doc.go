@@ -1,7 +1,14 @@
-// Package fencer is the state machine of one fencing incident. It does no I/O: Next reads
-// the incident's persisted status and says what to do (call an agent's Fence, read its
-// state back, wait, or stop), and Apply records what happened. Because the status is the
-// whole state, a new leader resumes an incident from whatever phase was last written.
+// Package fencer is the state machine of one incident. It does no I/O, and the incident's
+// persisted status is its whole state, so a new leader resumes an incident from whatever
+// phase was last written.
+//
+// Lifecycle (lifecycle.go) is the whole life, phase by phase: given the status and what
+// the controller observed (Facts), it says what to do next (an Action: ask policy, read
+// the Lease live, cancel, hold, start fencing, fence, release, release late, raise a
+// contradiction, recover, or nothing). Its doc lists every state and every way out.
+//
+// Within the Fencing phase, Next reads the status and says what to do (call an agent's
+// Fence, read its state back, wait, or stop), and Apply records what happened.
 //
 // Levels are tried in order, Pacemaker style. A level is done only when its agents read
 // back a fenced state (all of them in mode all, one in mode any); a call that fails or an

@@ -6,12 +6,16 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
+// allPhases are every phase an incident can be in; "" is one whose status was never
+// written.
+var allPhases = []v1alpha1.Phase{"", v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseFenced,
+	v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled}
+
 // TestCanMove covers every pair of phases: the moves an incident makes, and that none
 // leaves an ended phase, goes back to deciding once a fence was sent, or releases
 // anything that was not verified fenced.
 func TestCanMove(t *testing.T) {
-	phases := []v1alpha1.Phase{"", v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseFenced,
-		v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled}
+	phases := allPhases
 	allowed := map[[2]v1alpha1.Phase]bool{}
 	for _, from := range []v1alpha1.Phase{"", v1alpha1.PhasePending, v1alpha1.PhaseHeld} {
 		for _, to := range []v1alpha1.Phase{v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled} {

@@ -34,7 +34,7 @@ func TestGenuineRebootNeverContradicts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("incident of %s not recovered: phase %s", victim, final.Status.Phase)
 			}
-			if c := meta.FindStatusCondition(final.Status.Conditions, controller.ConditionContradiction); c != nil {
+			if c := meta.FindStatusCondition(final.Status.Conditions, v1alpha1.ConditionContradiction); c != nil {
 				t.Errorf("FenceContradicted on a genuine reboot: %+v", c)
 			}
 			for _, s := range final.Status.Timeline {

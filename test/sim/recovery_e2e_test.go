@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/controller"
 )
 
 const (
@@ -167,7 +166,7 @@ func TestSameBootAfterFenceIsContradiction(t *testing.T) {
 	h, victim, nf := fencedVictim(t, ctx, func(h *Harness, victim string) { h.MachineIgnoresBMC(victim) })
 	h.Cluster.Node(victim).Resume()
 	final, err := waitOnlyIncident(ctx, h, victim, func(nf v1alpha1.NodeFence) bool {
-		return meta.IsStatusConditionTrue(nf.Status.Conditions, controller.ConditionContradiction)
+		return meta.IsStatusConditionTrue(nf.Status.Conditions, v1alpha1.ConditionContradiction)
 	})
 	if err != nil {
 		t.Fatalf("no FenceContradicted condition on the incident: %+v", final.Status.Conditions)

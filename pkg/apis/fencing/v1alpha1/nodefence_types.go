@@ -41,6 +41,15 @@ func (p Phase) Open() bool {
 // nodefences/force, which the chart's ValidatingAdmissionPolicy checks.
 const ForceAnnotation = "fencing.kubefence.io/force"
 
+// RequestedByController is spec.requestedBy on incidents the controller opened itself;
+// any other value is a person's request.
+const RequestedByController = "controller"
+
+// ConditionContradiction is set on an incident whose node reports Ready with the same
+// boot ID after it was verified fenced: either the agent's verification or the node's
+// identity is wrong, and a person must look before anything is undone.
+const ConditionContradiction = "FenceContradicted"
+
 // NodeLabel names the node a NodeFence is about, on the NodeFence, and the node a
 // controller replica runs on, on its identity Lease.
 const NodeLabel = "fencing.kubefence.io/node"
