@@ -38,6 +38,9 @@ type bmc struct {
 	calls []string
 	// fence, when set, answers Fence instead (a BMC that refuses, or hangs).
 	fence func(ctx context.Context) error
+	// status, when set, fails Status for the targets it returns an error for (a BMC
+	// that does not answer).
+	status func(target string) error
 }
 
 func (b *bmc) Describe(context.Context) (plugin.Description, error) {
@@ -66,7 +69,13 @@ func (b *bmc) Fence(ctx context.Context, req plugin.Request, _ plugin.Action) (p
 	return b.record("Fence "+req.Target, false, true), nil
 }
 func (b *bmc) Status(_ context.Context, req plugin.Request) (plugin.Result, error) {
-	return b.record("Status "+req.Target, false, false), nil
+	res := b.record("Status "+req.Target, false, false)
+	if b.status != nil {
+		if err := b.status(req.Target); err != nil {
+			return plugin.Result{}, err
+		}
+	}
+	return res, nil
 }
 func (b *bmc) Unfence(_ context.Context, req plugin.Request) (plugin.Result, error) {
 	return b.record("Unfence "+req.Target, true, true), nil
@@ -116,6 +125,7 @@ func newFixture(t *testing.T, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 		}
 		return false, nil, nil
 	})
+	f.enforceResourceVersions()
 	c, err := New(Options{Config: cfg, Client: f.kube, Fencing: f.dyn, Agents: oneAgent{f.bmc}, Recorder: f.rec, Identity: "me"})
 	if err != nil {
 		t.Fatal(err)

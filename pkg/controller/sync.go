@@ -154,9 +154,9 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	// Go on at once rather than wait for the informer to bring the new incident back; the
 	// first decision writes the status with the detection in it.
 	requeue, err := c.drive(ctx, created, node, pn, obs)
-	if err != nil {
-		// The decision failed before it could write: keep the detection on record. (If it
-		// did write, this one fails on the resourceVersion, which is fine.)
+	if err != nil && c.store.fresh(created).ResourceVersion == created.ResourceVersion {
+		// The decision failed before it could write: keep the detection on record. (Had
+		// it written, this older copy would only be refused on its resourceVersion.)
 		if serr := c.save(ctx, created); serr != nil {
 			klog.FromContext(ctx).V(2).Info("Recording detection after a failed decision", "err", serr)
 		}
