@@ -49,13 +49,18 @@ func (c *Controller) repairOrphan(ctx context.Context, n *corev1.Node, incs []*v
 		}
 		r := *c.remedy
 		r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), v1alpha1.StepOrphanPrefix+step, msg) }
-		if err := r.RemoveTaints(ctx, n.Name, &nf.Status.Remediation); err != nil {
+		removed, err := r.RemoveTaints(ctx, n.Name, &nf.Status.Remediation)
+		if err != nil {
 			klog.FromContext(ctx).Error(err, "Repairing orphaned taints")
 			return
 		}
-		c.metrics.orphans.WithLabelValues(orphanRepaired).Inc()
-		c.event(n, nf, corev1.EventTypeWarning, v1alpha1.ReasonOrphanRepaired,
-			"Removed taints of node %s that closed incident %s recorded but had not removed", n.Name, nf.Name)
+		if len(removed) > 0 {
+			c.metrics.orphans.WithLabelValues(orphanRepaired).Inc()
+			c.event(n, nf, corev1.EventTypeWarning, v1alpha1.ReasonOrphanRepaired,
+				"Removed taints %v of node %s that closed incident %s recorded but had not removed", removed, n.Name, nf.Name)
+		}
+		// A record whose taints were gone already is cleared, and the next record (or
+		// an unrecorded fenced taint) is looked at in the next round.
 		if err := c.save(ctx, nf); err != nil {
 			klog.FromContext(ctx).Error(err, "Recording orphan repair")
 		}

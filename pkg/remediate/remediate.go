@@ -197,21 +197,29 @@ func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint core
 	return current, nil
 }
 
-// RemoveTaints removes from the node the taints kubefence added, and no other.
-func (r *Remediator) RemoveTaints(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
+// RemoveTaints removes from the node the taints kubefence added, and no other, and clears
+// the record. It returns the keys it found on the node and removed: none when a person
+// or an earlier try already removed them, and then the step says so rather than claim a
+// removal.
+func (r *Remediator) RemoveTaints(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) ([]string, error) {
 	if len(rem.TaintsAdded) == 0 {
-		return nil
+		return nil, nil
 	}
+	var removed []string
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		removed = nil
 		node, err := r.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		n := len(node.Spec.Taints)
 		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool {
-			return slices.Contains(rem.TaintsAdded, t.Key)
+			if !slices.Contains(rem.TaintsAdded, t.Key) {
+				return false
+			}
+			removed = append(removed, t.Key)
+			return true
 		})
-		if len(node.Spec.Taints) == n {
+		if len(removed) == 0 {
 			return nil
 		}
 		if err := r.before(ctx, ActionTaint); err != nil {
@@ -224,11 +232,15 @@ func (r *Remediator) RemoveTaints(ctx context.Context, nodeName string, rem *v1a
 		err = nil
 	}
 	if err != nil {
-		return fmt.Errorf("remove taints %v from node %s: %w", rem.TaintsAdded, nodeName, err)
+		return nil, fmt.Errorf("remove taints %v from node %s: %w", rem.TaintsAdded, nodeName, err)
 	}
-	r.step(v1alpha1.StepTaintsRemoved, fmt.Sprintf("removed the taints kubefence had added: %v", rem.TaintsAdded))
+	if len(removed) == 0 {
+		r.step(v1alpha1.StepTaintsRemoved, fmt.Sprintf("the taints kubefence had added, %v, were no longer on the node; record cleared", rem.TaintsAdded))
+	} else {
+		r.step(v1alpha1.StepTaintsRemoved, fmt.Sprintf("removed the taints kubefence had added: %v", removed))
+	}
 	rem.TaintsAdded = nil
-	return nil
+	return removed, nil
 }
 
 func hasTaint(node *corev1.Node, taint corev1.Taint) bool {

@@ -1,0 +1,157 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/leader"
+)
+
+// remoteAgent is the agent of remoteConfig that runs in a datacenter, not as a plugin
+// binary next to the controller.
+const remoteAgent = "dc-redfish"
+
+// remoteConfig fences through the remote agent first and through the local ipmi second;
+// both name the node's "bmc" annotation as their target.
+func remoteConfig() *v1alpha1.Config {
+	cfg := fixtureConfig()
+	cfg.Agents = append(cfg.Agents, v1alpha1.Agent{Name: remoteAgent, Address: "redfish.dc1.example:9443",
+		Target: v1alpha1.TargetSource{Annotation: "bmc"}})
+	cfg.Policies[0].Levels = []v1alpha1.Level{{Agents: []string{remoteAgent}}, {Agents: []string{"ipmi"}}}
+	cfg.Default()
+	return cfg
+}
+
+// healthRound runs WatchRemoteAgents for one round in which the agents of down fail
+// their health check, and returns the agents it asked about. The check of the last
+// remote agent ends the context, and the loop looks at it only between rounds; the fake
+// API server does not look at it at all.
+func (f *fixture) healthRound(leases *leader.IdentityLeases, down map[string]error) []string {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var remote, asked []string
+	for _, a := range f.c.cfg.Agents {
+		if a.Address != "" {
+			remote = append(remote, a.Name)
+		}
+	}
+	hc := healthFunc(func(_ context.Context, name string) error {
+		asked = append(asked, name)
+		if len(asked) == len(remote) {
+			cancel()
+		}
+		return down[name]
+	})
+	f.c.WatchRemoteAgents(ctx, hc, leases, time.Hour)
+	return asked
+}
+
+// healthFunc is a HealthChecker made of a function.
+type healthFunc func(ctx context.Context, name string) error
+
+func (h healthFunc) Healthy(ctx context.Context, name string) error { return h(ctx, name) }
+
+// agentLeases are the Leases the leader keeps for remote agents, on the fixture's API
+// server and clock.
+func (f *fixture) agentLeases() *leader.IdentityLeases {
+	return &leader.IdentityLeases{Client: f.kube, Namespace: f.c.cfg.LeaderElection.Namespace, Component: "agent",
+		Duration: time.Minute, RenewInterval: 10 * time.Second, Now: func() time.Time { return f.now }}
+}
+
+// TestRemoteAgentLease: while a remote agent answers its health check the leader renews
+// a Lease for it, which is how `kubectl get leases` shows that the datacenter agents are
+// alive; an agent that stops answering gets no renewal (its Lease ages) and is marked
+// down with the reason; one that answers again is renewed and no longer down. Local
+// agents are not health-checked this way.
+func TestRemoteAgentLease(t *testing.T) {
+	f := newFixture(t, remoteConfig(), threeNodes()...)
+	leases := f.agentLeases()
+	name := leader.LeaseName("agent", remoteAgent)
+	renewTime := func() time.Time {
+		l, err := f.kube.CoordinationV1().Leases(leases.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+		f.kube.ClearActions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != remoteAgent || l.Labels[leader.ComponentLabel] != "agent" {
+			t.Errorf("lease %s held by %v, labels %v; want the agent's", name, l.Spec.HolderIdentity, l.Labels)
+		}
+		return l.Spec.RenewTime.Time
+	}
+
+	if asked := f.healthRound(leases, nil); !slices.Equal(asked, []string{remoteAgent}) {
+		t.Errorf("health checks of %v, want only the remote agent", asked)
+	}
+	f.expectRequests("get leases "+name, "create leases")
+	if got := renewTime(); !got.Equal(f0) {
+		t.Errorf("lease renewed at %s, want %s", got, f0)
+	}
+
+	f.now = f0.Add(time.Minute)
+	f.healthRound(leases, map[string]error{remoteAgent: errors.New("dial tcp 10.1.0.7:9443: connection refused")})
+	f.expectRequests()
+	if why := f.c.agentDownReason(remoteAgent); why != "dial tcp 10.1.0.7:9443: connection refused" {
+		t.Errorf("down reason %q, want the health check's error", why)
+	}
+	if got := renewTime(); !got.Equal(f0) {
+		t.Errorf("lease of a silent agent renewed at %s", got)
+	}
+
+	f.now = f0.Add(2 * time.Minute)
+	f.healthRound(leases, nil)
+	f.expectRequests("get leases "+name, "update leases")
+	if why := f.c.agentDownReason(remoteAgent); why != "" {
+		t.Errorf("down reason %q after the agent answered again", why)
+	}
+	if got := renewTime(); !got.Equal(f.now) {
+		t.Errorf("lease renewed at %s, want %s", got, f.now)
+	}
+}
+
+// TestRemoteAgentDownSkipsItsLevel: a dead node whose first level goes through a remote
+// agent that failed its health check is fenced by the next level at once, instead of
+// waiting out a call to an agent known not to answer. The skip is on the incident's
+// timeline and in an AgentDown Event, so a person sees why the BMC was not used.
+func TestRemoteAgentDownSkipsItsLevel(t *testing.T) {
+	for name, tc := range map[string]struct {
+		down     map[string]error
+		attempts []string // agent and state of each attempt
+		events   []string
+	}{
+		"agent answers": {nil, []string{remoteAgent + " " + string(v1alpha1.AttemptVerified)},
+			[]string{v1alpha1.ReasonDetected, v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+		"agent down": {map[string]error{remoteAgent: errors.New("health check: deadline exceeded")},
+			[]string{remoteAgent + " " + string(v1alpha1.AttemptFailed), "ipmi " + string(v1alpha1.AttemptVerified)},
+			[]string{v1alpha1.ReasonDetected, v1alpha1.ReasonFenceStarted, v1alpha1.ReasonAgentDown, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, remoteConfig(), threeNodes()...)
+			f.healthRound(f.agentLeases(), tc.down)
+			f.now = f0.Add(time.Minute)
+			f.renewAllBut("node-1")
+			f.requests()
+			f.sync("node-1")
+			// One machine behind both agents: one fence, read back once.
+			f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+			nf := f.incident("node-1")
+			var attempts []string
+			for _, a := range nf.Status.Attempts {
+				attempts = append(attempts, a.Agent+" "+string(a.State))
+			}
+			if nf.Status.Phase != v1alpha1.PhaseRemediated || !slices.Equal(attempts, tc.attempts) {
+				t.Errorf("phase %s, attempts %v; want Remediated, %v (%s)", nf.Status.Phase, attempts, tc.attempts, nf.Status.Message)
+			}
+			if skipped := slicesContainType(nf.Status.Timeline, v1alpha1.StepLevelSkipped); skipped != (tc.down != nil) {
+				t.Errorf("%s step on the timeline: %v, want %v", v1alpha1.StepLevelSkipped, skipped, tc.down != nil)
+			}
+			f.expectEvents(tc.events...)
+		})
+	}
+}
