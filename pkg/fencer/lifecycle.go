@@ -12,24 +12,26 @@ import (
 )
 
 // Lifecycle is the whole life of an incident: given its status and what the controller
-// observed, it says what to do next. It does no I/O; the controller carries out the
-// Action and, for Decide and ConfirmLive, fills the Facts it asked for and asks again.
-// Every state an incident can be in and every way out of it:
+// observed, it says what to do next. It does no I/O and changes nothing but a fresh
+// incident's BootID: the boot the node had when the incident was decided, which recovery
+// waits to see replaced. The controller carries out the Action and, for Decide and
+// ConfirmLive, fills the Facts it asked for and asks again. Every state an incident can
+// be in and every way out of it:
 //
-//	"", Pending, Held  a sign of life (controller's own incident, no attempt yet)  Cancel → Cancelled
-//	                   no detection recorded and the node not unhealthy here        Recheck
-//	                   policy not asked yet                                         Decide
-//	                   policy says wait or hold (dry run holds)                     NotYet → Pending / Held
-//	                   fence, on evidence another replica gathered, unread          ConfirmLive
-//	                   fence, and the live read shows a renewal since               Cancel → Cancelled
-//	                   fence (or forced past a budget hold)                         StartFencing → Fencing
-//	Fencing            always                                                       Fence (Next, Apply) → Fenced / Failed
-//	Fenced             always                                                       Release → Remediated
-//	Remediated         node unhealthy again, pods may be bound since the release     ReleaseLate
-//	                   Ready on the fenced boot, seen renewing and posting after it  Contradict
-//	                   Ready on a new boot                                          Recover → Recovered
-//	                   anything else                                                Nothing
-//	Recovered, Failed, Cancelled                                                    Nothing
+//	"", Pending, Held  a sign of life (own incident, no attempt yet)       Cancel → Cancelled
+//	                   no detection recorded, node not unhealthy here      Recheck
+//	                   policy not asked yet                                Decide
+//	                   policy says wait or hold (dry run holds)            NotYet → Pending / Held
+//	                   fence, on another replica's evidence, not read live ConfirmLive
+//	                   fence, and the live read shows a renewal since      Cancel → Cancelled
+//	                   fence (or forced past a budget hold)                StartFencing → Fencing
+//	Fencing            always                                              Fence (Next, Apply) → Fenced / Failed
+//	Fenced             always                                              Release → Remediated
+//	Remediated         unhealthy again: pods bound since the release       ReleaseLate
+//	                   Ready on the fenced boot, renewing and posting      Contradict
+//	                   Ready on a new boot                                 Recover → Recovered
+//	                   anything else                                       Nothing
+//	Recovered, Failed, Cancelled                                           Nothing
 //
 // The phase moves only as CanMove allows; the controller makes each move in one place.
 func Lifecycle(nf *v1alpha1.NodeFence, f Facts) Action {
