@@ -144,13 +144,9 @@ func (c *apiConverter) node(s schema) (schema, error) {
 	if props, ok := s["properties"].(map[string]any); ok {
 		conv := make(schema, len(props))
 		for name, p := range props {
-			ps, ok := p.(map[string]any)
-			if !ok {
-				return nil, fmt.Errorf("property %s: not a schema", name)
-			}
-			cs, err := c.node(ps)
+			cs, err := c.sub(p, "property "+name)
 			if err != nil {
-				return nil, fmt.Errorf("property %s: %w", name, err)
+				return nil, err
 			}
 			conv[name] = cs
 		}
@@ -167,41 +163,46 @@ func (c *apiConverter) node(s schema) (schema, error) {
 	case bool:
 		out["additionalProperties"] = ap
 	case map[string]any:
-		cs, err := c.node(ap)
+		cs, err := c.sub(ap, "additionalProperties")
 		if err != nil {
-			return nil, fmt.Errorf("additionalProperties: %w", err)
+			return nil, err
 		}
 		out["additionalProperties"] = cs
 	default:
 		return nil, fmt.Errorf("additionalProperties of type %T", ap)
 	}
 	if items, ok := s["items"]; ok {
-		is, ok := items.(map[string]any)
-		if !ok {
-			return nil, fmt.Errorf("items: not a schema")
-		}
-		cs, err := c.node(is)
+		cs, err := c.sub(items, "items")
 		if err != nil {
-			return nil, fmt.Errorf("items: %w", err)
+			return nil, err
 		}
 		out["items"] = cs
 	}
 	if all, ok := s["allOf"].([]any); ok {
 		conv := make([]any, len(all))
 		for i, a := range all {
-			as, ok := a.(map[string]any)
-			if !ok {
-				return nil, fmt.Errorf("allOf[%d]: not a schema", i)
-			}
-			cs, err := c.node(as)
+			cs, err := c.sub(a, fmt.Sprintf("allOf[%d]", i))
 			if err != nil {
-				return nil, fmt.Errorf("allOf[%d]: %w", i, err)
+				return nil, err
 			}
 			conv[i] = cs
 		}
 		out["allOf"] = conv
 	}
 	return out, nil
+}
+
+// sub converts the subschema s, found at where (named in its errors).
+func (c *apiConverter) sub(s any, where string) (schema, error) {
+	m, ok := s.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: not a schema", where)
+	}
+	cs, err := c.node(m)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return cs, nil
 }
 
 // closure adds to defs the converted definitions that s refers to, directly or not.
