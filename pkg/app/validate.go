@@ -3,11 +3,9 @@ package app
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
@@ -17,11 +15,7 @@ import (
 // warnings to print (the unversioned form, remote agents that did not answer) and the
 // error that makes the file unusable.
 func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]string, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	cfg, warnings, err := v1alpha1.DecodeConfig(data)
+	cfg, warnings, err := loadConfig(path)
 	if err != nil || !checkAgents {
 		return warnings, err
 	}

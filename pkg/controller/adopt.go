@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
@@ -27,11 +28,7 @@ func (c *Controller) liveSignOfLife(ctx context.Context, nf *v1alpha1.NodeFence,
 		return "", fmt.Errorf("incident %s: read lease of node %s: %w", nf.Name, node.Name, err)
 	}
 	c.detector.ObserveLease(lease, c.now())
-	if rt := lease.Spec.RenewTime; rt != nil && rt.After(nf.Status.LeaseRenewTime.Time) {
-		return fmt.Sprintf("its Lease was renewed at %s, after %s when the incident opened",
-			fencer.Stamp(rt.Time), fencer.Stamp(nf.Status.LeaseRenewTime.Time)), nil
-	}
-	return "", nil
+	return fencer.SignOfLife(nf, detector.Observation{RenewTime: ptr.Deref(lease.Spec.RenewTime, metav1.MicroTime{}).Time}), nil
 }
 
 // cancel ends an incident that has not started fencing, on a sign of life.

@@ -117,7 +117,7 @@ func TestReplicasOn(t *testing.T) {
 	r := newReplicas("node-self", 10*time.Second)
 	lease := func(node string, renew time.Time) *coordinationv1.Lease {
 		rt, holder := metav1.NewMicroTime(renew), "host_1_abc"
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-controller-1", Labels: map[string]string{NodeLabel: node}},
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-controller-1", Labels: map[string]string{v1alpha1.NodeLabel: node}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &rt}}
 	}
 	r.observe(lease("node-2", t0.Add(-time.Hour)), t0) // first sighting counts

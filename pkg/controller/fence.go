@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
@@ -38,7 +39,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		case fencer.Done:
 			return c.fenced(ctx, nf, node, pol)
 		case fencer.GiveUp:
-			if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFailed, message: text(step.Reason), count: true,
+			if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFailed, message: ptr.To(step.Reason), count: true,
 				step: v1alpha1.StepFailed, detail: step.Reason, event: note{corev1.EventTypeWarning, v1alpha1.ReasonFenceFailed,
 					fmt.Sprintf("Fencing node %s failed; nothing was released: %s", node.Name, step.Reason)}}); err != nil {
 				return 0, err

@@ -344,7 +344,7 @@ func fencedIncident(phase v1alpha1.Phase, attempt v1alpha1.AttemptState) *v1alph
 	opened, verified := metav1.NewMicroTime(f0), metav1.NewMicroTime(f0.Add(10*time.Second))
 	nf := &v1alpha1.NodeFence{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "NodeFence"},
-		ObjectMeta: metav1.ObjectMeta{Name: "node-1-x0", ResourceVersion: "1", Labels: map[string]string{NodeLabel: "node-1"}, CreationTimestamp: metav1.NewTime(f0)},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1-x0", ResourceVersion: "1", Labels: map[string]string{v1alpha1.NodeLabel: "node-1"}, CreationTimestamp: metav1.NewTime(f0)},
 		Spec:       v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: v1alpha1.RequestedByController, Reason: "node unhealthy"},
 		Status: v1alpha1.NodeFenceStatus{Phase: phase, Policy: "default", BootID: "boot-node-1", Level: 1, Leader: "me", LeaseRenewTime: &opened,
 			Timeline: []v1alpha1.Step{{Time: opened, Type: v1alpha1.StepDetected, Message: "unhealthy"}}},

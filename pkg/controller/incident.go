@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
@@ -99,7 +100,7 @@ func (c *Controller) startFencing(ctx context.Context, nf *v1alpha1.NodeFence, n
 		c.step(ctx, nf, c.now(), v1alpha1.StepForced, a.Forced)
 	}
 	nf.Status.Level = 1
-	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFencing, message: text(""), count: true,
+	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFencing, message: ptr.To(""), count: true,
 		step: v1alpha1.StepFenceStarted, detail: fmt.Sprintf("policy %s: %s", pol.Name, a.Decision.Message),
 		event: note{corev1.EventTypeWarning, v1alpha1.ReasonFenceStarted, fmt.Sprintf("Fencing node %s (incident %s)", node.Name, nf.Name)}}); err != nil {
 		return 0, err
@@ -115,7 +116,7 @@ func (c *Controller) notYet(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		return nil
 	}
 	d := a.Decision
-	t := transition{to: a.Phase, message: text(d.Message),
+	t := transition{to: a.Phase, message: ptr.To(d.Message),
 		// The step is named after the verdict: v1alpha1.StepWait or StepHold (TestVerdictStepTypes).
 		step: string(d.Verdict), detail: d.Reason + ": " + d.Message}
 	if d.Verdict == policy.Hold {

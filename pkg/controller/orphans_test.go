@@ -36,7 +36,7 @@ var maintenance = corev1.Taint{Key: "example.com/maintenance", Effect: corev1.Ta
 func endedIncident(name, node string, opened time.Time, taints ...string) *v1alpha1.NodeFence {
 	nf := fencedIncident(v1alpha1.PhaseRecovered, v1alpha1.AttemptVerified)
 	nf.Name, nf.UID, nf.CreationTimestamp = name, types.UID("uid-"+name), metav1.NewTime(opened)
-	nf.Spec.NodeName, nf.Labels[NodeLabel] = node, node
+	nf.Spec.NodeName, nf.Labels[v1alpha1.NodeLabel] = node, node
 	nf.Status.Timeline[0].Time = metav1.NewMicroTime(opened)
 	nf.Status.Remediation.TaintsAdded = taints
 	return nf
@@ -342,8 +342,8 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 			f.now = f0.Add(time.Hour)
 			tc.round(f.c, context.Background())
 			f.expectRequests("get leases " + f.c.cfg.LeaderElection.Name)
-			if !errors.Is(*deposed, ErrStaleEpoch) {
-				t.Errorf("OnDeposed told %v, want ErrStaleEpoch", *deposed)
+			if !errors.Is(*deposed, leader.ErrStaleEpoch) {
+				t.Errorf("OnDeposed told %v, want leader.ErrStaleEpoch", *deposed)
 			}
 			if ev := f.events(); len(ev) != 0 {
 				t.Errorf("events %q from a deposed replica", ev)

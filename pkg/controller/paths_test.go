@@ -80,7 +80,7 @@ func TestFixtureRebootPowersOnAfterRelease(t *testing.T) {
 // the budget still applies to it.
 func TestFixturePersonsRequestFencesLiveNode(t *testing.T) {
 	nf := &v1alpha1.NodeFence{
-		ObjectMeta: metav1.ObjectMeta{Name: "maint-1", ResourceVersion: "1", Labels: map[string]string{NodeLabel: "node-1"}, CreationTimestamp: metav1.NewTime(f0)},
+		ObjectMeta: metav1.ObjectMeta{Name: "maint-1", ResourceVersion: "1", Labels: map[string]string{v1alpha1.NodeLabel: "node-1"}, CreationTimestamp: metav1.NewTime(f0)},
 		Spec:       v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: "alice", Reason: "disk controller hung"},
 	}
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
@@ -203,7 +203,7 @@ func TestFixtureNotYetRecheck(t *testing.T) {
 	cfg := fixtureConfig()
 	cfg.Policies[0].Budget.RateLimit = v1alpha1.RateLimit{FencesPerMinute: 1, Burst: 1}
 	recent := fencedIncident(v1alpha1.PhaseRecovered, v1alpha1.AttemptVerified)
-	recent.Name, recent.Spec.NodeName, recent.Labels[NodeLabel] = "node-3-x0", "node-3", "node-3"
+	recent.Name, recent.Spec.NodeName, recent.Labels[v1alpha1.NodeLabel] = "node-3-x0", "node-3", "node-3"
 	recent.Status.Timeline = append(recent.Status.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(f0.Add(30 * time.Second)), Type: v1alpha1.StepFenceStarted})
 	f := newFixture(t, cfg, append(threeNodes(), recent)...)
 	f.now = f0.Add(time.Minute)

@@ -42,7 +42,7 @@ func identityLease(replica, node string, renewed time.Time) *coordinationv1.Leas
 	rt := metav1.NewMicroTime(renewed)
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: leader.LeaseName("controller", replica), Namespace: v1alpha1.DefaultLeaseNamespace,
-			Labels: map[string]string{leader.IdentityLabel: "true", leader.ComponentLabel: "controller", NodeLabel: node}},
+			Labels: map[string]string{leader.IdentityLabel: "true", leader.ComponentLabel: "controller", v1alpha1.NodeLabel: node}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: &replica, RenewTime: &rt}}
 }
 

@@ -83,9 +83,6 @@ const (
 )
 
 func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) error {
-	if meta.IsStatusConditionTrue(nf.Status.Conditions, v1alpha1.ConditionContradiction) {
-		return nil
-	}
 	msg := fmt.Sprintf("node %s reports Ready with boot ID %s, the boot it had when it was verified fenced; nothing is unfenced",
 		node.Name, nf.Status.BootID)
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionContradiction, Status: metav1.ConditionTrue,

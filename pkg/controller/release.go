@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
@@ -43,7 +44,7 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	r := c.remediator(ctx, nf)
 	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
 	if errors.Is(err, remediate.ErrNodeRebooted) {
-		if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseRemediated, message: text(err.Error()),
+		if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseRemediated, message: ptr.To(err.Error()),
 			step: v1alpha1.StepReleaseSkipped, detail: err.Error()}); err != nil {
 			return 0, err
 		}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/utils/ptr"
 )
@@ -43,7 +44,7 @@ func newReplicas(self string, renewInterval time.Duration) *replicas {
 // for the first time counts as a renewal: a replica is presumed alive until it has been
 // silent for the window, which only ever holds a fence back.
 func (r *replicas) observe(lease *coordinationv1.Lease, now time.Time) {
-	node := lease.Labels[NodeLabel]
+	node := lease.Labels[v1alpha1.NodeLabel]
 	if node == "" || lease.Spec.RenewTime == nil {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/leader"
 )
 
 // leaseConfirmed passes when a Lease check passed within the renew deadline, and checks
@@ -25,9 +26,9 @@ func (c *Controller) checkLease(ctx context.Context) error {
 	}
 	err := c.guard.Check(ctx, c.currentEpoch(), c.now())
 	switch {
-	case errors.Is(err, ErrStaleEpoch) && c.opts.OnDeposed != nil:
+	case errors.Is(err, leader.ErrStaleEpoch) && c.opts.OnDeposed != nil:
 		c.opts.OnDeposed(err)
-	case err != nil && !errors.Is(err, ErrStaleEpoch):
+	case err != nil && !errors.Is(err, leader.ErrStaleEpoch):
 		c.apiUnreachable.Store(true)
 	}
 	return err
@@ -42,7 +43,7 @@ func (c *Controller) save(ctx context.Context, nf *v1alpha1.NodeFence) error {
 	}
 	saved, err := c.store.writeStatus(ctx, nf, c.currentEpoch(), c.opts.Identity)
 	if err != nil {
-		if errors.Is(err, ErrStaleEpoch) && c.opts.OnDeposed != nil {
+		if errors.Is(err, leader.ErrStaleEpoch) && c.opts.OnDeposed != nil {
 			c.opts.OnDeposed(err)
 		}
 		return err

@@ -18,13 +18,6 @@ import (
 	"github.com/kubefence/kubefence/pkg/leader"
 )
 
-// NodeLabel marks each NodeFence with the node it is about, for selection.
-const NodeLabel = v1alpha1.NodeLabel
-
-// ErrStaleEpoch means a leader with a newer fencing epoch has written the incident, or
-// holds the Lease: this replica has been deposed and must stop at once.
-var ErrStaleEpoch = leader.ErrStaleEpoch
-
 // store reads NodeFences from the informer cache and writes them to the API server.
 type store struct {
 	client  fencingclient.NodeFenceInterface
@@ -159,18 +152,18 @@ func (s *store) create(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.N
 
 // writeStatus writes nf's status if the stored object still has nf's resourceVersion
 // and no newer epoch has written it.
-func (s *store) writeStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch int64, leader string) (*v1alpha1.NodeFence, error) {
+func (s *store) writeStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch int64, identity string) (*v1alpha1.NodeFence, error) {
 	if nf.Status.Epoch > epoch {
-		return nil, fmt.Errorf("write incident %s at epoch %d, stored epoch is %d: %w", nf.Name, epoch, nf.Status.Epoch, ErrStaleEpoch)
+		return nil, fmt.Errorf("write incident %s at epoch %d, stored epoch is %d: %w", nf.Name, epoch, nf.Status.Epoch, leader.ErrStaleEpoch)
 	}
-	nf.Status.Epoch, nf.Status.Leader = epoch, leader
+	nf.Status.Epoch, nf.Status.Leader = epoch, identity
 	clampStatus(&nf.Status)
 	saved, err := s.client.UpdateStatus(ctx, nf, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
 		s.forget(nf.Name)
 		// Someone wrote in between: find out whether it was a newer leader.
 		if stored, gerr := s.client.Get(ctx, nf.Name, metav1.GetOptions{}); gerr == nil && stored.Status.Epoch > epoch {
-			return nil, fmt.Errorf("write incident %s at epoch %d, stored epoch is %d: %w", nf.Name, epoch, stored.Status.Epoch, ErrStaleEpoch)
+			return nil, fmt.Errorf("write incident %s at epoch %d, stored epoch is %d: %w", nf.Name, epoch, stored.Status.Epoch, leader.ErrStaleEpoch)
 		}
 	}
 	if err != nil {
@@ -193,7 +186,7 @@ func factsOf(obj any) facts {
 	if !ok {
 		return facts{}
 	}
-	f := facts{phase: nf.Status.Phase, verified: nf.Status.VerifiedLevel > 0}
+	f := facts{phase: nf.Status.Phase, verified: nf.Status.Verified()}
 	for _, st := range nf.Status.Timeline {
 		if st.Type == v1alpha1.StepFenceStarted {
 			f.fenceStart = st.Time.Time

@@ -26,8 +26,6 @@ type transition struct {
 // note is an Event: its type, reason and message.
 type note struct{ typ, reason, message string }
 
-func text(s string) *string { return &s }
-
 // enter moves nf to t.to: the one place where an incident's phase changes, checked
 // against fencer.CanMove. It records the step, counts the phase and queues the Event
 // (sent once the incident is saved, see events.go); the caller saves.

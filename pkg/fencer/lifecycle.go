@@ -124,9 +124,9 @@ type Action struct {
 // HoldRecheck is how often a held or waiting incident asks policy again.
 const HoldRecheck = 2 * time.Second
 
-// BudgetReasons are the holds and waits a forced incident overrides; pause, exclusion and
+// budgetReasons are the holds and waits a forced incident overrides; pause, exclusion and
 // dry run are a person's switches and stand.
-var BudgetReasons = map[string]bool{
+var budgetReasons = map[string]bool{
 	policy.ReasonStorm: true, policy.ReasonStormPending: true, policy.ReasonZoneDark: true, policy.ReasonCooldown: true, policy.ReasonControlPlane: true,
 	policy.ReasonMaxConcurrent: true, policy.ReasonRateLimited: true, policy.ReasonNothingToRelease: true,
 }
@@ -162,7 +162,7 @@ func decide(nf *v1alpha1.NodeFence, f Facts) Action {
 		d.Verdict = policy.Hold
 	}
 	forced := ""
-	if nf.Annotations[v1alpha1.ForceAnnotation] == "true" && BudgetReasons[d.Reason] && d.Verdict != policy.Fence {
+	if nf.Annotations[v1alpha1.ForceAnnotation] == "true" && budgetReasons[d.Reason] && d.Verdict != policy.Fence {
 		forced = fmt.Sprintf("%s overridden by %s=true: %s", d.Reason, v1alpha1.ForceAnnotation, d.Message)
 		d = policy.Decision{Verdict: policy.Fence, Message: fmt.Sprintf("forced past %s", d.Reason)}
 	}
@@ -178,7 +178,7 @@ func decide(nf *v1alpha1.NodeFence, f Facts) Action {
 		}
 		return a
 	}
-	if own && Adopted(nf, f.Identity) {
+	if own && adopted(nf, f.Identity) {
 		// Evidence this replica did not gather is checked against the API server once
 		// before it fences on it.
 		if f.Live == nil {
@@ -214,7 +214,7 @@ func remediated(nf *v1alpha1.NodeFence, f Facts) Action {
 	// renews its Lease before it posts the status with its new boot ID. Only one coherent
 	// observation proves the same boot ran on: a renewal and a status, both seen by this
 	// process after the fence held, the status still carrying the fenced boot ID.
-	verified := FenceVerifiedAt(st)
+	verified := fenceVerifiedAt(st)
 	if verified.IsZero() || !obs.RenewalSeen.After(verified) || !obs.StatusSeen.After(verified) ||
 		meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionContradiction) {
 		return Action{Kind: ActNothing}
@@ -248,8 +248,8 @@ func SignOfLife(nf *v1alpha1.NodeFence, obs detector.Observation) string {
 	return ""
 }
 
-// Adopted reports whether another replica last wrote the incident.
-func Adopted(nf *v1alpha1.NodeFence, identity string) bool {
+// adopted reports whether another replica last wrote the incident.
+func adopted(nf *v1alpha1.NodeFence, identity string) bool {
 	return nf.Status.Leader != "" && nf.Status.Leader != identity
 }
 
@@ -277,8 +277,8 @@ func VerifiedAttempts(st *v1alpha1.NodeFenceStatus) []v1alpha1.Attempt {
 	return out
 }
 
-// FenceVerifiedAt is when the last of the incident's verified attempts finished.
-func FenceVerifiedAt(st *v1alpha1.NodeFenceStatus) time.Time {
+// fenceVerifiedAt is when the last of the incident's verified attempts finished.
+func fenceVerifiedAt(st *v1alpha1.NodeFenceStatus) time.Time {
 	var at time.Time
 	for _, a := range VerifiedAttempts(st) {
 		if a.Finished != nil && a.Finished.After(at) {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // Labels of identity Leases, so that `kubectl get leases -l` lists who is alive.
@@ -157,7 +158,7 @@ func (l *IdentityLeases) Collect(ctx context.Context) (int, error) {
 		}
 		if err == nil {
 			n++
-			klog.FromContext(ctx).Info("Collected expired identity lease", "lease", lease.Name, "holder", deref(lease.Spec.HolderIdentity))
+			klog.FromContext(ctx).Info("Collected expired identity lease", "lease", lease.Name, "holder", ptr.Deref(lease.Spec.HolderIdentity, ""))
 		}
 	}
 	return n, nil
@@ -169,13 +170,6 @@ func expired(lease *coordinationv1.Lease, now time.Time) bool {
 		return false
 	}
 	return now.After(s.RenewTime.Add(time.Duration(*s.LeaseDurationSeconds) * time.Second))
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // owners are the owner references of identity's Lease: this replica's pod, when it is
