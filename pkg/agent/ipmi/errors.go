@@ -10,7 +10,8 @@ import (
 )
 
 // Phrases in ipmitool's output (with -v) that mean the BMC answered and refused the
-// credentials or the cipher suite. Retrying will not change that.
+// credentials, the cipher suite or the privilege level asked for. Retrying will not
+// change that.
 var authPhrases = []string{
 	"rakp",                             // "RAKP 2 HMAC is invalid", "RAKP 2 message indicates an error : unauthorized name"
 	"unauthorized name",                // unknown user
@@ -19,6 +20,7 @@ var authPhrases = []string{
 	"invalid authentication algorithm", // cipher suite the BMC does not offer
 	"insufficient privilege",
 	"unauthorized role",
+	"set session privilege level", // "Set Session Privilege Level to ADMINISTRATOR failed": an Operator-only account
 }
 
 // Phrases that mean nothing usable answered.
@@ -57,7 +59,7 @@ func classify(err error, what, provider string, p params) error {
 	}
 	switch {
 	case containsAny(lower, authPhrases):
-		return plugin.Errorf(plugin.KindPermanent, "%s (check the BMC credentials and %s)", msg, ParamCipherSuite)
+		return plugin.Errorf(plugin.KindPermanent, "%s (check the BMC credentials, %s and %s)", msg, ParamCipherSuite, ParamPrivilege)
 	case containsAny(lower, unreachablePhrases):
 		return plugin.Errorf(plugin.KindTargetUnreachable, "%s", msg)
 	default:

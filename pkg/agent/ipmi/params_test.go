@@ -159,16 +159,19 @@ func TestClassify(t *testing.T) {
 		err  error
 		want plugin.ErrorKind
 	}{
-		"wrong password":   {tool("> RAKP 2 HMAC is invalid\nError: Unable to establish IPMI v2 / RMCP+ session"), plugin.KindPermanent},
-		"unknown user":     {tool("RAKP 2 message indicates an error : unauthorized name"), plugin.KindPermanent},
-		"cipher":           {tool("Error in open session response message : invalid authentication algorithm"), plugin.KindPermanent},
-		"no answer":        {tool("Get Auth Capabilities error\nError: Unable to establish IPMI v2 / RMCP+ session"), plugin.KindTargetUnreachable},
-		"dns":              {tool("Address lookup for x failed\nCould not open socket!"), plugin.KindTargetUnreachable},
-		"deadline":         {context.DeadlineExceeded, plugin.KindTargetUnreachable},
-		"busy":             {tool("Set Chassis Power Control to Down/Off failed: Node busy"), plugin.KindRetryable},
-		"already typed":    {plugin.Errorf(plugin.KindUnsupported, "nope"), plugin.KindUnsupported},
-		"echoed password":  {tool("bad password hunter22 for operator"), plugin.KindPermanent},
-		"secret in a path": {errors.New("open /tmp/hunter22: no such file"), plugin.KindRetryable},
+		"wrong password": {tool("> RAKP 2 HMAC is invalid\nError: Unable to establish IPMI v2 / RMCP+ session"), plugin.KindPermanent},
+		"unknown user":   {tool("RAKP 2 message indicates an error : unauthorized name"), plugin.KindPermanent},
+		"cipher":         {tool("Error in open session response message : invalid authentication algorithm"), plugin.KindPermanent},
+		"no answer":      {tool("Get Auth Capabilities error\nError: Unable to establish IPMI v2 / RMCP+ session"), plugin.KindTargetUnreachable},
+		// An Operator-only account asked for ADMINISTRATOR (privilegeLevel left at its default).
+		"privilege level refused": {tool("Set Session Privilege Level to ADMINISTRATOR failed\nError: Unable to establish IPMI v2 / RMCP+ session"), plugin.KindPermanent},
+		"role refused":            {tool("RAKP 2 message indicates an error : unauthorized role"), plugin.KindPermanent},
+		"dns":                     {tool("Address lookup for x failed\nCould not open socket!"), plugin.KindTargetUnreachable},
+		"deadline":                {context.DeadlineExceeded, plugin.KindTargetUnreachable},
+		"busy":                    {tool("Set Chassis Power Control to Down/Off failed: Node busy"), plugin.KindRetryable},
+		"already typed":           {plugin.Errorf(plugin.KindUnsupported, "nope"), plugin.KindUnsupported},
+		"echoed password":         {tool("bad password hunter22 for operator"), plugin.KindPermanent},
+		"secret in a path":        {errors.New("open /tmp/hunter22: no such file"), plugin.KindRetryable},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
