@@ -245,7 +245,8 @@ func TestRenderNames(t *testing.T) {
 			want: []string{"kind: PodDisruptionBudget\nmetadata:\n  name: kubefence-agent-ipmi-dc2\n  namespace: fencing-dc2",
 				"        tier: fencing\n", "example.com/scrape: \"no\"", "priorityClassName: fencing-agents", "- name: regcred",
 				"podAntiAffinity:\n          preferredDuringSchedulingIgnoredDuringExecution:\n            - weight: 100\n              podAffinityTerm:\n                topologyKey: kubernetes.io/hostname\n                labelSelector:\n                  matchLabels:\n                    app.kubernetes.io/instance: kubefence\n                    fencing.kubefence.io/agent: ipmi-dc2",
-				"topologyKey: topology.kubernetes.io/zone"}},
+				// spread by the agent's own pods: a constraint without a selector spreads nothing
+				"topologySpreadConstraints:\n        - labelSelector:\n            matchLabels:\n              app.kubernetes.io/instance: kubefence\n              fencing.kubefence.io/agent: ipmi-dc2\n          maxSkew: 1\n          topologyKey: topology.kubernetes.io/zone"}},
 		"one remote agent replica, the controller's priority": {values: "remoteAgents: [{name: ipmi-dc2, namespace: fencing-dc2, " +
 			"binary: fence-agent-ipmi, target: {annotation: a}, serverTLSSecret: s, clientTLSSecret: c}]\npodDisruptionBudget: {enabled: false}",
 			want:    []string{"fencing.kubefence.io/agent: ipmi-dc2\n    spec:\n      automountServiceAccountToken: false\n      priorityClassName: system-cluster-critical"},

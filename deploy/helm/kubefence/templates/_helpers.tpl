@@ -51,15 +51,16 @@ Without serviceAccount.create the name must be given: falling back to the namesp
 {{- end -}}
 
 {{/*
-kubefence.topologySpreadConstraints gives every constraint without a labelSelector the
-controller's own selector labels, so that a constraint may name only its topologyKey.
+kubefence.topologySpreadConstraints takes (dict "constraints" LIST "selector" LABELS) and
+gives every constraint without a labelSelector one matching LABELS, the pods' own, so that
+a constraint may name only its topologyKey: the scheduler spreads nothing by a constraint
+without a selector.
 */}}
 {{- define "kubefence.topologySpreadConstraints" -}}
 {{- $out := list -}}
-{{- $selector := include "kubefence.selectorLabels" . | fromYaml -}}
-{{- range .Values.controller.topologySpreadConstraints -}}
+{{- range .constraints -}}
 {{- $c := deepCopy . -}}
-{{- if not (hasKey $c "labelSelector") }}{{ $_ := set $c "labelSelector" (dict "matchLabels" $selector) }}{{ end -}}
+{{- if not (hasKey $c "labelSelector") }}{{ $_ := set $c "labelSelector" (dict "matchLabels" $.selector) }}{{ end -}}
 {{- $out = append $out $c -}}
 {{- end -}}
 {{- toYaml $out -}}

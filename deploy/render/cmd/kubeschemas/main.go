@@ -14,7 +14,11 @@ import (
 )
 
 func main() {
-	cache := flag.String("cache", "../../.cache", "the repository's cache directory")
+	def := "../../.cache"
+	if d := os.Getenv("KUBEFENCE_CACHE"); d != "" {
+		def = d // where deploy/render's test looks, as for hack/controlplane.sh
+	}
+	cache := flag.String("cache", def, "the repository's cache directory ($KUBEFENCE_CACHE if set)")
 	flag.Parse()
 	l, err := kubeschemas.Ensure(*cache, log.Printf)
 	if err != nil {
