@@ -30,8 +30,9 @@ deps:
 test: deps build
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-# Every package test under pkg/, with no control plane: the controller's fixture tests run
-# on fake clients. (The agents' tests still use their real peers: ipmi_sim, tgtd, moto.)
+# Every package test under pkg/, with no control plane started: the controller's fixture
+# tests run on fake clients. The agents' tests still use their real peers (ipmi_sim, tgtd,
+# moto), and deps installs and builds what every target needs, once, under .cache/.
 unit: deps
 	$(GO) test -count=1 ./pkg/...
 
