@@ -487,19 +487,10 @@ func TestFixtureLateRelease(t *testing.T) {
 		"get nodes node-1", "update nodes", "list pods", "update pods/status", "delete pods late-0",
 		"list volumeattachments", "update nodes", "update nodefences/status", "update nodefences/status", "update nodefences/status")
 	f.expectCalls("Status bmc-node-1")
-	if tl := f.incident("node-1").Status.Timeline; !slicesContainType(tl, v1alpha1.StepLateRelease) {
-		t.Errorf("no %s step in %+v", v1alpha1.StepLateRelease, tl)
+	if nf := f.incident("node-1"); len(stepsOf(nf, v1alpha1.StepLateRelease)) == 0 {
+		t.Errorf("no %s step in %+v", v1alpha1.StepLateRelease, nf.Status.Timeline)
 	}
 	f.expectEvents(v1alpha1.ReasonLateRelease)
-}
-
-func slicesContainType(tl []v1alpha1.Step, typ string) bool {
-	for _, s := range tl {
-		if s.Type == typ {
-			return true
-		}
-	}
-	return false
 }
 
 // TestFixtureBack: a fenced node back on its fenced boot, renewing and posting status
@@ -599,7 +590,7 @@ func TestFixtureForcedPastStorm(t *testing.T) {
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
 	got := f.incident("node-1")
-	if got.Status.Phase != v1alpha1.PhaseRemediated || !slicesContainType(got.Status.Timeline, v1alpha1.StepForced) {
+	if got.Status.Phase != v1alpha1.PhaseRemediated || len(stepsOf(got, v1alpha1.StepForced)) == 0 {
 		t.Errorf("phase %s, timeline %+v: want Remediated with a %s step", got.Status.Phase, got.Status.Timeline, v1alpha1.StepForced)
 	}
 	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated)

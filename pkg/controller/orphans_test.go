@@ -125,7 +125,7 @@ func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 	if got.Status.Phase != v1alpha1.PhaseRecovered || len(got.Status.Remediation.TaintsAdded) != 0 {
 		t.Errorf("incident %s with taints %v recorded, want Recovered with none", got.Status.Phase, got.Status.Remediation.TaintsAdded)
 	}
-	if !slicesContainType(got.Status.Timeline, v1alpha1.StepOrphanPrefix+v1alpha1.StepTaintsRemoved) {
+	if len(stepsOf(got, v1alpha1.StepOrphanPrefix+v1alpha1.StepTaintsRemoved)) == 0 {
 		t.Errorf("no %s step in %+v", v1alpha1.StepOrphanPrefix+v1alpha1.StepTaintsRemoved, got.Status.Timeline)
 	}
 	if n := testutil.ToFloat64(f.c.metrics.orphans.WithLabelValues(orphanRepaired)); n != 1 {
@@ -158,7 +158,7 @@ func TestOrphanRepairNewestRecordFirst(t *testing.T) {
 		f.catchUp("node-1")
 	}
 	for _, name := range []string{older.Name, newer.Name} {
-		if got := stored(t, f.c, name); !slicesContainType(got.Status.Timeline, v1alpha1.StepOrphanPrefix+v1alpha1.StepTaintsRemoved) {
+		if got := stored(t, f.c, name); len(stepsOf(got, v1alpha1.StepOrphanPrefix+v1alpha1.StepTaintsRemoved)) == 0 {
 			t.Errorf("%s: no repair step in %+v", name, got.Status.Timeline)
 		}
 	}
