@@ -50,7 +50,8 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 				return 0, err
 			}
 		case fencer.DoFence:
-			// The write of the issued attempt checks the Lease right before the call.
+			// The call follows a fresh read of the leader Lease and the write of the issued
+			// attempt.
 			if why := c.agentDownReason(step.Agent); why != "" {
 				msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
 				c.step(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
@@ -65,6 +66,12 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			// is sent, so a crash or an API server outage cannot hide an action the
 			// device took.
 			c.step(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, node, step))
+			// The one fresh read of the leader Lease an incident needs: a power-off is
+			// the act a deposed replica must never send, so it does not ride on an
+			// earlier confirmation.
+			if err := c.checkLease(ctx); err != nil {
+				return 0, err
+			}
 			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
 				return 0, err
 			}

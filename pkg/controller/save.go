@@ -35,10 +35,14 @@ func (c *Controller) checkLease(ctx context.Context) error {
 }
 
 // save persists the incident's status at this replica's epoch and keeps the fresh copy.
-// The Lease is checked first: the resourceVersion only catches a newer leader that has
-// already written this incident, not one that has not touched it yet.
+// It follows a Lease check that passed within the renew deadline (leaseConfirmed): the
+// resourceVersion only catches a newer leader that has already written this incident,
+// not one that has not touched it yet, and no standby can take over within the renew
+// deadline of a check that found this replica leading. A check of its own per save cost
+// a read of the leader Lease on the critical path of every incident; the one read that
+// must be fresh is the one before an agent's Fence call (fence.go).
 func (c *Controller) save(ctx context.Context, nf *v1alpha1.NodeFence) error {
-	if err := c.checkLease(ctx); err != nil {
+	if err := c.leaseConfirmed(ctx); err != nil {
 		return err
 	}
 	saved, err := c.store.writeStatus(ctx, nf, c.currentEpoch(), c.opts.Identity)
