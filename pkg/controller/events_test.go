@@ -37,16 +37,38 @@ func TestEventsWaitForTheSave(t *testing.T) {
 	if err := c.save(context.Background(), nf); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(rec.Events); n != 2 {
-		t.Fatalf("%d events after the save, want 2 (node and incident)", n)
+	if n := len(rec.Events); n != 1 {
+		t.Fatalf("%d events after the save, want 1 (on the node)", n)
 	}
 	c.event(node, nf, corev1.EventTypeNormal, "Other", "x")
 	c.dropEvents(nf.Name)
 	if err := c.save(context.Background(), nf); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(rec.Events); n != 2 {
+	if n := len(rec.Events); n != 1 {
 		t.Errorf("a dropped incident's event was sent: %d events", n)
+	}
+}
+
+// TestEventOnNodeOnly: an incident's Event goes on its node, once (issue 24: a copy on the
+// incident as well doubled the Events per incident, and its timeline holds the same
+// steps); on the incident only when the node is gone.
+func TestEventOnNodeOnly(t *testing.T) {
+	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
+	c := testController(t, nf)
+	rec := c.recorder.(*record.FakeRecorder)
+	rec.IncludeObject = true
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "with node")
+	c.event(nil, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "node gone")
+	if err := c.save(context.Background(), nf); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(rec.Events) > 0 {
+		got = append(got, <-rec.Events)
+	}
+	if len(got) != 2 || strings.Contains(got[0], "NodeFence") || !strings.Contains(got[1], "kind=NodeFence,") {
+		t.Errorf("events %q, want one on the Node, then one on the NodeFence", got)
 	}
 }
 

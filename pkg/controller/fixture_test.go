@@ -248,9 +248,7 @@ func (f *fixture) expectEvents(reasons ...string) {
 	for _, e := range f.events() {
 		got = append(got, strings.Fields(e)[1])
 	}
-	for _, r := range reasons {
-		want = append(want, r, r)
-	}
+	want = append(want, reasons...)
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		f.t.Errorf("event reasons %v, want %v", got, want)
 	}

@@ -313,10 +313,15 @@ func oldestDroppable(tl []v1alpha1.Step) int {
 	return -1
 }
 
-// event records an event on the node and on the incident. An incident's events wait for
-// its next save, which checks the leader Lease first (invariant 2: Events are mutations
-// too): a replica deposed before it saves sends none of them. An event with no incident
-// follows a Lease check of its own.
+// event records an event on the node, or on the incident when the node is gone. Not on
+// both: the incident's timeline already holds every step with its time and detail, and a
+// second copy of each Event doubled the controller's requests per incident (issue 24).
+// Operators find them where they look first, on the node (`kubectl describe node`,
+// `kubectl get events --field-selector involvedObject.kind=Node`).
+//
+// An incident's events wait for its next save, which follows a leader Lease check
+// (invariant 2: Events are mutations too): a replica deposed before it saves sends none
+// of them. An event with no incident follows a Lease check of its own.
 func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
 	if c.recorder == nil {
 		return
@@ -324,8 +329,7 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 	emit := func() {
 		if node != nil {
 			c.recorder.Eventf(node, typ, reason, format, args...)
-		}
-		if nf != nil {
+		} else if nf != nil {
 			c.recorder.Eventf(nf, typ, reason, format, args...)
 		}
 	}
