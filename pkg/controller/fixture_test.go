@@ -325,9 +325,9 @@ func TestFixtureFence(t *testing.T) {
 		"get nodes node-1", "update nodes", "list pods", "update pods/status", "delete pods web-0",
 		"list volumeattachments", "delete volumeattachments va-1", "update nodes",
 		// NodeFences: no open incident live, the create, the status before the Fence
-		// call, after the fence is verified, and around the release
+		// call, once verified (with the taints the release will add), and Remediated
 		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status",
-		"update nodefences/status", "update nodefences/status")
+		"update nodefences/status")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
 	nf := f.incident("node-1")
 	if nf.Status.Phase != v1alpha1.PhaseRemediated {
@@ -380,14 +380,14 @@ func TestFixtureResume(t *testing.T) {
 		calls    []string
 		events   []string
 	}{
-		"Pending": {v1alpha1.PhasePending, "", "me", append(release, statuses(4)...), fenceCalls,
+		"Pending": {v1alpha1.PhasePending, "", "me", append(release, statuses(3)...), fenceCalls,
 			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
 		// Evidence another replica gathered is checked against the live Lease first.
-		"Pending, adopted": {v1alpha1.PhasePending, "", "other", append(append([]string{"get leases node-1"}, release...), statuses(4)...), fenceCalls,
+		"Pending, adopted": {v1alpha1.PhasePending, "", "other", append(append([]string{"get leases node-1"}, release...), statuses(3)...), fenceCalls,
 			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
-		"Fencing, the call's outcome lost": {v1alpha1.PhaseFencing, v1alpha1.AttemptFencing, "me", append(release, statuses(4)...), fenceCalls,
+		"Fencing, the call's outcome lost": {v1alpha1.PhaseFencing, v1alpha1.AttemptFencing, "me", append(release, statuses(3)...), fenceCalls,
 			[]string{v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
-		"Fenced": {v1alpha1.PhaseFenced, v1alpha1.AttemptVerified, "me", append(release, statuses(3)...), nil,
+		"Fenced": {v1alpha1.PhaseFenced, v1alpha1.AttemptVerified, "me", append(release, statuses(2)...), nil,
 			[]string{v1alpha1.ReasonRemediated}},
 		"Remediated, the node still dead": {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, "me", nil, nil, nil},
 	} {
@@ -483,7 +483,7 @@ func TestFixtureLateRelease(t *testing.T) {
 	f.expectRequests("patch pods/status late-0", "get pods late-0",
 		// the release again: this incident recorded no taints, so both are added
 		"get nodes node-1", "update nodes", "list pods", "update pods/status", "delete pods late-0",
-		"list volumeattachments", "update nodes", "update nodefences/status", "update nodefences/status", "update nodefences/status")
+		"list volumeattachments", "update nodes", "update nodefences/status", "update nodefences/status")
 	f.expectCalls("Status bmc-node-1")
 	if nf := f.incident("node-1"); len(stepsOf(nf, v1alpha1.StepLateRelease)) == 0 {
 		t.Errorf("no %s step in %+v", v1alpha1.StepLateRelease, nf.Status.Timeline)

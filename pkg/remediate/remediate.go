@@ -48,9 +48,10 @@ type Remediator struct {
 	// OnStep, if set, is told of each action as it completes (for the timeline and events).
 	OnStep func(step, message string)
 	// Checkpoint, if set, persists the incident. Release calls it before its first change
-	// to the cluster, and again whenever it records a taint before putting it on the node,
-	// so that a crash in between leaves a record of a taint kubefence owns, never a taint
-	// nobody owns. The caller's lease check rides on it.
+	// to the cluster, with every taint it will add recorded, and again whenever it records
+	// another taint before putting it on the node, so that a crash in between leaves a
+	// record of a taint kubefence owns, never a taint nobody owns. The caller's lease
+	// check rides on it.
 	Checkpoint func(ctx context.Context) error
 	// Before, if set, is called before each change to the cluster (a taint, a pod
 	// deletion, a VolumeAttachment deletion) with what it is about to do; an error stops
@@ -108,12 +109,23 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	if strategy == v1alpha1.StrategyOutOfServiceTaint {
 		first = OutOfServiceTaint
 	}
-	// One checkpoint before the first change: it also records the first taint.
-	claimed := node != nil && r.claim(node, first, rem)
+	// One checkpoint before the first change: it also records the taints the release
+	// will add, the last one included, so that adding it later needs no write of its own
+	// (issue 24: that write was the one status write an incident had beyond the floor).
+	// A taint recorded and then found on the node is taken as kubefence's; recording the
+	// last one here widens that window from the instant before its update to the pod and
+	// VolumeAttachment deletions in between. A person who adds the out-of-service taint
+	// by hand in those seconds sees kubefence remove it when the node comes back, which is
+	// what Kubernetes asks of them then anyway.
+	var claimed []string
+	if node != nil && r.claim(node, first, rem) {
+		claimed = append(claimed, first.Key)
+	}
+	if strategy == v1alpha1.StrategyBoth && node != nil && r.claim(node, OutOfServiceTaint, rem) {
+		claimed = append(claimed, OutOfServiceTaint.Key)
+	}
 	if err := r.checkpoint(ctx); err != nil {
-		if claimed {
-			rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return k == first.Key })
-		}
+		rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return slices.Contains(claimed, k) })
 		return fmt.Errorf("release node %s: record the incident before the first change: %w", nf.Spec.NodeName, err)
 	}
 	if node != nil {

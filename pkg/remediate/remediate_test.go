@@ -106,8 +106,9 @@ func TestReleaseStrategies(t *testing.T) {
 	}{
 		"both: NoSchedule taint, pods, attachments, then out-of-service": {
 			strategy: v1alpha1.StrategyBoth,
-			want: []string{fenced, "update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
-				"delete volumeattachments/ va-dead", oos, "update nodes/ dead"},
+			// Both taints recorded at the one checkpoint before the first change.
+			want: []string{oos, "update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
+				"delete volumeattachments/ va-dead", "update nodes/ dead"},
 			wantTaints: []string{FencedTaint.Key, OutOfServiceTaint.Key},
 		},
 		"direct: no out-of-service taint": {
