@@ -172,7 +172,7 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.remedy = &remediate.Remediator{Client: opts.Client}
+	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client)}
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
 	if err := c.newCaches(opts); err != nil {
 		return nil, err

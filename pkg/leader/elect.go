@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/coalesce"
 )
 
 // ErrStaleEpoch means a leader with a newer fencing epoch holds the Lease, or has written
@@ -108,9 +109,10 @@ type LeaseGuard struct {
 	Config   v1alpha1.LeaderElection
 	Identity string
 
-	mu       sync.Mutex
-	inFlight bool
-	next     *leaseRead // the read the checks arriving now will share
+	once  sync.Once
+	reads *coalesce.Read[*coordinationv1.Lease]
+
+	mu sync.Mutex
 	// confirmedUntil is a renew deadline past the sending of the last read that
 	// confirmed this replica's Lease, on this process's monotonic clock: until then, a
 	// side effect that follows a passed check (an Event sent by the broadcaster) may
@@ -118,53 +120,16 @@ type LeaseGuard struct {
 	confirmedUntil time.Time
 }
 
-type leaseRead struct {
-	sent    time.Time
-	done    chan struct{}
-	lease   *coordinationv1.Lease
-	err     error
-	waiters int
-}
-
-// read returns a GET of the Lease sent after the call.
-func (g *LeaseGuard) read(ctx context.Context) (*leaseRead, error) {
-	g.mu.Lock()
-	if g.next == nil {
-		g.next = &leaseRead{done: make(chan struct{})}
-	}
-	r := g.next
-	r.waiters++
-	if !g.inFlight {
-		g.sendLocked()
-	}
-	g.mu.Unlock()
-	select {
-	case <-r.done:
-		return r, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// sendLocked sends the waiting read; when it returns, the checks that arrived meanwhile
-// get the next one.
-func (g *LeaseGuard) sendLocked() {
-	r := g.next
-	g.next, g.inFlight = nil, true
-	r.sent = time.Now()
-	go func() {
-		// Shared by many checks, so bound by its own deadline rather than one caller's.
-		ctx, cancel := context.WithTimeout(context.Background(), leaseReadTimeout)
-		r.lease, r.err = g.Client.CoordinationV1().Leases(g.Config.Namespace).Get(ctx, g.Config.Name, metav1.GetOptions{})
-		cancel()
-		close(r.done)
-		g.mu.Lock()
-		g.inFlight = false
-		if g.next != nil {
-			g.sendLocked()
-		}
-		g.mu.Unlock()
-	}()
+// read returns a GET of the Lease sent after the call, shared with the checks that
+// arrived with this one.
+func (g *LeaseGuard) read(ctx context.Context) (coalesce.Result[*coordinationv1.Lease], error) {
+	g.once.Do(func() {
+		g.reads = &coalesce.Read[*coordinationv1.Lease]{Timeout: leaseReadTimeout,
+			Do: func(ctx context.Context) (*coordinationv1.Lease, error) {
+				return g.Client.CoordinationV1().Leases(g.Config.Namespace).Get(ctx, g.Config.Name, metav1.GetOptions{})
+			}}
+	})
+	return g.reads.Get(ctx)
 }
 
 // leaseReadTimeout bounds one read of the leader Lease.
@@ -176,13 +141,13 @@ func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) erro
 	if err != nil {
 		return fmt.Errorf("check lease %s/%s: %w", g.Config.Namespace, g.Config.Name, err)
 	}
-	expiry, err := g.judge(r.lease, epoch, now)
+	expiry, err := g.judge(r.Value, epoch, now)
 	if err != nil {
 		return err
 	}
 	// Confirmed for a renew deadline past the read, and never past the Lease's expiry as
 	// a standby counts it (renewTime was written by this process's own clock).
-	until := r.sent.Add(g.Config.RenewDeadline.Duration)
+	until := r.Sent.Add(g.Config.RenewDeadline.Duration)
 	if !expiry.IsZero() && expiry.Before(until) {
 		until = expiry
 	}

@@ -156,10 +156,8 @@ func TestLeaseGuardSharesOnlyLaterReads(t *testing.T) {
 
 // waiting returns how many checks are queued for the next read.
 func waiting(g *LeaseGuard) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.next == nil {
+	if g.reads == nil {
 		return 0
 	}
-	return g.next.waiters
+	return g.reads.Waiting()
 }

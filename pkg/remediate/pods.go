@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/coalesce"
 )
 
 // deletePods marks each pod of the node with a DisruptionTarget condition and phase
@@ -81,14 +85,47 @@ func (r *Remediator) markFailed(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
+// SharedAttachments returns the list of VolumeAttachments that the releases running at
+// once share (Remediator.Attachments).
+func SharedAttachments(client kubernetes.Interface) *coalesce.Read[[]storagev1.VolumeAttachment] {
+	return &coalesce.Read[[]storagev1.VolumeAttachment]{Timeout: attachmentsTimeout,
+		Do: func(ctx context.Context) ([]storagev1.VolumeAttachment, error) {
+			list, err := client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return list.Items, nil
+		}}
+}
+
+// attachmentsTimeout bounds one shared list of VolumeAttachments.
+const attachmentsTimeout = 30 * time.Second
+
+// volumeAttachments lists every VolumeAttachment with a read sent after the call; the
+// API server cannot select them by node.
+func (r *Remediator) volumeAttachments(ctx context.Context) ([]storagev1.VolumeAttachment, error) {
+	if r.Attachments != nil {
+		res, err := r.Attachments.Get(ctx)
+		if err == nil {
+			err = res.Err
+		}
+		return res.Value, err
+	}
+	list, err := r.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
 // deleteVolumeAttachments deletes every VolumeAttachment of the node.
 func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
-	list, err := r.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+	vas, err := r.volumeAttachments(ctx)
 	if err != nil {
 		return fmt.Errorf("list volume attachments of node %s: %w", nodeName, err)
 	}
 	deleted := 0
-	for _, va := range list.Items {
+	for _, va := range vas {
 		if va.Spec.NodeName != nodeName {
 			continue
 		}

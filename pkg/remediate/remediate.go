@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/coalesce"
 )
 
 var (
@@ -58,6 +60,11 @@ type Remediator struct {
 	// the release there. The caller checks its leader Lease in it (invariant 2: every
 	// mutation follows a Lease check that passed within the renew deadline).
 	Before func(ctx context.Context, action string) error
+	// Attachments, if set, is the list of VolumeAttachments that releases running at
+	// once share (SharedAttachments): the API server cannot select them by node, so each
+	// release would otherwise list every attachment of the cluster. Each release still
+	// gets a list sent after it asked, as fresh as one of its own.
+	Attachments *coalesce.Read[[]storagev1.VolumeAttachment]
 }
 
 // Actions named to Before.
