@@ -3,9 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,91 +18,77 @@ import (
 	"github.com/kubefence/kubefence/pkg/app"
 )
 
-// floorWrites is how many requests BenchmarkIncidentFloor sends per incident when no
-// write conflicts.
+// floorWrites is how many requests the floor sends per incident when no write conflicts.
 const floorWrites = 6
 
-// BenchmarkIncidentFloor: the writes an incident cannot do without, sent with no
-// controller at all, to show what BenchmarkIncidentOverhead's figures are made of. For
-// each of N nodes at once a goroutine creates the node's NodeFence, writes its status
-// three times (fence issued, verified, remediated) and taints the node twice (fenced,
-// out of service), each request after the previous one answered, in the order the
-// incident's checkpoints impose. No reads, no Lease checks, no events, no pods: whatever
-// a controller does, an incident with 100 at once on this API server takes at least this.
-// Reported: per-incident time p50/p99/max-ms, and the requests sent per incident.
-//
-//	go test ./test/sim -run '^$' -bench IncidentFloor -benchtime 3x
-func BenchmarkIncidentFloor(b *testing.B) {
-	for _, nodes := range []int{1, 100} {
-		b.Run(fmt.Sprintf("incidents=%d", nodes), func(b *testing.B) { incidentFloor(b, nodes) })
-	}
+// floor sends, for BenchmarkIncidentCost, the writes an incident cannot do without, with
+// no controller at all. For each of N nodes at once a goroutine creates the node's
+// NodeFence, writes its status three times (fence issued, verified, remediated) and
+// taints the node twice (fenced, out of service), each request after the previous one
+// answered, in the order the incident's checkpoints impose. No reads, no Lease checks, no
+// events, no pods: whatever a controller does, an incident with N at once on this API
+// server takes at least this.
+type floor struct {
+	client kubernetes.Interface
+	dyn    dynamic.Interface
 }
 
-func incidentFloor(b *testing.B, nodes int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	c := benchCluster(b, ctx)
+func newFloor(ctx context.Context, c *Cluster) (*floor, error) {
 	rc := *c.Config
-	rc.QPS, rc.Burst = 500, 1000
-	client := mustClient(b, app.Protobuf(&rc))
+	rc.QPS, rc.Burst = app.DefaultQPS, app.DefaultBurst
+	client, err := kubernetes.NewForConfig(app.Protobuf(&rc))
+	if err != nil {
+		return nil, err
+	}
 	dyn, err := dynamic.NewForConfig(&rc)
 	if err != nil {
-		b.Fatal(err)
+		return nil, err
 	}
+	f := &floor{client: client, dyn: dyn}
 	// The first requests for a new resource wait for the API server to set up its storage
 	// and watch cache: one untimed incident first, as a running controller's informers
 	// would have done long before.
-	warm, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "warm-up"}}, metav1.CreateOptions{})
+	if _, _, err := f.round(ctx, "warm-up-", 1); err != nil {
+		return nil, fmt.Errorf("floor warm-up: %w", err)
+	}
+	return f, nil
+}
+
+// round runs nodes incidents at once and returns how long each took and how many
+// requests they sent in all.
+func (f *floor) round(ctx context.Context, prefix string, nodes int) ([]time.Duration, int, error) {
+	created := make([]*corev1.Node, nodes)
+	err := forEach(ctx, nodes, func(ctx context.Context, j int) error {
+		n, err := f.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%snode-%d", prefix, j)}},
+			metav1.CreateOptions{})
+		created[j] = n
+		return err
+	})
 	if err != nil {
-		b.Fatal(err)
+		return nil, 0, err
 	}
-	var ignored int
-	if _, err := floorIncident(ctx, client, dyn, warm, &ignored); err != nil {
-		b.Fatal(err)
+	took := make([]time.Duration, nodes)
+	errs := make([]error, nodes)
+	extras := make([]int, nodes)
+	var wg sync.WaitGroup
+	for j, node := range created {
+		wg.Go(func() { took[j], errs[j] = floorIncident(ctx, f.client, f.dyn, node, &extras[j]) })
 	}
-	var all []time.Duration
-	var requests int
-	for i := range b.N {
-		prefix := fmt.Sprintf("f%d-", i)
-		var created []*corev1.Node
-		for j := range nodes {
-			n, err := client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%snode-%d", prefix, j)}},
-				metav1.CreateOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			created = append(created, n)
+	wg.Wait()
+	requests := 0
+	for j, err := range errs {
+		if err != nil {
+			return nil, 0, fmt.Errorf("floor incident %d: %w", j, err)
 		}
-		took := make([]time.Duration, nodes)
-		errs := make([]error, nodes)
-		extras := make([]int, nodes)
-		var wg sync.WaitGroup
-		for j, node := range created {
-			wg.Go(func() { took[j], errs[j] = floorIncident(ctx, client, dyn, node, &extras[j]) })
-		}
-		wg.Wait()
-		for j, err := range errs {
-			if err != nil {
-				b.Fatalf("incident %d: %v", j, err)
-			}
-		}
-		all = append(all, took...)
-		for _, e := range extras {
-			requests += floorWrites + e
-		}
-		if err := dyn.Resource(v1alpha1.NodeFenceResource).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		for _, n := range created {
-			if err := client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
-				b.Fatal(err)
-			}
-		}
+		requests += floorWrites + extras[j]
 	}
-	b.ReportMetric(float64(Percentile(all, 50).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(Percentile(all, 99).Microseconds())/1000, "p99-ms")
-	b.ReportMetric(float64(slices.Max(all).Microseconds())/1000, "max-ms")
-	b.ReportMetric(float64(requests)/float64(len(all)), "requests/incident")
+	if err := f.dyn.Resource(v1alpha1.NodeFenceResource).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return nil, 0, err
+	}
+	err = forEach(ctx, nodes, func(ctx context.Context, j int) error {
+		return f.client.CoreV1().Nodes().Delete(ctx, created[j].Name, metav1.DeleteOptions{})
+	})
+	return took, requests, err
 }
 
 // floorIncident sends one incident's indispensable writes back to back and returns how
