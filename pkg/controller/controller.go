@@ -107,7 +107,7 @@ type Controller struct {
 	// agentDown holds, per remote agent that failed its last health check, why.
 	agentDown map[string]string
 	// pendingEvents are the events of each incident waiting for its next save.
-	pendingEvents map[string][]func()
+	pendingEvents map[string][]pendingEvent
 	// apiUnreachable is set when a read of a node Lease failed: the API server may be
 	// down, and with it every kubelet's renewals (see confirmStale).
 	apiUnreachable atomic.Bool
@@ -152,7 +152,7 @@ func New(opts Options) (*Controller, error) {
 		pause:         &pauser{point: opts.PauseAt},
 		dryRunSeen:    map[string]map[string]bool{},
 		agentDown:     map[string]string{},
-		pendingEvents: map[string][]func(){},
+		pendingEvents: map[string][]pendingEvent{},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
 		// bucket would queue a hundred simultaneous incidents behind each other.
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,36 @@ func TestEventOnNodeOnly(t *testing.T) {
 	}
 	if len(got) != 2 || strings.Contains(got[0], "NodeFence") || !strings.Contains(got[1], "kind=NodeFence,") {
 		t.Errorf("events %q, want one on the Node, then one on the NodeFence", got)
+	}
+}
+
+// TestDetectedFoldsIntoFenceStarted: an incident opened and fenced before its first save
+// sends one Event that says both; one held instead keeps its Detected Event.
+func TestDetectedFoldsIntoFenceStarted(t *testing.T) {
+	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
+	c := testController(t, nf)
+	rec := c.recorder.(*record.FakeRecorder)
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy", node.Name)
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceStarted, "Fencing node %s", node.Name)
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
+	if err := c.save(context.Background(), nf); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"Warning FenceStarted Node " + node.Name + " is unhealthy. Fencing node " + node.Name, "Normal Fenced verified"}
+	var got []string
+	for len(rec.Events) > 0 {
+		got = append(got, <-rec.Events)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "held")
+	c.event(node, nf, corev1.EventTypeWarning, "BudgetExceeded", "held")
+	if err := c.save(context.Background(), nf); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.Events); n != 2 {
+		t.Errorf("%d events for a detection and a hold, want 2", n)
 	}
 }
 

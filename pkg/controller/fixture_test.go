@@ -333,7 +333,7 @@ func TestFixtureFence(t *testing.T) {
 	if nf.Status.Phase != v1alpha1.PhaseRemediated {
 		t.Errorf("phase %s, want Remediated (%s)", nf.Status.Phase, nf.Status.Message)
 	}
-	f.expectEvents(v1alpha1.ReasonDetected, v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated)
+	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated)
 }
 
 // fencedIncident is node-1's incident as a replica left it at phase: verified fenced by
@@ -550,7 +550,7 @@ func TestFixtureFenceFails(t *testing.T) {
 	if nf := f.incident("node-1"); nf.Status.Phase != v1alpha1.PhaseFailed || !strings.Contains(nf.Status.Message, "authentication failed") {
 		t.Errorf("phase %s (%s), want Failed naming the agent's error", nf.Status.Phase, nf.Status.Message)
 	}
-	f.expectEvents(v1alpha1.ReasonDetected, v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenceFailed)
+	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenceFailed)
 }
 
 // TestFixtureFenceCallTimesOut: a Fence call that runs into its deadline has an unknown

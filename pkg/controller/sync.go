@@ -326,20 +326,37 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 	if c.recorder == nil {
 		return
 	}
-	emit := func() {
-		if node != nil {
-			c.recorder.Eventf(node, typ, reason, format, args...)
-		} else if nf != nil {
-			c.recorder.Eventf(nf, typ, reason, format, args...)
-		}
-	}
+	e := pendingEvent{node: node, nf: nf, typ: typ, reason: reason, message: fmt.Sprintf(format, args...)}
 	if nf == nil {
-		emit()
+		c.emit(e)
 		return
 	}
 	c.mu.Lock()
-	c.pendingEvents[nf.Name] = append(c.pendingEvents[nf.Name], emit)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	queued := c.pendingEvents[nf.Name]
+	if n := len(queued); n > 0 && queued[n-1].reason == v1alpha1.ReasonDetected && reason == v1alpha1.ReasonFenceStarted {
+		// Opened and fencing at once, as most incidents are: one Event says both (the
+		// detection's evidence first), not two a moment apart (issue 24).
+		e.message = queued[n-1].message + ". " + e.message
+		queued[n-1] = e
+		return
+	}
+	c.pendingEvents[nf.Name] = append(queued, e)
+}
+
+// pendingEvent is an Event waiting for its incident's next save.
+type pendingEvent struct {
+	node                 *corev1.Node
+	nf                   *v1alpha1.NodeFence
+	typ, reason, message string
+}
+
+func (c *Controller) emit(e pendingEvent) {
+	if e.node != nil {
+		c.recorder.Event(e.node, e.typ, e.reason, e.message)
+	} else if e.nf != nil {
+		c.recorder.Event(e.nf, e.typ, e.reason, e.message)
+	}
 }
 
 // flushEvents sends the events an incident's save has just made legitimate.
@@ -348,8 +365,8 @@ func (c *Controller) flushEvents(name string) {
 	pending := c.pendingEvents[name]
 	delete(c.pendingEvents, name)
 	c.mu.Unlock()
-	for _, emit := range pending {
-		emit()
+	for _, e := range pending {
+		c.emit(e)
 	}
 }
 
