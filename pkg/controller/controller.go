@@ -116,8 +116,8 @@ type Controller struct {
 // DefaultWorkers is how many nodes are synced at once by default. A worker stays with an
 // incident through its API writes and the agent's Fence call, so this bounds how many
 // incidents progress at once: with 16, a hundred nodes failing together were opened in
-// waves, the last ones 1.9 s after they crossed their threshold (BenchmarkIncidentOverhead
-// on 2 cores; 13 ms with 100). An idle worker is a goroutine waiting on the queue.
+// waves, the last ones 1.9 s after they crossed their threshold (BenchmarkIncidentCost,
+// then BenchmarkIncidentOverhead, on 2 cores; 13 ms with 100). An idle worker is a goroutine waiting on the queue.
 const DefaultWorkers = 100
 
 // New builds a controller; Run starts it.
@@ -172,7 +172,14 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client)}
+	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client),
+		Node: func(name string) (*corev1.Node, bool) {
+			n, err := c.nodes.Get(name)
+			if err != nil {
+				return nil, false
+			}
+			return n.DeepCopy(), true
+		}}
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
 	if err := c.newCaches(opts); err != nil {
 		return nil, err

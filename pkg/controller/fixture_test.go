@@ -322,7 +322,7 @@ func TestFixtureFence(t *testing.T) {
 		// kube: the pod's NodeUnreachable condition, the live Lease read before opening,
 		// the release (fenced taint, pods, attachments, out-of-service taint)
 		"patch pods/status web-0", "get leases node-1",
-		"get nodes node-1", "update nodes", "list pods", "update pods/status", "delete pods web-0",
+		"update nodes", "list pods", "update pods/status", "delete pods web-0",
 		"list volumeattachments", "delete volumeattachments va-1", "update nodes",
 		// NodeFences: no open incident live, the create, the status before the Fence
 		// call, once verified (with the taints the release will add), and Remediated
@@ -363,7 +363,8 @@ func fencedIncident(phase v1alpha1.Phase, attempt v1alpha1.AttemptState) *v1alph
 // whose outcome was lost (same attempt, same deadline), Fenced releases without calling
 // an agent, Remediated on a dead node does nothing.
 func TestFixtureResume(t *testing.T) {
-	release := []string{"get nodes node-1", "update nodes", "list pods", "list volumeattachments", "update nodes"}
+	// The release starts from the cached node: its first update proves the copy current.
+	release := []string{"update nodes", "list pods", "list volumeattachments", "update nodes"}
 	statuses := func(n int) []string {
 		var out []string
 		for range n {
@@ -482,7 +483,7 @@ func TestFixtureLateRelease(t *testing.T) {
 	f.sync("node-1")
 	f.expectRequests("patch pods/status late-0", "get pods late-0",
 		// the release again: this incident recorded no taints, so both are added
-		"get nodes node-1", "update nodes", "list pods", "update pods/status", "delete pods late-0",
+		"update nodes", "list pods", "update pods/status", "delete pods late-0",
 		"list volumeattachments", "update nodes", "update nodefences/status", "update nodefences/status")
 	f.expectCalls("Status bmc-node-1")
 	if nf := f.incident("node-1"); len(stepsOf(nf, v1alpha1.StepLateRelease)) == 0 {

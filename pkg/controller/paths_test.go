@@ -112,7 +112,7 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 		t.Fatalf("sync: %v, want the refused deletion", err)
 	}
 	f.expectRequests("patch pods/status web-0", "get leases node-1",
-		"get nodes node-1", "update nodes", "list pods", "update pods/status", "delete pods web-0",
+		"update nodes", "list pods", "update pods/status", "delete pods web-0",
 		// before the Fence call, verified, and the partial release on record; no stale
 		// write of the detection follows (it would be refused on its resourceVersion)
 		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status", "update nodefences/status")
@@ -138,8 +138,8 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 		// the pod's NodeUnreachable condition (the cached pod predates the first try)
 		"patch pods/status web-0",
 		// the release from where it stopped: the pod's DisruptionTarget condition was set
-		// by the first try, and the fenced taint too; one node update adds out-of-service,
-		// recorded by the first try already
+		// by the first try, and the fenced taint too (so the cached node, which has it, is
+		// read live); one node update adds out-of-service, recorded by the first try already
 		"get nodes node-1", "list pods", "delete pods web-0", "list volumeattachments", "update nodes",
 		"update nodefences/status", "update nodefences/status")
 	f.expectCalls()

@@ -65,6 +65,11 @@ type Remediator struct {
 	// release would otherwise list every attachment of the cluster. Each release still
 	// gets a list sent after it asked, as fresh as one of its own.
 	Attachments *coalesce.Read[[]storagev1.VolumeAttachment]
+	// Node, if set, returns a copy of the node from the caller's informer cache, if it
+	// has the node. A release then starts from that copy instead of a read (issue 24):
+	// the first taint's update carries the copy's resourceVersion, so it only succeeds
+	// while the copy is current, and the boot it was judged by is the node's.
+	Node func(name string) (*corev1.Node, bool)
 }
 
 // Actions named to Before.
@@ -101,29 +106,32 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	if !nf.Status.Verified() {
 		return fmt.Errorf("release node %s: %w", nf.Spec.NodeName, ErrNotVerified)
 	}
-	node, err := r.Client.CoreV1().Nodes().Get(ctx, nf.Spec.NodeName, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	node, live, err := r.node(ctx, nf.Spec.NodeName)
+	if err != nil {
 		return fmt.Errorf("release node %s: %w", nf.Spec.NodeName, err)
-	}
-	if apierrors.IsNotFound(err) {
-		node = nil
-	}
-	if node != nil && nf.Status.BootID != "" && node.Status.NodeInfo.BootID != nf.Status.BootID {
-		return fmt.Errorf("release node %s: %w (was %s, now %s)", node.Name, ErrNodeRebooted,
-			nf.Status.BootID, node.Status.NodeInfo.BootID)
 	}
 	first := FencedTaint
 	if strategy == v1alpha1.StrategyOutOfServiceTaint {
 		first = OutOfServiceTaint
 	}
+	if node != nil && !live && hasTaint(node, first) {
+		// No update of the first taint follows to catch a stale copy: read it live.
+		if node, live, err = r.liveNode(ctx, nf.Spec.NodeName); err != nil {
+			return fmt.Errorf("release node %s: %w", nf.Spec.NodeName, err)
+		}
+	}
+	verify := func(n *corev1.Node) error { return sameBoot(nf, n) }
+	if node != nil {
+		if err := verify(node); err != nil {
+			return err
+		}
+	}
 	// One checkpoint before the first change: it also records the taints the release
 	// will add, the last one included, so that adding it later needs no write of its own
 	// (issue 24: that write was the one status write an incident had beyond the floor).
-	// A taint recorded and then found on the node is taken as kubefence's; recording the
-	// last one here widens that window from the instant before its update to the pod and
-	// VolumeAttachment deletions in between. A person who adds the out-of-service taint
-	// by hand in those seconds sees kubefence remove it when the node comes back, which is
-	// what Kubernetes asks of them then anyway.
+	// A taint this release recorded and then finds already on the node (a person added it
+	// meanwhile, or the copy it judged by was stale) is not kubefence's: the record drops
+	// it again (addTaint).
 	var claimed []string
 	if node != nil && r.claim(node, first, rem) {
 		claimed = append(claimed, first.Key)
@@ -136,7 +144,14 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 		return fmt.Errorf("release node %s: record the incident before the first change: %w", nf.Spec.NodeName, err)
 	}
 	if node != nil {
-		if node, err = r.addTaint(ctx, node, first, rem); err != nil {
+		// From a cached copy, the update itself proves the copy current (it carries the
+		// copy's resourceVersion): the boot judged above is the node's at the update. A
+		// conflict reads the node again and judges its boot again.
+		if node, err = r.addTaint(ctx, node, first, rem, slices.Contains(claimed, first.Key), verify); err != nil {
+			if errors.Is(err, ErrNodeRebooted) {
+				// Nothing was released: the record keeps no taint this release claimed.
+				rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return slices.Contains(claimed, k) })
+			}
 			return err
 		}
 	}
@@ -153,7 +168,7 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	// pods by name, and a queued eviction of a pod deleted here would hit its replacement
 	// of the same name on a healthy node.
 	if strategy == v1alpha1.StrategyBoth && node != nil {
-		_, err := r.addTaint(ctx, node, OutOfServiceTaint, rem)
+		_, err := r.addTaint(ctx, node, OutOfServiceTaint, rem, slices.Contains(claimed, OutOfServiceTaint.Key), nil)
 		return err
 	}
 	return nil
@@ -170,10 +185,13 @@ func (r *Remediator) claim(node *corev1.Node, taint corev1.Taint, rem *v1alpha1.
 	return true
 }
 
-// addTaint puts taint on the node, starting from the given copy and reading the node
-// again only on a conflict. A taint is recorded (and checkpointed) before it is added.
+// addTaint puts taint on the node, starting from the given copy (live or cached) and
+// reading the node again only on a conflict. A taint is recorded (and checkpointed) before
+// it is added; one this release recorded (claimedNow) but finds already on the node is
+// someone else's, and the record drops it. verify, if set, judges every copy read live.
 // It returns the node as last written or read.
-func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint corev1.Taint, rem *v1alpha1.Remediation) (*corev1.Node, error) {
+func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint corev1.Taint, rem *v1alpha1.Remediation,
+	claimedNow bool, verify func(*corev1.Node) error) (*corev1.Node, error) {
 	added := false
 	current := node
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -182,9 +200,17 @@ func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint core
 			if err != nil {
 				return err
 			}
+			if verify != nil {
+				if err := verify(n); err != nil {
+					return err
+				}
+			}
 			current = n
 		}
 		if hasTaint(current, taint) {
+			if claimedNow {
+				rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return k == taint.Key })
+			}
 			return nil
 		}
 		if !slices.Contains(rem.TaintsAdded, taint.Key) {
@@ -207,6 +233,9 @@ func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint core
 		current, added = updated, true
 		return nil
 	})
+	if errors.Is(err, ErrNodeRebooted) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("add taint %s to node %s: %w", taint.Key, node.Name, err)
 	}
@@ -214,6 +243,34 @@ func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint core
 		r.step(v1alpha1.StepTaintAdded, fmt.Sprintf("added %s=%s:%s", taint.Key, taint.Value, taint.Effect))
 	}
 	return current, nil
+}
+
+// node returns the node from the caller's cache (Node), or read live when the cache does
+// not have it; nil when it does not exist. live reports which.
+func (r *Remediator) node(ctx context.Context, name string) (*corev1.Node, bool, error) {
+	if r.Node != nil {
+		if n, ok := r.Node(name); ok {
+			return n, false, nil
+		}
+	}
+	return r.liveNode(ctx, name)
+}
+
+func (r *Remediator) liveNode(ctx context.Context, name string) (*corev1.Node, bool, error) {
+	n, err := r.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, true, nil
+	}
+	return n, true, err
+}
+
+// sameBoot refuses a node that booted again since nf was opened: it came back, and
+// what ran on it may run again.
+func sameBoot(nf *v1alpha1.NodeFence, n *corev1.Node) error {
+	if nf.Status.BootID != "" && n.Status.NodeInfo.BootID != nf.Status.BootID {
+		return fmt.Errorf("release node %s: %w (was %s, now %s)", n.Name, ErrNodeRebooted, nf.Status.BootID, n.Status.NodeInfo.BootID)
+	}
+	return nil
 }
 
 // RemoveTaints removes from the node the taints kubefence added, and no other, and clears
