@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -133,6 +134,39 @@ func TestConfirmedSinkDropsUnconfirmed(t *testing.T) {
 	until = time.Now().Add(time.Minute)
 	if _, err := s.Create(ev); err != nil || sent() != 1 {
 		t.Errorf("confirmed: err %v, %d sent", err, sent())
+	}
+}
+
+// TestConfirmedSinkReconfirms: an Event whose confirmation ran out while it waited in the
+// broadcaster's queue goes out after a Lease check of its own passes, and is dropped when
+// that check fails (a deposed replica).
+func TestConfirmedSinkReconfirms(t *testing.T) {
+	client := fake.NewSimpleClientset()
+	until := time.Now().Add(-time.Second)
+	var checkErr error
+	checks := 0
+	s := confirmedSink{events: client.CoreV1().Events(""), until: func() time.Time { return until },
+		reconfirm: func(context.Context) error {
+			checks++
+			if checkErr == nil {
+				until = time.Now().Add(time.Minute)
+			}
+			return checkErr
+		}}
+	sent := func() int {
+		l, _ := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+		return len(l.Items)
+	}
+	checkErr = errors.New("lease held by another replica")
+	if _, err := s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}}); err == nil || sent() != 0 || checks != 1 {
+		t.Fatalf("failed check: err %v, %d sent, %d checks; want refused after one check", err, sent(), checks)
+	}
+	checkErr = nil
+	if _, err := s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "default"}}); err != nil || sent() != 1 || checks != 2 {
+		t.Fatalf("passed check: err %v, %d sent, %d checks; want sent after one check", err, sent(), checks)
+	}
+	if _, err := s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default"}}); err != nil || sent() != 2 || checks != 2 {
+		t.Errorf("confirmed: err %v, %d sent, %d checks; want sent with no new check", err, sent(), checks)
 	}
 }
 

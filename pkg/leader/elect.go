@@ -118,6 +118,8 @@ type LeaseGuard struct {
 	// side effect that follows a passed check (an Event sent by the broadcaster) may
 	// still go out.
 	confirmedUntil time.Time
+	// epoch is the epoch of the last check that passed (0: none yet).
+	epoch int64
 }
 
 // read returns a GET of the Lease sent after the call, shared with the checks that
@@ -155,6 +157,7 @@ func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) erro
 	if until.After(g.confirmedUntil) {
 		g.confirmedUntil = until
 	}
+	g.epoch = epoch
 	g.mu.Unlock()
 	return nil
 }
@@ -162,6 +165,20 @@ func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) erro
 // Confirmed reports whether a check passed within the renew deadline: a replica paused
 // longer than that (SIGSTOP, a frozen VM) may have been replaced while it slept.
 func (g *LeaseGuard) Confirmed() bool { return time.Now().Before(g.ConfirmedUntil()) }
+
+// Reconfirm checks the Lease again at the epoch of the last check that passed, for a
+// side effect that outlived its confirmation (an Event still queued behind a thousand
+// others); it fails when no check passed yet, and with ErrStaleEpoch when the Lease moved
+// on since.
+func (g *LeaseGuard) Reconfirm(ctx context.Context) error {
+	g.mu.Lock()
+	epoch := g.epoch
+	g.mu.Unlock()
+	if epoch == 0 {
+		return fmt.Errorf("lease %s/%s: no check has passed yet: %w", g.Config.Namespace, g.Config.Name, ErrStaleEpoch)
+	}
+	return g.Check(ctx, epoch, time.Now())
+}
 
 // ConfirmedUntil is when the last passed check stops vouching for this replica: the
 // deadline of any request that relies on it.
