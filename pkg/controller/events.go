@@ -20,8 +20,8 @@ import (
 // sends Events from a queue of its own: a leader paused after it queued one (SIGSTOP, a
 // frozen VM) would otherwise send it on waking, after a standby took over. An Event whose
 // confirmation ran out waits for a check of its own (reconfirm): a queue a thousand
-// incidents deep takes longer to send than a renew deadline, and its Events are no less
-// legitimate (issue 24: 1,815 of 3,000 were dropped so). When that check fails, the
+// incidents deep can take longer to send than a renew deadline, and its Events are no
+// less legitimate. When that check fails, the
 // Event is dropped; the refusal is a StatusError, which the broadcaster does not retry.
 // Each request carries the confirmation's end as its deadline, so a replica paused
 // between the check and the send abandons the request on waking instead of sending it.

@@ -32,7 +32,7 @@ func TestEventsWaitForTheSave(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
 	rec := c.recorder.(*record.FakeRecorder)
-	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "node %s", node.Name)
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "node %s", node.Name)
 	if n := len(rec.Events); n != 0 {
 		t.Fatalf("%d events sent before the save", n)
 	}
@@ -60,8 +60,8 @@ func TestEventOnNodeOnly(t *testing.T) {
 	c := testController(t, nf)
 	rec := c.recorder.(*record.FakeRecorder)
 	rec.IncludeObject = true
-	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "with node")
-	c.event(nil, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "node gone")
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "with node")
+	c.event(nil, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "node gone")
 	if err := c.save(context.Background(), nf); err != nil {
 		t.Fatal(err)
 	}
@@ -74,34 +74,46 @@ func TestEventOnNodeOnly(t *testing.T) {
 	}
 }
 
-// TestDetectedFoldsIntoFenceStarted: an incident opened and fenced before its first save
-// sends one Event that says both; one held instead keeps its Detected Event.
-func TestDetectedFoldsIntoFenceStarted(t *testing.T) {
+// TestEventsFold: an incident opened and fenced before its first save sends one Event
+// that says both, and one verified and released sends one more: two instead of four. The
+// Fenced Event waits through the release's first checkpoint for the Remediated one, and
+// goes out on its own at the save after that when the release failed. A held incident
+// keeps its Detected Event.
+func TestEventsFold(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
 	rec := c.recorder.(*record.FakeRecorder)
+	save := func() []string {
+		t.Helper()
+		if err := c.save(context.Background(), nf); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for len(rec.Events) > 0 {
+			got = append(got, <-rec.Events)
+		}
+		return got
+	}
+	expect := func(got []string, want ...string) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Errorf("events %q, want %q", got, want)
+		}
+	}
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy", node.Name)
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceStarted, "Fencing node %s", node.Name)
+	expect(save(), "Warning FenceStarted Node "+node.Name+" is unhealthy. Fencing node "+node.Name)
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
-	if err := c.save(context.Background(), nf); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"Warning FenceStarted Node " + node.Name + " is unhealthy. Fencing node " + node.Name, "Normal Fenced verified"}
-	var got []string
-	for len(rec.Events) > 0 {
-		got = append(got, <-rec.Events)
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("events %q, want %q", got, want)
-	}
+	expect(save()) // the release's first checkpoint
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "released")
+	expect(save(), "Normal Remediated verified. released")
+
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
+	expect(save())                           // the release's first checkpoint
+	expect(save(), "Normal Fenced verified") // the release failed: what was done is saved
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "held")
 	c.event(node, nf, corev1.EventTypeWarning, "BudgetExceeded", "held")
-	if err := c.save(context.Background(), nf); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(rec.Events); n != 2 {
-		t.Errorf("%d events for a detection and a hold, want 2", n)
-	}
+	expect(save(), "Warning Detected held", "Warning BudgetExceeded held")
 }
 
 type countingSink struct{ creates int }

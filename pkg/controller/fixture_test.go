@@ -333,7 +333,7 @@ func TestFixtureFence(t *testing.T) {
 	if nf.Status.Phase != v1alpha1.PhaseRemediated {
 		t.Errorf("phase %s, want Remediated (%s)", nf.Status.Phase, nf.Status.Message)
 	}
-	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated)
+	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonRemediated)
 }
 
 // fencedIncident is node-1's incident as a replica left it at phase: verified fenced by
@@ -382,12 +382,12 @@ func TestFixtureResume(t *testing.T) {
 		events   []string
 	}{
 		"Pending": {v1alpha1.PhasePending, "", "me", append(release, statuses(3)...), fenceCalls,
-			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonRemediated}},
 		// Evidence another replica gathered is checked against the live Lease first.
 		"Pending, adopted": {v1alpha1.PhasePending, "", "other", append(append([]string{"get leases node-1"}, release...), statuses(3)...), fenceCalls,
-			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonRemediated}},
 		"Fencing, the call's outcome lost": {v1alpha1.PhaseFencing, v1alpha1.AttemptFencing, "me", append(release, statuses(3)...), fenceCalls,
-			[]string{v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+			[]string{v1alpha1.ReasonRemediated}},
 		"Fenced": {v1alpha1.PhaseFenced, v1alpha1.AttemptVerified, "me", append(release, statuses(2)...), nil,
 			[]string{v1alpha1.ReasonRemediated}},
 		"Remediated, the node still dead": {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, "me", nil, nil, nil},
@@ -592,7 +592,7 @@ func TestFixtureForcedPastStorm(t *testing.T) {
 	if got.Status.Phase != v1alpha1.PhaseRemediated || len(stepsOf(got, v1alpha1.StepForced)) == 0 {
 		t.Errorf("phase %s, timeline %+v: want Remediated with a %s step", got.Status.Phase, got.Status.Timeline, v1alpha1.StepForced)
 	}
-	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated)
+	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonRemediated)
 }
 
 // TestFixtureSlowAPIServerAfterOutage: the API server comes back from an outage slowly,

@@ -91,7 +91,7 @@ func TestFixturePersonsRequestFencesLiveNode(t *testing.T) {
 	if got := f.incident("node-1"); got.Status.Phase != v1alpha1.PhaseRemediated {
 		t.Errorf("phase %s, want Remediated (%s)", got.Status.Phase, got.Status.Message)
 	}
-	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated)
+	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonRemediated)
 }
 
 // TestFixtureReleaseResumesAfterFailure: a release that fails halfway (the API server

@@ -126,10 +126,10 @@ func TestRemoteAgentDownSkipsItsLevel(t *testing.T) {
 		events   []string
 	}{
 		"agent answers": {nil, []string{remoteAgent + " " + string(v1alpha1.AttemptVerified)},
-			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonRemediated}},
 		"agent down": {map[string]error{remoteAgent: errors.New("health check: deadline exceeded")},
 			[]string{remoteAgent + " " + string(v1alpha1.AttemptFailed), "ipmi " + string(v1alpha1.AttemptVerified)},
-			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonAgentDown, v1alpha1.ReasonFenced, v1alpha1.ReasonRemediated}},
+			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonAgentDown, v1alpha1.ReasonRemediated}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, remoteConfig(), threeNodes()...)

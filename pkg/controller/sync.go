@@ -334,14 +334,23 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	queued := c.pendingEvents[nf.Name]
-	if n := len(queued); n > 0 && queued[n-1].reason == v1alpha1.ReasonDetected && reason == v1alpha1.ReasonFenceStarted {
-		// Opened and fencing at once, as most incidents are: one Event says both (the
-		// detection's evidence first), not two a moment apart (issue 24).
+	if n := len(queued); n > 0 && eventFolds[reason] != "" && queued[n-1].reason == eventFolds[reason] {
+		// One Event says both, the earlier message first, rather than two a moment apart.
 		e.message = queued[n-1].message + ". " + e.message
 		queued[n-1] = e
 		return
 	}
+	e.holdOnce = reason == v1alpha1.ReasonFenced
 	c.pendingEvents[nf.Name] = append(queued, e)
+}
+
+// eventFolds: an Event of the key's reason absorbs one of the value's reason still
+// waiting right before it (issue 24: two Events per incident instead of four). Most
+// incidents are opened and fenced before their first save, and released right after
+// the fence is verified.
+var eventFolds = map[string]string{
+	v1alpha1.ReasonFenceStarted: v1alpha1.ReasonDetected,
+	v1alpha1.ReasonRemediated:   v1alpha1.ReasonFenced,
 }
 
 // pendingEvent is an Event waiting for its incident's next save.
@@ -349,6 +358,10 @@ type pendingEvent struct {
 	node                 *corev1.Node
 	nf                   *v1alpha1.NodeFence
 	typ, reason, message string
+	// holdOnce: when nothing follows it at a save, it waits for the next one, which the
+	// Event that absorbs it may join (the release's first checkpoint saves a Fenced
+	// incident; its end saves it Remediated, or a failure saves what was done).
+	holdOnce bool
 }
 
 func (c *Controller) emit(e pendingEvent) {
@@ -364,6 +377,12 @@ func (c *Controller) flushEvents(name string) {
 	c.mu.Lock()
 	pending := c.pendingEvents[name]
 	delete(c.pendingEvents, name)
+	if n := len(pending); n > 0 && pending[n-1].holdOnce {
+		last := pending[n-1]
+		last.holdOnce = false
+		c.pendingEvents[name] = []pendingEvent{last}
+		pending = pending[:n-1]
+	}
 	c.mu.Unlock()
 	for _, e := range pending {
 		c.emit(e)
