@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -179,6 +180,9 @@ func clients(o AppOptions) (versioned.Interface, kubernetes.Interface, error) {
 	// No API request may hang the incident it serves: after an API server restart a
 	// request on a half-open connection would otherwise wait for TCP to give up.
 	rc.Timeout = 30 * time.Second
+	// One budget for both clients, as --kube-api-qps says: each would otherwise get a
+	// rate limiter of its own, and the controller twice the requests it was given.
+	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(rc.QPS, rc.Burst)
 	fencing, err := versioned.NewForConfig(rc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("NodeFence client: %w", err)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -35,7 +36,9 @@ type floor struct {
 
 func newFloor(ctx context.Context, c *Cluster) (*floor, error) {
 	rc := *c.Config
-	rc.QPS, rc.Burst = app.DefaultQPS, app.DefaultBurst
+	rc.QPS, rc.Burst = float32(envInt("KUBEFENCE_BENCH_QPS", app.DefaultQPS)), envInt("KUBEFENCE_BENCH_BURST", app.DefaultBurst)
+	// One rate limiter for both clients, as the controller has one for all its requests.
+	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(rc.QPS, rc.Burst)
 	client, err := kubernetes.NewForConfig(app.Protobuf(&rc))
 	if err != nil {
 		return nil, err

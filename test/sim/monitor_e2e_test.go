@@ -70,13 +70,13 @@ var (
 
 // metricsURL is the /metrics address the replica logged, over plain HTTP (the harness's
 // --metrics-secure=false).
-func metricsURL(t *testing.T, ctx context.Context, r *Replica) string {
+func metricsURL(t testing.TB, ctx context.Context, r *Replica) string {
 	t.Helper()
 	return "http://" + servingAddress(t, ctx, r, metricsAt) + "/metrics"
 }
 
 // servingAddress is the address the replica logged as re's first group.
-func servingAddress(t *testing.T, ctx context.Context, r *Replica, re *regexp.Regexp) string {
+func servingAddress(t testing.TB, ctx context.Context, r *Replica, re *regexp.Regexp) string {
 	t.Helper()
 	var m []string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/app"
@@ -319,7 +320,10 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 	}
 	counter := &requestCounter{counts: map[string]int{}}
 	rc := *c.Config
-	rc.QPS, rc.Burst = app.DefaultQPS, app.DefaultBurst
+	// The production defaults, or what KUBEFENCE_BENCH_QPS, _BURST and _WORKERS ask for
+	// (to choose the defaults from these measurements).
+	rc.QPS, rc.Burst = float32(envInt("KUBEFENCE_BENCH_QPS", app.DefaultQPS)), envInt("KUBEFENCE_BENCH_BURST", app.DefaultBurst)
+	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(rc.QPS, rc.Burst)
 	rc.Wrap(counter.wrap)
 	client := mustClient(b, app.Protobuf(&rc))
 	fencing, err := versioned.NewForConfig(&rc)
@@ -332,7 +336,8 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 	recorder := &countingRecorder{EventRecorder: events}
 	agent := newInstantAgent()
 	ctl, err := controller.New(controller.Options{Config: cfg, Client: client, Fencing: fencing,
-		Agents: agent, Identity: identity, Recorder: recorder, Guard: guard})
+		Agents: agent, Identity: identity, Recorder: recorder, Guard: guard,
+		Workers: envInt("KUBEFENCE_BENCH_WORKERS", controller.DefaultWorkers)})
 	if err != nil {
 		b.Fatal(err)
 	}
