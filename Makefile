@@ -59,7 +59,8 @@ bench-realnode: deps build
 # Benchmarks with the iteration counts that keep each under a few minutes here; each says
 # how long it took. Figures are recorded in docs/benchmarks.md and the issue notes with the
 # command that produced them. IncidentCost runs the controller and the floor side by side
-# (about 3 minutes for 1 and 100 incidents, and the 1,000-incident round on its own).
+# (about 3 minutes for 1 and 100 incidents, and the 1,000-incident round on its own);
+# ControllerScale runs the controller over 100 and 5,000 nodes.
 bench: deps build
 	hack/timed.sh $(GO) test -run '^$$' -bench . -benchtime 2000x ./pkg/policy/
 	hack/timed.sh $(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/detector/
@@ -72,6 +73,7 @@ bench: deps build
 	hack/timed.sh $(GO) test -run '^$$' -bench 'IncidentCost/incidents=(1|100)$$' -benchtime 10x ./test/sim/
 	hack/timed.sh $(GO) test -run '^$$' -bench 'IncidentCost/incidents=1000$$' -benchtime 1x -timeout 60m ./test/sim/
 	hack/timed.sh $(GO) test -run '^$$' -bench CrashAtLeaderStart -benchtime 1x ./test/sim/
+	hack/timed.sh $(GO) test -run '^$$' -bench 'ControllerScale/nodes=(100|5000)$$' -benchtime 1x -timeout 60m ./test/sim/
 
 # Each fuzz target for FUZZTIME (default 60s) from its seed corpus; `make test` runs the
 # seeds alone. A crasher lands in testdata/fuzz/ and becomes a test case.

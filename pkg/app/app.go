@@ -59,10 +59,12 @@ type AppOptions struct {
 }
 
 // The client's default request budget. client-go's own (5 per second) would queue the
-// dozen requests of an incident behind each other, and those of a hundred simultaneous
+// ten requests of an incident behind each other, and those of a hundred simultaneous
 // incidents for seconds. Fencing is latency-critical and rare; the disruption budget
 // (maxConcurrent, storm hold) bounds the burst, and API Priority and Fairness protects the
-// API server. A hundred incidents at once take about 1,500 requests (docs/benchmarks.md).
+// API server. A hundred incidents at once take about 1,000 requests, within the burst; at
+// a thousand, four times this QPS with ten times the workers cut the p99 by a third, and
+// ten times the workers alone by a tenth (BenchmarkIncidentCost, docs/benchmarks.md).
 const (
 	DefaultQPS   = 500
 	DefaultBurst = 1000
