@@ -420,12 +420,20 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 // its Fence call (the agent logs its calls as a BMC logs power requests).
 func roundViolations(seen []Seen, agent *instantAgent, prefix string, perNode map[string]int) []string {
 	var ours []Seen
+	tainted := map[string]bool{}
 	for _, s := range seen {
 		if strings.HasPrefix(s.Node, prefix) {
 			ours = append(ours, s)
+			if s.Kind == SeenTaintAdded {
+				tainted[s.Node] = true
+			}
 		}
 	}
 	v := checkOpenIncidents(ours)
+	// The checks below judge what the watch saw: it must have seen every release.
+	if len(tainted) != len(perNode) {
+		v = append(v, fmt.Sprintf("the watch saw the out-of-service taint on %d of %d nodes", len(tainted), len(perNode)))
+	}
 	for _, node := range slices.Sorted(maps.Keys(perNode)) {
 		if n := perNode[node]; n != 1 {
 			v = append(v, fmt.Sprintf("%d incidents for node %s, want 1", n, node))
