@@ -103,6 +103,7 @@ func TestEventsFold(t *testing.T) {
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy", node.Name)
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceStarted, "Fencing node %s", node.Name)
 	expect(save(), "Warning FenceStarted Node "+node.Name+" is unhealthy. Fencing node "+node.Name)
+	nf.Status.Phase = v1alpha1.PhaseFenced
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
 	expect(save()) // the release's first checkpoint
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "released")
@@ -111,6 +112,12 @@ func TestEventsFold(t *testing.T) {
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
 	expect(save())                           // the release's first checkpoint
 	expect(save(), "Normal Fenced verified") // the release failed: what was done is saved
+
+	// The node booted again before anything was released: the incident is saved
+	// Remediated with the release skipped, and nothing is left to join the Fenced Event.
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
+	nf.Status.Phase = v1alpha1.PhaseRemediated
+	expect(save(), "Normal Fenced verified")
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "held")
 	c.event(node, nf, corev1.EventTypeWarning, "BudgetExceeded", "held")
 	expect(save(), "Warning Detected held", "Warning BudgetExceeded held")

@@ -53,6 +53,6 @@ func (c *Controller) save(ctx context.Context, nf *v1alpha1.NodeFence) error {
 		return err
 	}
 	*nf = *saved
-	c.flushEvents(nf.Name)
+	c.flushEvents(nf)
 	return nil
 }

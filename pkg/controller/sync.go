@@ -358,9 +358,10 @@ type pendingEvent struct {
 	node                 *corev1.Node
 	nf                   *v1alpha1.NodeFence
 	typ, reason, message string
-	// holdOnce: when nothing follows it at a save, it waits for the next one, which the
-	// Event that absorbs it may join (the release's first checkpoint saves a Fenced
-	// incident; its end saves it Remediated, or a failure saves what was done).
+	// holdOnce: when nothing follows it at a save of a still Fenced incident, it waits for
+	// the next save, which the Event that absorbs it may join (the release's first
+	// checkpoint saves a Fenced incident; its end saves it Remediated, or a failure saves
+	// what was done). A save that leaves Fenced sends it.
 	holdOnce bool
 }
 
@@ -372,15 +373,16 @@ func (c *Controller) emit(e pendingEvent) {
 	}
 }
 
-// flushEvents sends the events an incident's save has just made legitimate.
-func (c *Controller) flushEvents(name string) {
+// flushEvents sends the events the save of nf has just made legitimate. The last one
+// waits for the next save if it is held once and nf is still Fenced (its release goes on).
+func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
 	c.mu.Lock()
-	pending := c.pendingEvents[name]
-	delete(c.pendingEvents, name)
-	if n := len(pending); n > 0 && pending[n-1].holdOnce {
+	pending := c.pendingEvents[nf.Name]
+	delete(c.pendingEvents, nf.Name)
+	if n := len(pending); n > 0 && pending[n-1].holdOnce && nf.Status.Phase == v1alpha1.PhaseFenced {
 		last := pending[n-1]
 		last.holdOnce = false
-		c.pendingEvents[name] = []pendingEvent{last}
+		c.pendingEvents[nf.Name] = []pendingEvent{last}
 		pending = pending[:n-1]
 	}
 	c.mu.Unlock()
