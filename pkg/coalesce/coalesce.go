@@ -21,23 +21,23 @@ type Read[T any] struct {
 	next     *call[T] // the read the callers asking now will share
 }
 
-// Result is one read's outcome. Value is shared by every caller of the read: read it,
+// Result is one read's value. Value is shared by every caller of the read: read it,
 // never change it.
 type Result[T any] struct {
 	// Sent is when the read was sent, after every caller that shares it asked.
 	Sent  time.Time
 	Value T
-	Err   error
 }
 
 type call[T any] struct {
 	Result[T]
+	err     error
 	done    chan struct{}
 	waiters int
 }
 
-// Get returns the outcome of a read sent after the call, or ctx's error if ctx ends
-// first.
+// Get returns the outcome of a read sent after the call: its value, or its error, or
+// ctx's error if ctx ends first.
 func (r *Read[T]) Get(ctx context.Context) (Result[T], error) {
 	r.mu.Lock()
 	if r.next == nil {
@@ -51,7 +51,7 @@ func (r *Read[T]) Get(ctx context.Context) (Result[T], error) {
 	r.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.Result, c.Err
+		return c.Result, c.err
 	case <-ctx.Done():
 		return Result[T]{}, ctx.Err()
 	}
@@ -75,7 +75,7 @@ func (r *Read[T]) sendLocked() {
 	c.Sent = time.Now()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), r.Timeout)
-		c.Value, c.Err = r.Do(ctx)
+		c.Value, c.err = r.Do(ctx)
 		cancel()
 		close(c.done)
 		r.mu.Lock()

@@ -117,7 +117,8 @@ type Controller struct {
 // incident through its API writes and the agent's Fence call, so this bounds how many
 // incidents progress at once: with 16, a hundred nodes failing together were opened in
 // waves, the last ones 1.9 s after they crossed their threshold (BenchmarkIncidentCost,
-// then BenchmarkIncidentOverhead, on 2 cores; 13 ms with 100). An idle worker is a goroutine waiting on the queue.
+// then BenchmarkIncidentOverhead, on 2 cores; 13 ms with 100). An idle worker is a
+// goroutine waiting on the queue.
 const DefaultWorkers = 100
 
 // New builds a controller; Run starts it.

@@ -101,21 +101,15 @@ func SharedAttachments(client kubernetes.Interface) *coalesce.Read[[]storagev1.V
 // attachmentsTimeout bounds one shared list of VolumeAttachments.
 const attachmentsTimeout = 30 * time.Second
 
-// volumeAttachments lists every VolumeAttachment with a read sent after the call; the
-// API server cannot select them by node.
+// volumeAttachments lists every VolumeAttachment with a read sent after the call (the
+// API server cannot select them by node), shared with the releases asking at once.
 func (r *Remediator) volumeAttachments(ctx context.Context) ([]storagev1.VolumeAttachment, error) {
-	if r.Attachments != nil {
-		res, err := r.Attachments.Get(ctx)
-		if err == nil {
-			err = res.Err
-		}
-		return res.Value, err
+	reads := r.Attachments
+	if reads == nil {
+		reads = SharedAttachments(r.Client)
 	}
-	list, err := r.Client.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	return list.Items, nil
+	res, err := reads.Get(ctx)
+	return res.Value, err
 }
 
 // deleteVolumeAttachments deletes every VolumeAttachment of the node.
