@@ -97,6 +97,8 @@ type Controller struct {
 
 	// guard checks the Lease before irreversible actions; nil without leader election.
 	guard *leader.LeaseGuard
+	// admission makes each fence decision and its claim on the budget one step.
+	admission admission
 
 	mu    sync.Mutex
 	epoch int64
@@ -262,6 +264,7 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 			if nf, ok := unwrapDeleted(obj).(*v1alpha1.NodeFence); ok {
 				c.store.forget(nf.Name)
 				c.dropEvents(nf.Name)
+				c.admission.unclaim(nf.Name)
 			}
 		},
 	}); err != nil {

@@ -82,7 +82,7 @@ func (b *bmc) Unfence(_ context.Context, req plugin.Request) (plugin.Result, err
 }
 
 type fixture struct {
-	t    *testing.T
+	t    testing.TB
 	c    *Controller
 	kube *fake.Clientset
 	dyn  *fencingfake.Clientset
@@ -105,7 +105,7 @@ func fixtureConfig() *v1alpha1.Config {
 // newFixture is a controller over objs (Nodes, Leases, Pods, VolumeAttachments,
 // NodeFences), each both in its fake API server and in its caches, at f0. A Lease is
 // seen renewed at f0.
-func newFixture(t *testing.T, cfg *v1alpha1.Config, objs ...runtime.Object) *fixture {
+func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fixture {
 	t.Helper()
 	f := &fixture{t: t, now: f0, bmc: &bmc{on: true}, rec: record.NewFakeRecorder(100)}
 	var kubeObjs, nfObjs []runtime.Object

@@ -35,7 +35,7 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		a := fencer.Lifecycle(nf, f)
 		switch a.Kind {
 		case fencer.ActDecide:
-			d, err := c.decision(pol, pn, node, f.Now)
+			d, err := c.decision(pol, pn, node, nf.Name, f.Now)
 			if err != nil {
 				return 0, err
 			}
@@ -81,8 +81,8 @@ func (c *Controller) policyByName(name string) *v1alpha1.Policy {
 
 // decision is policy's answer for a pending or held incident of node. A person's
 // request fences a node the detector does not (yet) find unhealthy; the budget still
-// applies to it.
-func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1.Node, now time.Time) (policy.Decision, error) {
+// applies to it, through admit.
+func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1.Node, incident string, now time.Time) (policy.Decision, error) {
 	cl, err := c.cluster(pol, now)
 	if err != nil {
 		return policy.Decision{}, err
@@ -91,7 +91,7 @@ func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1
 		pn = policy.NewNode(pol, node.Name, node.Labels)
 	}
 	pn.Unhealthy = true
-	return policy.Decide(pol, pn, cl, now), nil
+	return c.admit(pol, pn, cl, incident, now), nil
 }
 
 // startFencing moves the incident to Fencing at level 1 and fences.

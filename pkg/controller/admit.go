@@ -1,0 +1,95 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/policy"
+)
+
+// admission makes a fence decision and its share of the budget one step. Workers decide
+// on different nodes at once, and the informer cache shows a decision only once its
+// Fencing write has come back through the watch: two workers that read the cache before
+// either write lands would each see the other's node as not fencing, and together start
+// more fences than maxConcurrent, the rate limit or "one control-plane node at a time"
+// allow. So a decision reads the fencing facts (which nodes are fencing, when fences
+// started) under one lock, together with the fences this replica decided on that the
+// cache does not show yet (its claims), and a Fence verdict is claimed before the lock
+// is released.
+//
+// A claim ends when the cache shows its incident past Pending and Held (the Fencing
+// write, or a later one, came back), when the incident is decided again (its new
+// decision stands for it) or when it is deleted. A claim that outlives its fence only
+// counts one fence too many, which holds fencing back and never lets more through.
+type admission struct {
+	mu     sync.Mutex
+	claims map[string]claim // by incident name
+}
+
+type claim struct {
+	node string
+	at   time.Time
+}
+
+// admit is policy's verdict on the incident named incident, of node pn, with cl's
+// fencing facts replaced by those read now; a Fence verdict claims its place in the
+// budget. The rest of cl (who is unhealthy, suspect, in which zone) comes from the
+// detector, which no decision changes, and may be read before.
+func (c *Controller) admit(pol *v1alpha1.Policy, pn policy.Node, cl policy.Cluster, incident string, now time.Time) policy.Decision {
+	a := &c.admission
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.claims, incident)
+	fencing, starts := a.fencingFacts(c.store.indexer.List(), policy.RateWindow(pol.Budget), now)
+	for i := range cl.Nodes {
+		cl.Nodes[i].Fencing = fencing[cl.Nodes[i].Name]
+	}
+	cl.FenceStarts = starts
+	d := policy.Decide(pol, pn, cl, now)
+	if d.Verdict == policy.Fence {
+		if a.claims == nil {
+			a.claims = map[string]claim{}
+		}
+		a.claims[incident] = claim{node: pn.Name, at: now}
+	}
+	return d
+}
+
+// fencingFacts are the nodes fencing now and the fence starts within window before now,
+// from the cached incidents and the claims; a claim the cache has caught up with ends
+// here. The caller holds a.mu.
+func (a *admission) fencingFacts(cached []any, window time.Duration, now time.Time) (map[string]bool, []time.Time) {
+	fencing := map[string]bool{}
+	var starts []time.Time
+	for _, obj := range cached {
+		nf, ok := obj.(*v1alpha1.NodeFence)
+		if !ok {
+			continue
+		}
+		f := factsOf(nf)
+		if f.phase == v1alpha1.PhaseFencing {
+			fencing[nf.Spec.NodeName] = true
+		}
+		if !f.fenceStart.IsZero() && now.Sub(f.fenceStart) <= window {
+			starts = append(starts, f.fenceStart)
+		}
+		if _, ok := a.claims[nf.Name]; ok && f.phase != "" && f.phase != v1alpha1.PhasePending && f.phase != v1alpha1.PhaseHeld {
+			delete(a.claims, nf.Name)
+		}
+	}
+	for _, cl := range a.claims {
+		fencing[cl.node] = true
+		if now.Sub(cl.at) <= window {
+			starts = append(starts, cl.at)
+		}
+	}
+	return fencing, starts
+}
+
+// unclaim ends the claim of a deleted incident.
+func (a *admission) unclaim(incident string) {
+	a.mu.Lock()
+	delete(a.claims, incident)
+	a.mu.Unlock()
+}

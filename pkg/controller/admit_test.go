@@ -1,0 +1,115 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// TestBudgetDecisionsAreAtomic: three dead nodes synced at once by three workers under
+// maxConcurrent 1. The informer cache shows none of this replica's writes (a watch
+// that lags, here forever), so only the decision itself can count the fence another
+// worker has just decided on: exactly one agent call may be running.
+func TestBudgetDecisionsAreAtomic(t *testing.T) {
+	cfg := fixtureConfig()
+	all := intstr.FromString("100%")
+	cfg.Policies[0].Budget.MaxConcurrent = 1
+	cfg.Policies[0].Budget.MaxUnhealthy = &all
+	var objs []runtime.Object
+	for i := 1; i <= 5; i++ {
+		n := fmt.Sprintf("node-%d", i)
+		objs = append(objs, fixtureNode(n, "boot-"+n, true), fixtureLease(n, f0))
+	}
+	f := newFixture(t, cfg, objs...)
+	f.now = f0.Add(time.Minute)
+	for _, n := range []string{"node-4", "node-5"} {
+		f.cache(fixtureLease(n, f.now))
+	}
+	release := make(chan struct{})
+	var entered, returned atomic.Int32
+	f.bmc.fence = func(ctx context.Context) error {
+		entered.Add(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var wg sync.WaitGroup
+	for _, n := range []string{"node-1", "node-2", "node-3"} {
+		wg.Go(func() {
+			defer returned.Add(1)
+			if _, err := f.c.sync(context.Background(), n); err != nil {
+				t.Errorf("sync %s: %v", n, err)
+			}
+		})
+	}
+	// Every sync has either returned (held by the budget) or is inside its Fence call.
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return entered.Load()+returned.Load() == 3, nil
+	})
+	running := entered.Load()
+	close(release)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("%d Fence calls entered and %d syncs returned: %v", running, returned.Load(), err)
+	}
+	if running != 1 {
+		t.Errorf("%d Fence calls running at once, maxConcurrent is 1", running)
+	}
+	held := 0
+	for _, n := range []string{"node-1", "node-2", "node-3"} {
+		if nf := f.incident(n); nf.Status.Phase == v1alpha1.PhasePending || nf.Status.Phase == v1alpha1.PhaseHeld {
+			held++
+		}
+	}
+	if held != 2 {
+		t.Errorf("%d incidents waiting for the budget, want 2", held)
+	}
+}
+
+// TestClaimEnds: a claim counts its node as fencing and its start against the rate
+// limit until the cache shows the incident past Pending and Held; from then on the cached
+// incident alone counts, once.
+func TestClaimEnds(t *testing.T) {
+	now := f0.Add(time.Minute)
+	a := &admission{claims: map[string]claim{"node-1-x0": {node: "node-1", at: now}}}
+	for _, tc := range []struct {
+		phase   v1alpha1.Phase
+		fencing bool
+		starts  int
+		claimed bool
+	}{
+		{v1alpha1.PhasePending, true, 1, true},
+		{v1alpha1.PhaseHeld, true, 1, true},
+		{v1alpha1.PhaseFencing, true, 1, false},
+		{v1alpha1.PhaseFenced, false, 1, false},
+	} {
+		a.claims = map[string]claim{"node-1-x0": {node: "node-1", at: now}}
+		nf := fencedIncident(tc.phase, "")
+		if tc.phase == v1alpha1.PhaseFencing || tc.phase == v1alpha1.PhaseFenced {
+			addStep(&nf.Status, now, v1alpha1.StepFenceStarted, "")
+		}
+		fencing, starts := a.fencingFacts([]any{nf}, time.Minute, now)
+		_, claimed := a.claims["node-1-x0"]
+		if fencing["node-1"] != tc.fencing || len(starts) != tc.starts || claimed != tc.claimed {
+			t.Errorf("cached at %s: fencing %t, %d starts, claim kept %t; want %t, %d, %t",
+				tc.phase, fencing["node-1"], len(starts), claimed, tc.fencing, tc.starts, tc.claimed)
+		}
+	}
+	// Outside the rate window a claim still counts its node as fencing.
+	a.claims = map[string]claim{"node-1-x0": {node: "node-1", at: now}}
+	if fencing, starts := a.fencingFacts(nil, time.Minute, now.Add(2*time.Minute)); !fencing["node-1"] || len(starts) != 0 {
+		t.Errorf("an old claim: fencing %t, %d starts; want true, 0", fencing["node-1"], len(starts))
+	}
+}

@@ -1,0 +1,45 @@
+package controller
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// BenchmarkCluster: the policy's view of a 5,000-node cluster, 100 of them stale, each
+// node with 10 pods, as every decision takes it.
+//
+//	go test ./pkg/controller -run '^$' -bench Cluster -benchmem
+func BenchmarkCluster(b *testing.B) {
+	const nodes, stale, podsPerNode = 5000, 100, 10
+	var objs []runtime.Object
+	for i := range nodes {
+		n := fmt.Sprintf("node-%d", i)
+		renewed := f0.Add(time.Minute)
+		if i < stale {
+			renewed = f0
+		}
+		objs = append(objs, fixtureNode(n, "boot-"+n, true), fixtureLease(n, renewed))
+		for j := range podsPerNode {
+			objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("%s-%d", n, j)},
+				Spec: corev1.PodSpec{NodeName: n}, Status: corev1.PodStatus{Phase: corev1.PodRunning}})
+		}
+	}
+	f := newFixture(b, fixtureConfig(), objs...)
+	f.now = f0.Add(time.Minute)
+	pol := &f.c.cfg.Policies[0]
+	b.ResetTimer()
+	for b.Loop() {
+		cl, err := f.c.cluster(pol, f.now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(cl.Nodes) != nodes {
+			b.Fatalf("%d nodes in the view, want %d", len(cl.Nodes), nodes)
+		}
+	}
+}
