@@ -34,7 +34,7 @@ type claim struct {
 
 // admit is policy's verdict on the incident named incident, of node pn, with cl's
 // fencing facts replaced by those read now; a Fence verdict claims its place in the
-// budget. The rest of cl (who is unhealthy, suspect, in which zone) comes from the
+// budget. A dry run's report has no incident ("") and claims nothing. The rest of cl (who is unhealthy, suspect, in which zone) comes from the
 // detector, which no decision changes, and may be read before.
 func (c *Controller) admit(pol *v1alpha1.Policy, pn policy.Node, cl policy.Cluster, incident string, now time.Time) policy.Decision {
 	a := &c.admission
@@ -47,7 +47,7 @@ func (c *Controller) admit(pol *v1alpha1.Policy, pn policy.Node, cl policy.Clust
 	}
 	cl.FenceStarts = starts
 	d := policy.Decide(pol, pn, cl, now)
-	if d.Verdict == policy.Fence {
+	if d.Verdict == policy.Fence && incident != "" {
 		if a.claims == nil {
 			a.claims = map[string]claim{}
 		}

@@ -209,6 +209,17 @@ func (s *store) factsForNode(node string) []facts {
 	return out
 }
 
+// openNodes are the nodes with an open incident in the cache.
+func (s *store) openNodes() map[string]bool {
+	open := map[string]bool{}
+	for _, obj := range s.indexer.List() {
+		if nf, ok := obj.(*v1alpha1.NodeFence); ok && nf.Status.Phase.Open() {
+			open[nf.Spec.NodeName] = true
+		}
+	}
+	return open
+}
+
 // maxText is how much free text (a message, evidence, an error) the controller writes in
 // one field: a quarter of the CRD's limit, so that a whole status stays far inside the
 // API server's limit on an object's size.

@@ -106,7 +106,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		if err != nil {
 			return 0, err
 		}
-		if d := policy.Decide(pol, pn, cl, now); d.Verdict == policy.WouldFence {
+		if d := c.admit(pol, pn, cl, "", now); d.Verdict == policy.WouldFence {
 			c.wouldFence(ctx, node, obs, d)
 		}
 		return fencer.HoldRecheck, nil
@@ -198,23 +198,33 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 	return true, nil
 }
 
-// cluster is the policy's view of the nodes it governs.
+// cluster is the policy's view of the nodes it governs: each node's health and open
+// incidents, as a decision about one of them surveys the others. It is read without a
+// lock; who is fencing is read again by admit. A node the detector finds fresh is healthy
+// whatever its thresholds (detector.Fresh), so only the others are assessed with their
+// pods: at 5,000 nodes most of a decision's cost is this pass.
 func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluster, error) {
 	nodes, err := c.nodes.List(everything())
 	if err != nil {
 		return policy.Cluster{}, fmt.Errorf("list nodes: %w", err)
 	}
-	cl := policy.Cluster{Paused: c.cfg.Paused, DryRun: c.cfg.DryRun,
-		FenceStarts: c.fenceStarts(policy.RateWindow(pol.Budget), now)}
+	sel, err := policy.Selector(pol)
+	if err != nil {
+		return policy.Cluster{}, err
+	}
+	cl := policy.Cluster{Paused: c.cfg.Paused, DryRun: c.cfg.DryRun, Nodes: make([]policy.Node, 0, len(nodes))}
+	pdbs, open := c.urgentPDBs(), c.store.openNodes()
 	for _, n := range nodes {
-		ok, err := policy.Matches(pol, n.Labels)
-		if err != nil {
-			return cl, err
-		}
-		if !ok {
+		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
 		}
-		pn, _ := c.view(pol, n, now)
+		var pn policy.Node
+		if c.detector.Fresh(n, now) {
+			pn = policy.NewNode(pol, n.Name, n.Labels)
+		} else {
+			pn, _ = c.health(pol, n, c.podsOn(n.Name), pdbs, now)
+		}
+		pn.Incident = open[n.Name]
 		cl.Nodes = append(cl.Nodes, pn)
 	}
 	return cl, nil

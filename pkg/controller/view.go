@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -43,20 +44,9 @@ func (c *Controller) podsOn(node string) []*corev1.Pod {
 // own thresholds shrink with its pods' forgiveness and PDB urgency (never below the
 // policy's minWait), so the observation is taken with them.
 func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (policy.Node, detector.Observation) {
-	pn := policy.NewNode(pol, n.Name, n.Labels)
 	pods := c.podsOn(n.Name)
-	pn.MinUnreachableToleration = policy.UnreachableToleration(pods)
-	// A cache read that cannot fail on labels.Everything(); without PDBs no pod is urgent.
-	if pdbs, err := c.pdbs.List(everything()); err == nil {
-		pn.Urgent, _ = policy.Urgent(pods, pdbs)
-	}
+	pn, obs := c.health(pol, n, pods, c.urgentPDBs(), now)
 	pn.NothingToRelease = policy.NothingToRelease(pods, c.attachmentsOf(n.Name))
-	det := c.cfg.Detection
-	obs := c.detector.AssessWith(n, now,
-		policy.Threshold(pol, pn, det.LeaseStaleAfter.Duration), policy.Threshold(pol, pn, det.NotReadyAfter.Duration))
-	pn.Unhealthy = obs.Health == detector.Unhealthy
-	pn.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping
-	pn.UnhealthyAt = obs.UnhealthyAt
 	pn.ControllerHere = c.replicas.on(n.Name, now)
 	for _, f := range c.store.factsForNode(n.Name) {
 		if f.phase == v1alpha1.PhaseFencing {
@@ -74,6 +64,37 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 	return pn, obs
 }
 
+// health is the part of a node's view that a decision about another node surveys: its
+// labels and its health with its own thresholds. pdbs are urgentPDBs.
+func (c *Controller) health(pol *v1alpha1.Policy, n *corev1.Node, pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, now time.Time) (policy.Node, detector.Observation) {
+	pn := policy.NewNode(pol, n.Name, n.Labels)
+	pn.MinUnreachableToleration = policy.UnreachableToleration(pods)
+	pn.Urgent, _ = policy.Urgent(pods, pdbs)
+	det := c.cfg.Detection
+	obs := c.detector.AssessWith(n, now,
+		policy.Threshold(pol, pn, det.LeaseStaleAfter.Duration), policy.Threshold(pol, pn, det.NotReadyAfter.Duration))
+	pn.Unhealthy = obs.Health == detector.Unhealthy
+	pn.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping
+	pn.UnhealthyAt = obs.UnhealthyAt
+	return pn, obs
+}
+
+// urgentPDBs are the cached PodDisruptionBudgets that allow no disruption now: the only
+// ones that can make a node urgent (policy.Urgent).
+func (c *Controller) urgentPDBs() []*policyv1.PodDisruptionBudget {
+	all, err := c.pdbs.List(everything())
+	if err != nil {
+		return nil // a cache read that cannot fail on labels.Everything(); without PDBs no pod is urgent
+	}
+	out := all[:0:0]
+	for _, pdb := range all {
+		if pdb.Status.DisruptionsAllowed <= 0 {
+			out = append(out, pdb)
+		}
+	}
+	return out
+}
+
 func (c *Controller) attachmentsOf(node string) int {
 	vas, err := c.attachments.List(everything())
 	if err != nil {
@@ -86,18 +107,6 @@ func (c *Controller) attachmentsOf(node string) int {
 		}
 	}
 	return n
-}
-
-// fenceStarts lists when incidents started fencing within window before now, for the
-// cluster-wide rate limit.
-func (c *Controller) fenceStarts(window time.Duration, now time.Time) []time.Time {
-	var out []time.Time
-	for _, obj := range c.store.indexer.List() {
-		if s := factsOf(obj).fenceStart; !s.IsZero() && now.Sub(s) <= window {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // markPods sets or clears the NodeUnreachable condition on the node's pods, so that users

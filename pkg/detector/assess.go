@@ -85,10 +85,8 @@ func (d *Detector) damp(st *nodeState, obs *Observation, now time.Time) {
 		return
 	}
 	var recent []string
-	for _, t := range st.flaps {
-		if d.th.FlapWindow <= 0 || now.Sub(t) < d.th.FlapWindow {
-			recent = append(recent, t.UTC().Format(time.RFC3339))
-		}
+	for _, t := range d.recentFlaps(st, now) {
+		recent = append(recent, t.UTC().Format(time.RFC3339))
 	}
 	obs.Flaps = len(recent)
 	if obs.Flaps < d.th.FlapThreshold {
@@ -102,6 +100,17 @@ func (d *Detector) damp(st *nodeState, obs *Observation, now time.Time) {
 	if !obs.UnhealthyAt.IsZero() && obs.UnhealthyAt.Before(until) {
 		obs.UnhealthyAt = until
 	}
+}
+
+// recentFlaps are the node's recoveries within the flap window before now.
+func (d *Detector) recentFlaps(st *nodeState, now time.Time) []time.Time {
+	var recent []time.Time
+	for _, t := range st.flaps {
+		if d.th.FlapWindow <= 0 || now.Sub(t) < d.th.FlapWindow {
+			recent = append(recent, t)
+		}
+	}
+	return recent
 }
 
 // boot reports a changed boot ID.

@@ -292,6 +292,31 @@ func (d *Detector) AssessWith(node *corev1.Node, now time.Time, leaseStaleAfter,
 	return obs
 }
 
+// Fresh reports whether AssessWith(node, now, a, b) would find the node Healthy, not
+// Suspect or Flapping, and record nothing new, for every pair of thresholds: its Lease
+// was seen renewed within half its evidence floor (which every Lease threshold is at
+// least, and a Lease is suspect only past half its threshold), it is Ready as it was when
+// last assessed, with the same heartbeat and boot ID, and it is not flapping. A survey
+// of the whole cluster asks this first and takes the full assessment, with the node's
+// own thresholds, only of the nodes that are not fresh.
+func (d *Detector) Fresh(node *corev1.Node, now time.Time) bool {
+	ready := readyCondition(node)
+	if ready == nil || ready.Status != corev1.ConditionTrue {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, ok := d.nodes[node.Name]
+	if !ok || st.observedAt.IsZero() || !st.readyKnown || st.readyBad || !ready.LastHeartbeatTime.Time.Equal(st.heartbeat) {
+		return false
+	}
+	if b := node.Status.NodeInfo.BootID; b != "" && b != st.bootID {
+		return false
+	}
+	floor := d.floor(st)
+	return floor > 0 && now.Sub(st.observedAt) <= floor/2 && len(d.recentFlaps(st, now)) < max(d.th.FlapThreshold, 1)
+}
+
 // observeNode records Ready recoveries and boot ID changes from the Node object.
 func (d *Detector) observeNode(st *nodeState, node *corev1.Node, ready *corev1.NodeCondition, now time.Time) {
 	bad := ready != nil && ready.Status != corev1.ConditionTrue

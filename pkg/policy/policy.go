@@ -150,14 +150,23 @@ func Select(policies []v1alpha1.Policy, nodeLabels map[string]string) (*v1alpha1
 
 // Matches reports whether the policy selects a node with these labels.
 func Matches(p *v1alpha1.Policy, nodeLabels map[string]string) (bool, error) {
+	sel, err := Selector(p)
+	if err != nil {
+		return false, err
+	}
+	return sel.Matches(labels.Set(nodeLabels)), nil
+}
+
+// Selector is the policy's node selector; every node when it has none.
+func Selector(p *v1alpha1.Policy) (labels.Selector, error) {
 	if p.NodeSelector == nil {
-		return true, nil
+		return labels.Everything(), nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(p.NodeSelector)
 	if err != nil {
-		return false, fmt.Errorf("policy %s: nodeSelector: %w", p.Name, err)
+		return nil, fmt.Errorf("policy %s: nodeSelector: %w", p.Name, err)
 	}
-	return sel.Matches(labels.Set(nodeLabels)), nil
+	return sel, nil
 }
 
 // MaxUnhealthy is how many of total nodes may be unhealthy before everything is held: the
