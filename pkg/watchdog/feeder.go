@@ -47,8 +47,8 @@ func (f *Feeder) State() State {
 	return f.st
 }
 
-// Run arms the device and feeds it every third of the timeout in force while Live says
-// so. When ctx ends it disarms the device only if Live, asked once more, still lets the
+// Run arms the device once Live allows, and feeds it every third of the timeout in force
+// while Live says so. When ctx ends it disarms the device only if Live, asked once more, still lets the
 // node live: a node that the cluster wants fenced, or that is cut off, must reset even if
 // its agent is being shut down (a liveness probe that kills the agent of an isolated node
 // must not save the node from its fence).
@@ -57,6 +57,22 @@ func (f *Feeder) Run(ctx context.Context) error {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	// Arming starts the countdown, and re-opening a device whose countdown still runs
+	// (an agent that died and came back) feeds it: so the device is armed only once Live
+	// allows the node to live, as a feed would be.
+	wait := clk.NewTicker(f.Timeout / 3)
+	for why := f.Live(clk.Now()); why != ""; why = f.Live(clk.Now()) {
+		f.mu.Lock()
+		f.st.Stopped = "not armed yet: " + why
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return nil
+		case <-wait.C():
+		}
+	}
+	wait.Stop()
 	timeout, err := f.Dev.Arm(f.Timeout)
 	if err != nil {
 		return err

@@ -174,3 +174,32 @@ func TestFeederFeedErrors(t *testing.T) {
 		t.Error("armed after a failed Arm")
 	}
 }
+
+// TestFeederArmsOnlyOnceLive: an agent that starts cut off, or on a node the cluster
+// wants fenced, does not open the device (opening feeds a countdown still running from
+// before); it arms once Live allows.
+func TestFeederArmsOnlyOnceLive(t *testing.T) {
+	dev := &fakeDevice{timeout: 3 * time.Second}
+	var mu sync.Mutex
+	why := "node-1 is cut off: no read from the API server never"
+	f := &Feeder{Dev: dev, Timeout: 3 * time.Second, Live: func(time.Time) string { mu.Lock(); defer mu.Unlock(); return why }}
+	clk, cancel, done := feederRun(t, f)
+	until(t, "the feeder waiting to arm", func() bool { return clk.HasWaiters() && strings.HasPrefix(f.State().Stopped, "not armed yet: ") })
+	clk.Step(time.Second)
+	until(t, "the feeder waiting again", clk.HasWaiters)
+	if got := dev.got(); got != "" {
+		t.Fatalf("calls %s while Live forbids; want none", got)
+	}
+	mu.Lock()
+	why = ""
+	mu.Unlock()
+	clk.Step(time.Second)
+	until(t, "the arm and first feed", func() bool { return dev.got() == "arm,feed" })
+	if st := f.State(); !st.Armed || st.Stopped != "" {
+		t.Errorf("state %+v after arming", st)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,150 @@
+package selffence
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Report is the latest state a node agent reported through the API server, as the
+// controller read it (a quorum read, when it verifies).
+type Report struct {
+	// At is when the API server accepted the report, on its clock.
+	At time.Time
+	// Armed is true while the agent's watchdog is armed; Timeout is the timeout in force.
+	Armed   bool
+	Timeout time.Duration
+	// BootID is the boot the agent runs in.
+	BootID string
+	// Members is the agent's member list (AgentView.Members) when it reported.
+	Members []string
+}
+
+// Case is what the controller knows of one node's watchdog fence, on its own clock
+// unless said otherwise.
+type Case struct {
+	// Visible is when the controller's create of the NodeFence returned.
+	Visible time.Time
+	// Report is the node's agent's latest report; nil if none.
+	Report *Report
+	// ArmedBefore is when the API server accepted the latest report before Visible that
+	// said the watchdog was armed; zero if none.
+	ArmedBefore time.Time
+	// BootID is the node's boot ID as its Node object says now.
+	BootID string
+	// Members are the cluster's nodes now, and NewestMember the newest creationTimestamp
+	// among them (API server clock).
+	Members      []string
+	NewestMember time.Time
+	// Held is, per member, when the controller first read a report of that member's agent
+	// that held the NodeFence (listed it among the nodes to fence).
+	Held map[string]time.Time
+	// LastLife is the latest sign of life of the node the controller has seen: a Lease
+	// renewal, its agent's heartbeat or report, Ready turning True. Zero if none.
+	LastLife time.Time
+}
+
+// Params are the settings the two rules share.
+type Params struct {
+	// Isolation is the agents' setting (Live).
+	Isolation time.Duration
+	// ReportMaxAge is how old the armed report before the NodeFence may be.
+	ReportMaxAge time.Duration
+}
+
+// State is Verify's verdict.
+type State string
+
+const (
+	// Ineligible: the node cannot be counted fenced through its watchdog at all.
+	Ineligible State = "Ineligible"
+	// Waiting: not yet; Until says when, if nothing changes.
+	Waiting State = "Waiting"
+	// Verified: the node has reset.
+	Verified State = "Verified"
+	// Contradicted: the node showed life after it must have reset.
+	Contradicted State = "Contradicted"
+)
+
+// Verdict is Verify's answer.
+type Verdict struct {
+	State  State
+	Reason string
+	Until  time.Time
+}
+
+// Verify says whether the node of c has reset through its watchdog at now. The node's
+// agent stops feeding by V + Isolation, where V is when a majority of the node's own
+// member list held the NodeFence (see Live); its watchdog resets it within one timeout
+// of the last feed; the controller waits a second timeout for clock rates and the feed
+// period. So the node counts as fenced at max(V, last sign of life) + Isolation + 2 ×
+// timeout. The assumptions (a watchdog that resets the machine, bounded clock rates,
+// quorum reads, one member list for the node and the controller) are in
+// docs/safety-model.md.
+func Verify(c Case, p Params, now time.Time) Verdict {
+	if v, ok := eligible(c, p); !ok {
+		return v
+	}
+	members := c.Report.Members
+	var held []time.Time
+	for _, m := range members {
+		if at, ok := c.Held[m]; ok {
+			held = append(held, at)
+		}
+	}
+	need := len(members)/2 + 1
+	if len(held) < need {
+		return Verdict{State: Waiting, Reason: fmt.Sprintf("%d of %d members hold the NodeFence; %d needed", len(held), len(members), need)}
+	}
+	sort.Slice(held, func(i, j int) bool { return held[i].Before(held[j]) })
+	majority := held[need-1]
+	t := c.Report.Timeout
+	mustReset := majority.Add(p.Isolation + t)
+	if c.LastLife.After(mustReset.Add(t)) {
+		return Verdict{State: Contradicted, Reason: fmt.Sprintf("sign of life at %s, after the node must have reset (%s, plus one timeout)",
+			stamp(c.LastLife), stamp(mustReset))}
+	}
+	from := majority
+	if c.LastLife.After(from) {
+		from = c.LastLife
+	}
+	until := from.Add(p.Isolation + 2*t)
+	if now.Before(until) {
+		return Verdict{State: Waiting, Until: until, Reason: fmt.Sprintf("a majority held the NodeFence at %s; reset certain at %s", stamp(majority), stamp(until))}
+	}
+	return Verdict{State: Verified, Reason: fmt.Sprintf("a majority held the NodeFence at %s, no sign of life since %s, watchdog timeout %s, isolation %s",
+		stamp(majority), stamp(from), t, p.Isolation)}
+}
+
+// eligible checks that the node's watchdog can be counted on at all.
+func eligible(c Case, p Params) (Verdict, bool) {
+	no := func(format string, args ...any) (Verdict, bool) {
+		return Verdict{State: Ineligible, Reason: fmt.Sprintf(format, args...)}, false
+	}
+	r := c.Report
+	switch {
+	case r == nil:
+		return no("the node's agent never reported")
+	case c.ArmedBefore.IsZero() || c.Visible.Sub(c.ArmedBefore) > p.ReportMaxAge:
+		return no("no report of an armed watchdog within %s before the NodeFence", p.ReportMaxAge)
+	case !r.Armed || r.Timeout <= 0:
+		return no("the agent's latest report says its watchdog is not armed")
+	case r.BootID == "" || r.BootID != c.BootID:
+		return no("the agent reported boot %q, the node runs boot %q", r.BootID, c.BootID)
+	case !sameSet(r.Members, c.Members):
+		return no("the agent's member list (%d nodes) is not the cluster's (%d nodes)", len(r.Members), len(c.Members))
+	case !c.NewestMember.Before(r.At):
+		return no("a node joined at %s, after the agent's report at %s", stamp(c.NewestMember), stamp(r.At))
+	}
+	return Verdict{}, true
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), b) && len(slices.Compact(b)) == len(b)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
