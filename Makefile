@@ -64,6 +64,7 @@ bench-realnode: deps build
 bench: deps build
 	hack/timed.sh $(GO) test -run '^$$' -bench . -benchtime 2000x ./pkg/policy/
 	hack/timed.sh $(GO) test -run '^$$' -bench . -benchtime 1x ./pkg/detector/
+	hack/timed.sh $(GO) test -run '^$$' -bench Cluster -benchmem ./pkg/controller/
 	hack/timed.sh $(GO) test -run '^$$' -bench StatusWarm -benchtime 2000x ./pkg/plugin/
 	hack/timed.sh $(GO) test -run '^$$' -bench ColdStart -benchtime 20x ./pkg/plugin/
 	hack/timed.sh $(GO) test -run '^$$' -bench FenceLatency -benchtime 50x ./pkg/agent/ipmi/
