@@ -48,12 +48,24 @@ func (c *Controller) admit(pol *v1alpha1.Policy, pn policy.Node, cl policy.Clust
 	cl.FenceStarts = starts
 	d := policy.Decide(pol, pn, cl, now)
 	if d.Verdict == policy.Fence && incident != "" {
-		if a.claims == nil {
-			a.claims = map[string]claim{}
-		}
-		a.claims[incident] = claim{node: pn.Name, at: now}
+		a.claimLocked(incident, pn.Name, now)
 	}
 	return d
+}
+
+// claimForced counts a fence a person forced past the budget, which no Fence verdict
+// claimed, in the decisions that follow it.
+func (a *admission) claimForced(incident, node string, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.claimLocked(incident, node, now)
+}
+
+func (a *admission) claimLocked(incident, node string, now time.Time) {
+	if a.claims == nil {
+		a.claims = map[string]claim{}
+	}
+	a.claims[incident] = claim{node: node, at: now}
 }
 
 // fencingFacts are the nodes fencing now and the fence starts within window before now,

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/policy"
 )
 
 // TestBudgetDecisionsAreAtomic: three dead nodes synced at once by three workers under
@@ -111,5 +112,71 @@ func TestClaimEnds(t *testing.T) {
 	a.claims = map[string]claim{"node-1-x0": {node: "node-1", at: now}}
 	if fencing, starts := a.fencingFacts(nil, time.Minute, now.Add(2*time.Minute)); !fencing["node-1"] || len(starts) != 0 {
 		t.Errorf("an old claim: fencing %t, %d starts; want true, 0", fencing["node-1"], len(starts))
+	}
+}
+
+// TestForcedFenceCounts: a fence a person forced past maxConcurrent is counted by the
+// decisions that follow it, though no Fence verdict claimed it and the cache does not
+// show it yet: once node-3's fence is done, node-2 still waits for node-1's.
+func TestForcedFenceCounts(t *testing.T) {
+	cfg := fixtureConfig()
+	all := intstr.FromString("100%")
+	cfg.Policies[0].Budget.MaxConcurrent = 1
+	cfg.Policies[0].Budget.MaxUnhealthy = &all
+	forced := fencedIncident(v1alpha1.PhasePending, "")
+	forced.Annotations = map[string]string{v1alpha1.ForceAnnotation: "true"}
+	other := fencedIncident(v1alpha1.PhaseFencing, v1alpha1.AttemptFencing)
+	other.Name, other.Spec.NodeName, other.Labels = "node-3-x0", "node-3", map[string]string{v1alpha1.NodeLabel: "node-3"}
+	objs := []runtime.Object{forced, other}
+	for i := 1; i <= 5; i++ {
+		n := fmt.Sprintf("node-%d", i)
+		objs = append(objs, fixtureNode(n, "boot-"+n, true), fixtureLease(n, f0))
+	}
+	f := newFixture(t, cfg, objs...)
+	f.now = f0.Add(time.Minute)
+	for _, n := range []string{"node-4", "node-5"} {
+		f.cache(fixtureLease(n, f.now))
+	}
+	release := make(chan struct{})
+	var entered atomic.Int32
+	f.bmc.fence = func(ctx context.Context) error {
+		entered.Add(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := f.c.sync(context.Background(), "node-1"); err != nil {
+			t.Errorf("sync node-1: %v", err)
+		}
+	})
+	defer wg.Wait()
+	defer close(release)
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return entered.Load() == 1, nil
+	}); err != nil {
+		t.Fatalf("node-1's forced fence never called its agent: %v", err)
+	}
+	done := other.DeepCopy()
+	done.Status.Phase = v1alpha1.PhaseFenced
+	if err := f.c.store.indexer.Update(done); err != nil {
+		t.Fatal(err)
+	}
+	pol := &f.c.cfg.Policies[0]
+	node, err := f.c.nodes.Get("node-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pn, _ := f.c.view(pol, node, f.now)
+	d, err := f.c.decision(pol, pn, node, "node-2-x9", f.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Verdict != policy.Wait || d.Reason != policy.ReasonMaxConcurrent {
+		t.Errorf("node-2 while node-1's forced fence runs: %s %s (%s), want Wait %s", d.Verdict, d.Reason, d.Message, policy.ReasonMaxConcurrent)
 	}
 }
