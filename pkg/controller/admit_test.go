@@ -21,31 +21,8 @@ import (
 // that lags, here forever), so only the decision itself can count the fence another
 // worker has just decided on: exactly one agent call may be running.
 func TestBudgetDecisionsAreAtomic(t *testing.T) {
-	cfg := fixtureConfig()
-	all := intstr.FromString("100%")
-	cfg.Policies[0].Budget.MaxConcurrent = 1
-	cfg.Policies[0].Budget.MaxUnhealthy = &all
-	var objs []runtime.Object
-	for i := 1; i <= 5; i++ {
-		n := fmt.Sprintf("node-%d", i)
-		objs = append(objs, fixtureNode(n, "boot-"+n, true), fixtureLease(n, f0))
-	}
-	f := newFixture(t, cfg, objs...)
-	f.now = f0.Add(time.Minute)
-	for _, n := range []string{"node-4", "node-5"} {
-		f.cache(fixtureLease(n, f.now))
-	}
-	release := make(chan struct{})
-	var entered, returned atomic.Int32
-	f.bmc.fence = func(ctx context.Context) error {
-		entered.Add(1)
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	f, release, entered := budgetFixture(t)
+	var returned atomic.Int32
 	var wg sync.WaitGroup
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
 		wg.Go(func() {
@@ -119,35 +96,11 @@ func TestClaimEnds(t *testing.T) {
 // decisions that follow it, though no Fence verdict claimed it and the cache does not
 // show it yet: once node-3's fence is done, node-2 still waits for node-1's.
 func TestForcedFenceCounts(t *testing.T) {
-	cfg := fixtureConfig()
-	all := intstr.FromString("100%")
-	cfg.Policies[0].Budget.MaxConcurrent = 1
-	cfg.Policies[0].Budget.MaxUnhealthy = &all
 	forced := fencedIncident(v1alpha1.PhasePending, "")
 	forced.Annotations = map[string]string{v1alpha1.ForceAnnotation: "true"}
 	other := fencedIncident(v1alpha1.PhaseFencing, v1alpha1.AttemptFencing)
 	other.Name, other.Spec.NodeName, other.Labels = "node-3-x0", "node-3", map[string]string{v1alpha1.NodeLabel: "node-3"}
-	objs := []runtime.Object{forced, other}
-	for i := 1; i <= 5; i++ {
-		n := fmt.Sprintf("node-%d", i)
-		objs = append(objs, fixtureNode(n, "boot-"+n, true), fixtureLease(n, f0))
-	}
-	f := newFixture(t, cfg, objs...)
-	f.now = f0.Add(time.Minute)
-	for _, n := range []string{"node-4", "node-5"} {
-		f.cache(fixtureLease(n, f.now))
-	}
-	release := make(chan struct{})
-	var entered atomic.Int32
-	f.bmc.fence = func(ctx context.Context) error {
-		entered.Add(1)
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	f, release, entered := budgetFixture(t, forced, other)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if _, err := f.c.sync(context.Background(), "node-1"); err != nil {
@@ -179,4 +132,35 @@ func TestForcedFenceCounts(t *testing.T) {
 	if d.Verdict != policy.Wait || d.Reason != policy.ReasonMaxConcurrent {
 		t.Errorf("node-2 while node-1's forced fence runs: %s %s (%s), want Wait %s", d.Verdict, d.Reason, d.Message, policy.ReasonMaxConcurrent)
 	}
+}
+
+// budgetFixture: five nodes under maxConcurrent 1 (and no storm limit), node-1 to node-3
+// dead, with objs; the agent's Fence calls block until release is closed, and entered
+// counts them.
+func budgetFixture(t *testing.T, objs ...runtime.Object) (*fixture, chan struct{}, *atomic.Int32) {
+	cfg := fixtureConfig()
+	all := intstr.FromString("100%")
+	cfg.Policies[0].Budget.MaxConcurrent = 1
+	cfg.Policies[0].Budget.MaxUnhealthy = &all
+	for i := 1; i <= 5; i++ {
+		n := fmt.Sprintf("node-%d", i)
+		objs = append(objs, fixtureNode(n, "boot-"+n, true), fixtureLease(n, f0))
+	}
+	f := newFixture(t, cfg, objs...)
+	f.now = f0.Add(time.Minute)
+	for _, n := range []string{"node-4", "node-5"} {
+		f.cache(fixtureLease(n, f.now))
+	}
+	release := make(chan struct{})
+	entered := &atomic.Int32{}
+	f.bmc.fence = func(ctx context.Context) error {
+		entered.Add(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return f, release, entered
 }

@@ -100,21 +100,12 @@ func TestFeederFeedsAtAThird(t *testing.T) {
 // TestFeederStopsForGood: once Live says the node must not live on, the feeder never
 // feeds again, even if Live changes its mind, and a shutdown does not disarm.
 func TestFeederStopsForGood(t *testing.T) {
-	dev := &fakeDevice{timeout: 3 * time.Second}
-	var mu sync.Mutex
-	why := ""
-	f := &Feeder{Dev: dev, Timeout: 3 * time.Second, Live: func(time.Time) string { mu.Lock(); defer mu.Unlock(); return why }}
-	clk, cancel, done := feederRun(t, f)
-	until(t, "the first feed", func() bool { return dev.got() == "arm,feed" })
-	mu.Lock()
-	why = "NodeFence node-1-x1 wants this node fenced"
-	mu.Unlock()
+	dev, live, f, clk, cancel, done := feeding(t)
+	live.set("NodeFence node-1-x1 wants this node fenced")
 	until(t, "the feeder waiting on its ticker", clk.HasWaiters)
 	clk.Step(time.Second)
 	until(t, "the stop", func() bool { return f.State().Stopped != "" })
-	mu.Lock()
-	why = ""
-	mu.Unlock()
+	live.set("")
 	for range 5 {
 		clk.Step(time.Second)
 	}
@@ -133,15 +124,8 @@ func TestFeederStopsForGood(t *testing.T) {
 // TestFeederShutdownOfAnIsolatedNode: an agent shut down (a liveness probe, a roll) while
 // Live says the node must not live on leaves the device armed: the node resets.
 func TestFeederShutdownOfAnIsolatedNode(t *testing.T) {
-	dev := &fakeDevice{timeout: 3 * time.Second}
-	var mu sync.Mutex
-	why := ""
-	f := &Feeder{Dev: dev, Timeout: 3 * time.Second, Live: func(time.Time) string { mu.Lock(); defer mu.Unlock(); return why }}
-	_, cancel, done := feederRun(t, f)
-	until(t, "the first feed", func() bool { return dev.got() == "arm,feed" })
-	mu.Lock()
-	why = "no API server and no peer for 10s"
-	mu.Unlock()
+	dev, live, f, _, cancel, done := feeding(t)
+	live.set("no API server and no peer for 10s")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -180,9 +164,8 @@ func TestFeederFeedErrors(t *testing.T) {
 // before); it arms once Live allows.
 func TestFeederArmsOnlyOnceLive(t *testing.T) {
 	dev := &fakeDevice{timeout: 3 * time.Second}
-	var mu sync.Mutex
-	why := "node-1 is cut off: no read from the API server never"
-	f := &Feeder{Dev: dev, Timeout: 3 * time.Second, Live: func(time.Time) string { mu.Lock(); defer mu.Unlock(); return why }}
+	live := &liveSwitch{why: "node-1 is cut off: no read from the API server never"}
+	f := &Feeder{Dev: dev, Timeout: 3 * time.Second, Live: live.Live}
 	clk, cancel, done := feederRun(t, f)
 	until(t, "the feeder waiting to arm", func() bool { return clk.HasWaiters() && strings.HasPrefix(f.State().Stopped, "not armed yet: ") })
 	clk.Step(time.Second)
@@ -190,9 +173,7 @@ func TestFeederArmsOnlyOnceLive(t *testing.T) {
 	if got := dev.got(); got != "" {
 		t.Fatalf("calls %s while Live forbids; want none", got)
 	}
-	mu.Lock()
-	why = ""
-	mu.Unlock()
+	live.set("")
 	clk.Step(time.Second)
 	until(t, "the arm and first feed", func() bool { return dev.got() == "arm,feed" })
 	if st := f.State(); !st.Armed || st.Stopped != "" {
@@ -202,4 +183,32 @@ func TestFeederArmsOnlyOnceLive(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// feeding starts a Feeder whose Live the test switches, and waits for its first feed.
+func feeding(t *testing.T) (*fakeDevice, *liveSwitch, *Feeder, *testingclock.FakeClock, context.CancelFunc, chan error) {
+	dev := &fakeDevice{timeout: 3 * time.Second}
+	live := &liveSwitch{}
+	f := &Feeder{Dev: dev, Timeout: 3 * time.Second, Live: live.Live}
+	clk, cancel, done := feederRun(t, f)
+	until(t, "the first feed", func() bool { return dev.got() == "arm,feed" })
+	return dev, live, f, clk, cancel, done
+}
+
+// liveSwitch is a Live whose answer the test changes.
+type liveSwitch struct {
+	mu  sync.Mutex
+	why string
+}
+
+func (l *liveSwitch) Live(time.Time) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.why
+}
+
+func (l *liveSwitch) set(why string) {
+	l.mu.Lock()
+	l.why = why
+	l.mu.Unlock()
 }
