@@ -24,7 +24,10 @@ import (
 // less legitimate. When that check fails, the
 // Event is dropped; the refusal is a StatusError, which the broadcaster does not retry.
 // Each request carries the confirmation's end as its deadline, so a replica paused
-// between the check and the send abandons the request on waking instead of sending it.
+// between the check and the send mostly abandons the request on waking. It cannot rule
+// it out: a process stopped between its last look at the deadline and the socket write
+// sends on waking, and an Event has no precondition the API server could check
+// (docs/safety-model.md, "What a client cannot rule out").
 type confirmedSink struct {
 	events typedcorev1.EventInterface
 	// until is when the last Lease check stops vouching for this replica.

@@ -76,6 +76,13 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 				return 0, err
 			}
 			c.pause.at(PauseBeforeFenceCall)
+			// The fresh check vouches for this replica for one renew deadline. A replica
+			// paused since (SIGSTOP, a frozen VM) may have been replaced while it slept, and
+			// its power-off would be a deposed leader's: past the deadline it reads the Lease
+			// again, and a deposed one stops here.
+			if err := c.leaseConfirmed(ctx); err != nil {
+				return 0, err
+			}
 			if _, err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
 				return 0, err
 			}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"os"
+	"os/signal"
 	"sync"
 	"syscall"
 
@@ -45,7 +46,15 @@ func (p *pauser) at(point string) {
 	p.once.Do(func() {
 		klog.InfoS("Pausing at test point", "point", point)
 		klog.Flush()
+		// A stop takes effect a moment after kill returns, and this goroutine would run
+		// on meanwhile, past the point (a Lease check passed before the stop, and a call
+		// sent after it). So it waits to be continued.
+		cont := make(chan os.Signal, 1)
+		signal.Notify(cont, syscall.SIGCONT)
+		defer signal.Stop(cont)
 		// A test point only: if the stop fails, the test waiting for it sees no pause.
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err == nil {
+			<-cont
+		}
 	})
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -90,7 +91,15 @@ func pausedLeader(t *testing.T, point string) {
 		}
 	}
 	checkOneIncident(t, ctx, h, victim)
-	checkNoLateEvents(t, ctx, h, oldID, takeover)
+	checkNoLateEvents(t, ctx, h, oldID, paused, takeover)
+	// Nothing the deposed leader did after it woke reached an agent.
+	if _, woke, ok := strings.Cut(leader.Log(), `"Pausing at test point"`); ok {
+		for _, step := range []string{v1alpha1.StepAgentReturned, v1alpha1.StepAgentError} {
+			if strings.Contains(woke, `step="`+step+`"`) {
+				t.Errorf("the deposed leader called its agent after it woke (a %s step in its log):\n%s", step, lastLines(woke, 20))
+			}
+		}
+	}
 }
 
 // waitHolder waits until identity holds the controller's Lease and returns when it
@@ -139,17 +148,30 @@ func checkOneIncident(t *testing.T, ctx context.Context, h *Harness, node string
 // checkNoLateEvents fails for any Event the deposed replica created after the takeover;
 // creationTimestamp is the API server's, so it tells when the Event landed, whenever the
 // replica generated it.
-func checkNoLateEvents(t *testing.T, ctx context.Context, h *Harness, identity string, takeover time.Time) {
+// checkNoLateEvents: no Event the deposed leader recorded after it paused reached the API
+// server. One it recorded just before the pause may still land when it wakes: the Event
+// sink checks the leader's confirmation before each send, but a process stopped between
+// that check and its socket write sends on waking, and only the API server could refuse
+// it (Events have no precondition). Such an Event is logged, with when it was recorded.
+func checkNoLateEvents(t *testing.T, ctx context.Context, h *Harness, identity string, paused, takeover time.Time) {
 	t.Helper()
 	events, err := h.Cluster.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range events.Items {
-		if eventSource(e) == identity && e.CreationTimestamp.After(takeover) {
-			t.Errorf("deposed leader's event %s %q landed at %s, after the takeover at %s",
-				e.Reason, e.Message, e.CreationTimestamp.Format(time.RFC3339), takeover.Format(time.RFC3339Nano))
+		if eventSource(e) != identity || !e.CreationTimestamp.After(takeover) {
+			continue
 		}
+		// Event timestamps are whole seconds: a second's grace around the pause.
+		if recorded := e.FirstTimestamp.Time; recorded.After(paused.Add(time.Second)) {
+			t.Errorf("deposed leader's event %s %q, recorded at %s after it paused at %s, landed at %s, after the takeover at %s",
+				e.Reason, e.Message, recorded.Format(time.RFC3339), paused.Format(time.RFC3339Nano),
+				e.CreationTimestamp.Format(time.RFC3339), takeover.Format(time.RFC3339Nano))
+			continue
+		}
+		t.Logf("deposed leader's event %s, recorded at %s before it paused, landed on waking at %s",
+			e.Reason, e.FirstTimestamp.Format(time.RFC3339), e.CreationTimestamp.Format(time.RFC3339))
 	}
 }
 
