@@ -247,6 +247,10 @@ func TestRenderNames(t *testing.T) {
 				"podAntiAffinity:\n          preferredDuringSchedulingIgnoredDuringExecution:\n            - weight: 100\n              podAffinityTerm:\n                topologyKey: kubernetes.io/hostname\n                labelSelector:\n                  matchLabels:\n                    app.kubernetes.io/instance: kubefence\n                    fencing.kubefence.io/agent: ipmi-dc2",
 				// spread by the agent's own pods: a constraint without a selector spreads nothing
 				"topologySpreadConstraints:\n        - labelSelector:\n            matchLabels:\n              app.kubernetes.io/instance: kubefence\n              fencing.kubefence.io/agent: ipmi-dc2\n          maxSkew: 1\n          topologyKey: topology.kubernetes.io/zone"}},
+		"remote agent replicas without a PodDisruptionBudget": {values: "remoteAgents: [{name: ipmi-dc2, namespace: fencing-dc2, " +
+			"binary: fence-agent-ipmi, target: {annotation: a}, serverTLSSecret: s, clientTLSSecret: c, replicas: 2, podDisruptionBudget: false}]",
+			want:    []string{"name: kubefence-agent-ipmi-dc2\n  namespace: fencing-dc2"},
+			lacking: []string{"kind: PodDisruptionBudget\nmetadata:\n  name: kubefence-agent-ipmi-dc2"}},
 		"one remote agent replica, the controller's priority": {values: "remoteAgents: [{name: ipmi-dc2, namespace: fencing-dc2, " +
 			"binary: fence-agent-ipmi, target: {annotation: a}, serverTLSSecret: s, clientTLSSecret: c}]\npodDisruptionBudget: {enabled: false}",
 			want:    []string{"fencing.kubefence.io/agent: ipmi-dc2\n    spec:\n      automountServiceAccountToken: false\n      priorityClassName: system-cluster-critical"},
