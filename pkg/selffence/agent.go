@@ -45,16 +45,18 @@ func Live(v AgentView, isolation time.Duration, now time.Time) string {
 	if !v.APIRead.IsZero() && now.Sub(v.APIRead) <= isolation {
 		return ""
 	}
+	// Each member counts once, whatever the list repeats.
+	members := distinct(v.Members)
 	heard := 0
-	if slices.Contains(v.Members, v.Node) {
+	if slices.Contains(members, v.Node) {
 		heard = 1 // the agent's own node; an agent that never read the members has no majority
-		for _, peer := range v.Members {
+		for _, peer := range members {
 			if at, ok := v.Acks[peer]; ok && peer != v.Node && now.Sub(at) <= isolation {
 				heard++
 			}
 		}
 	}
-	if heard > 0 && 2*heard > len(v.Members) {
+	if heard > 0 && 2*heard > len(members) {
 		return ""
 	}
 	last := "never"
@@ -62,5 +64,5 @@ func Live(v AgentView, isolation time.Duration, now time.Time) string {
 		last = "since " + v.APIRead.UTC().Format(time.RFC3339Nano)
 	}
 	return fmt.Sprintf("node %s is cut off: no read from the API server %s, and answers from %d of %d members within %s",
-		v.Node, last, heard, len(v.Members), isolation)
+		v.Node, last, heard, len(members), isolation)
 }

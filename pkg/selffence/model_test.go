@@ -25,19 +25,18 @@ import (
 // API server. The property: whenever Verify says Verified, node 0 is dead.
 
 type modelAgent struct {
-	rate       float64 // local seconds per real second
-	feedRate   float64 // the watchdog's
-	fenced     []string
-	apiRead    time.Time // local clock
-	acks       map[string]time.Time
-	lastFeed   float64 // real seconds
-	stopped    bool
-	dead       bool
-	nextRead   float64
-	nextPing   float64
-	nextRep    float64
-	nextFeed   float64
-	reportHeld bool
+	rate     float64 // local seconds per real second
+	feedRate float64 // the watchdog's
+	fenced   []string
+	apiRead  time.Time // local clock
+	acks     map[string]time.Time
+	lastFeed float64 // real seconds
+	stopped  bool
+	dead     bool
+	nextRead float64
+	nextPing float64
+	nextRep  float64
+	nextFeed float64
 }
 
 type modelWorld struct {
@@ -124,6 +123,7 @@ func runModel(rng *rand.Rand, p Params, verify func(Case, Params, time.Time) Ver
 	var lastReport *Report
 	var armedReports []time.Time
 	var answers []modelAnswer
+	apiAt := func(real float64) time.Time { return w.t0.Add(time.Duration(real * float64(time.Second))) }
 	nextEpoch := 0.0
 	const step = 0.05
 	for real := 0.0; real < 120; real += step {
@@ -131,14 +131,12 @@ func runModel(rng *rand.Rand, p Params, verify func(Case, Params, time.Time) Ver
 			w.epoch()
 			nextEpoch = real + 2 + rng.Float64()*40
 		}
-		apiAt := func(real float64) time.Time { return w.t0.Add(time.Duration(real * float64(time.Second))) }
 		ctlAPI := !allDown(w.api) || rng.IntN(2) == 0
 		if !fenceExists && real >= fenceAt && ctlAPI {
 			fenceExists = true
 			fence = &Case{Visible: ctl(real), Held: map[string]time.Time{}, Members: w.names, BootID: "boot-0"}
-			for i := len(armedReports) - 1; i >= 0; i-- {
-				fence.ArmedBefore = armedReports[i]
-				break
+			if n := len(armedReports); n > 0 {
+				fence.ArmedBefore = armedReports[n-1]
 			}
 		}
 		// Answers arrive.

@@ -30,6 +30,7 @@ func TestLive(t *testing.T) {
 		"answers too old":                  {AgentView{Node: "a", Members: members, Acks: map[string]time.Time{"b": s0.Add(-11 * time.Second), "c": s0.Add(-11 * time.Second)}}, "answers from 1 of 5"},
 		"answers from strangers":           {AgentView{Node: "a", Members: members, Acks: acks("x", "y", "z")}, "answers from 1 of 5"},
 		"members never read":               {AgentView{Node: "a", Acks: acks("b", "c")}, "answers from 0 of 0"},
+		"a member named twice counts once": {AgentView{Node: "a", Members: []string{"a", "b", "b", "b", "c", "d", "e"}, Acks: acks("b")}, "answers from 2 of 5"},
 		"a member list without the node":   {AgentView{Node: "a", Members: []string{"b", "c"}, Acks: acks("b", "c")}, "answers from 0 of 2"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -57,20 +58,21 @@ func TestVerify(t *testing.T) {
 		state  State
 		reason string
 	}{
-		"verified":                       {nil, 23 * time.Second, Verified, "a majority held the NodeFence at 2026-11-24T12:00:03Z"},
-		"waiting":                        {nil, 22*time.Second + 999*time.Millisecond, Waiting, "reset certain at 2026-11-24T12:00:23Z"},
-		"no majority yet":                {func(c *Case) { delete(c.Held, "c") }, time.Hour, Waiting, "1 of 3 members hold the NodeFence; 2 needed"},
-		"holders that are not members":   {func(c *Case) { c.Held = map[string]time.Time{"x": s0, "y": s0} }, time.Hour, Waiting, "0 of 3"},
-		"a sign of life re-anchors":      {func(c *Case) { c.LastLife = s0.Add(10 * time.Second) }, 29 * time.Second, Waiting, "reset certain at 2026-11-24T12:00:30Z"},
-		"a sign of life too late":        {func(c *Case) { c.LastLife = s0.Add(24 * time.Second) }, time.Hour, Contradicted, "sign of life at 2026-11-24T12:00:24Z"},
-		"never reported":                 {func(c *Case) { c.Report = nil }, time.Hour, Ineligible, "never reported"},
-		"no armed report before":         {func(c *Case) { c.ArmedBefore = time.Time{} }, time.Hour, Ineligible, "no report of an armed watchdog within 1m0s"},
-		"an armed report too old":        {func(c *Case) { c.ArmedBefore = s0.Add(-61 * time.Second) }, time.Hour, Ineligible, "no report of an armed watchdog"},
-		"disarmed since":                 {func(c *Case) { c.Report.Armed = false }, time.Hour, Ineligible, "not armed"},
-		"another boot":                   {func(c *Case) { c.BootID = "boot-2" }, time.Hour, Ineligible, `reported boot "boot-1", the node runs boot "boot-2"`},
-		"no boot ID":                     {func(c *Case) { c.BootID, c.Report.BootID = "", "" }, time.Hour, Ineligible, `reported boot ""`},
-		"another member list":            {func(c *Case) { c.Members = []string{"a", "b", "c", "d"} }, time.Hour, Ineligible, "member list (3 nodes) is not the cluster's (4 nodes)"},
-		"a node joined since the report": {func(c *Case) { c.NewestMember = s0.Add(-5 * time.Second) }, time.Hour, Ineligible, "a node joined at"},
+		"verified":                          {nil, 23 * time.Second, Verified, "a majority held the NodeFence at 2026-11-24T12:00:03Z"},
+		"waiting":                           {nil, 22*time.Second + 999*time.Millisecond, Waiting, "reset certain at 2026-11-24T12:00:23Z"},
+		"no majority yet":                   {func(c *Case) { delete(c.Held, "c") }, time.Hour, Waiting, "1 of 3 members hold the NodeFence; 2 needed"},
+		"holders that are not members":      {func(c *Case) { c.Held = map[string]time.Time{"x": s0, "y": s0} }, time.Hour, Waiting, "0 of 3"},
+		"a sign of life re-anchors":         {func(c *Case) { c.LastLife = s0.Add(10 * time.Second) }, 29 * time.Second, Waiting, "reset certain at 2026-11-24T12:00:30Z"},
+		"a sign of life too late":           {func(c *Case) { c.LastLife = s0.Add(24 * time.Second) }, time.Hour, Contradicted, "sign of life at 2026-11-24T12:00:24Z"},
+		"never reported":                    {func(c *Case) { c.Report = nil }, time.Hour, Ineligible, "never reported"},
+		"no armed report before":            {func(c *Case) { c.ArmedBefore = time.Time{} }, time.Hour, Ineligible, "no report of an armed watchdog within 1m0s"},
+		"an armed report too old":           {func(c *Case) { c.ArmedBefore = s0.Add(-61 * time.Second) }, time.Hour, Ineligible, "no report of an armed watchdog"},
+		"disarmed since":                    {func(c *Case) { c.Report.Armed = false }, time.Hour, Ineligible, "not armed"},
+		"another boot":                      {func(c *Case) { c.BootID = "boot-2" }, time.Hour, Ineligible, `reported boot "boot-1", the node runs boot "boot-2"`},
+		"no boot ID":                        {func(c *Case) { c.BootID, c.Report.BootID = "", "" }, time.Hour, Ineligible, `reported boot ""`},
+		"a member list naming a node twice": {func(c *Case) { c.Report.Members = []string{"a", "b", "b", "c"} }, time.Hour, Ineligible, "names a node twice"},
+		"another member list":               {func(c *Case) { c.Members = []string{"a", "b", "c", "d"} }, time.Hour, Ineligible, "member list (3 nodes) is not the cluster's (4 nodes)"},
+		"a node joined since the report":    {func(c *Case) { c.NewestMember = s0.Add(-5 * time.Second) }, time.Hour, Ineligible, "a node joined at"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := good()

@@ -132,6 +132,8 @@ func eligible(c Case, p Params) (Verdict, bool) {
 		return no("the agent's latest report says its watchdog is not armed")
 	case r.BootID == "" || r.BootID != c.BootID:
 		return no("the agent reported boot %q, the node runs boot %q", r.BootID, c.BootID)
+	case len(distinct(r.Members)) != len(r.Members):
+		return no("the agent's member list names a node twice")
 	case !sameSet(r.Members, c.Members):
 		return no("the agent's member list (%d nodes) is not the cluster's (%d nodes)", len(r.Members), len(c.Members))
 	case !c.NewestMember.Before(r.At):
@@ -141,10 +143,14 @@ func eligible(c Case, p Params) (Verdict, bool) {
 }
 
 func sameSet(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(slices.Compact(a), b) && len(slices.Compact(b)) == len(b)
+	return slices.Equal(distinct(a), distinct(b))
+}
+
+// distinct is names sorted, each once.
+func distinct(names []string) []string {
+	out := slices.Clone(names)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
