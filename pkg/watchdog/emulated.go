@@ -44,16 +44,14 @@ func (s *Socket) Arm(timeout time.Duration) (time.Duration, error) {
 	}
 	s.conn, s.r = conn, bufio.NewReader(conn)
 	reply, err := s.say("arm " + strconv.Itoa(secs))
+	got, aerr := strconv.Atoi(reply)
+	if err == nil && (aerr != nil || got <= 0) {
+		err = fmt.Errorf("watchdog unix:%s: arm answered %q", s.Path, reply)
+	}
 	if err != nil {
 		_ = s.conn.Close()
 		s.conn = nil
 		return 0, err
-	}
-	got, err := strconv.Atoi(reply)
-	if err != nil || got <= 0 {
-		_ = s.conn.Close()
-		s.conn = nil
-		return 0, fmt.Errorf("watchdog unix:%s: arm answered %q", s.Path, reply)
 	}
 	return time.Duration(got) * time.Second, nil
 }

@@ -33,8 +33,9 @@ type State struct {
 	Timeout time.Duration
 	// LastFed is when the device last took a feed.
 	LastFed time.Time
-	// Stopped, once set, is why feeding stopped for good: the machine resets within
-	// Timeout of LastFed.
+	// Stopped, once set while Armed, is why feeding stopped for good: the machine resets
+	// within Timeout of LastFed. Before the device is armed it says why not yet
+	// ("not armed yet: ...").
 	Stopped string
 	// FeedError is the last failed feed's error, cleared by a feed that works.
 	FeedError string
