@@ -37,6 +37,7 @@ var rules = []rule{
 	{Dir: "pkg/coalesce", Forbidden: `^$MOD/`, Why: "shared reads know nothing of what they read"},
 	{Dir: "pkg/selffence", Forbidden: `^(k8s\.io|$MOD)/`, Why: "the self-fencing rules are pure: what each side knows, and a time"},
 	{Dir: "pkg/watchdog", Forbidden: `^(k8s\.io/(client-go|api|apimachinery)|$MOD)/`, Why: "the watchdog only counts down; the agent decides when the node may live"},
+	{Dir: "pkg/nodeagent", Forbidden: `^$MOD/pkg/(controller|fencer|remediate|plugin|agent|detector|policy|app)(/|$)`, Why: "the node agent follows its rule and reports; it decides nothing about other nodes"},
 	{Dir: "pkg/generated", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/(apis|generated)(/|$)`, Why: "generated clients know only the API types"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }

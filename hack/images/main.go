@@ -105,7 +105,7 @@ func build(ctx context.Context, args []string) error {
 	fs.StringVar(&f.out, "out", "", "write a docker-save tarball (docker load, ctr images import) with every tag to `FILE`")
 	fs.StringVar(&f.push, "push", "", "push to `REPO` (kubefence image) or REF (with -rootfs), credentials from docker login's config")
 	fs.BoolVar(&f.insecure, "insecure", false, "the registry of -push speaks plain HTTP")
-	fs.StringVar(&f.bin, "bin", "", "take the kubefence binaries from `DIR` (fence-controller, kubefence-config-init, fence-agent-*) instead of building them; their stamped version stays theirs")
+	fs.StringVar(&f.bin, "bin", "", "take the kubefence binaries from `DIR` (fence-controller, kubefence-config-init, fence-node-agent, fence-agent-*) instead of building them; their stamped version stays theirs")
 	fs.StringVar(&f.dir, "dir", "", "also write the image's root filesystem into `DIR` (e.g. to chroot into it)")
 	fs.StringVar(&f.version, "version", "", "version label and tag; default: git describe --tags --always --dirty")
 	fs.StringVar(&f.revision, "revision", "", "revision label; default: git rev-parse HEAD")

@@ -1,6 +1,6 @@
 // Package imagebuild builds kubefence's container image without a container engine,
 // with go-containerregistry: one image, from scratch layers, that holds
-// fence-controller, kubefence-config-init, every fence agent with its SHA256SUMS, and
+// fence-controller, kubefence-config-init, fence-node-agent, every fence agent with its SHA256SUMS, and
 // this machine's ipmitool with the libraries it loads. It also packs any directory as
 // a one-layer image (the test harness's pause and busybox images) and serves an
 // in-memory registry. hack/images is its command line.
@@ -53,6 +53,7 @@ type Command struct {
 var Commands = []Command{
 	{Pkg: "./cmd/fence-controller", Name: "fence-controller", Dir: BinDir},
 	{Pkg: "./deploy/image/config-init", Name: "kubefence-config-init", Dir: BinDir},
+	{Pkg: "./cmd/fence-node-agent", Name: "fence-node-agent", Dir: BinDir},
 	{Pkg: "./cmd/fence-agent-ipmi", Name: "fence-agent-ipmi", Dir: AgentDir},
 	{Pkg: "./cmd/fence-agent-cloud", Name: "fence-agent-cloud", Dir: AgentDir},
 	{Pkg: "./cmd/fence-agent-iscsi", Name: "fence-agent-iscsi", Dir: AgentDir},

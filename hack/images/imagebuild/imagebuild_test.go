@@ -128,7 +128,7 @@ func TestKubefenceImage(t *testing.T) {
 			t.Errorf("%s holds %q, want %q", p, f.data, want)
 		}
 	}
-	for _, p := range []string{"/usr/local/bin/fence-controller", "/usr/local/bin/kubefence-config-init",
+	for _, p := range []string{"/usr/local/bin/fence-controller", "/usr/local/bin/kubefence-config-init", "/usr/local/bin/fence-node-agent",
 		"/usr/libexec/kubefence/agents/fence-agent-ipmi", "/usr/libexec/kubefence/agents/fence-agent-cloud",
 		"/usr/libexec/kubefence/agents/fence-agent-iscsi", "/usr/libexec/kubefence/agents/fence-agent-exec"} {
 		if _, ok := files[p]; !ok {

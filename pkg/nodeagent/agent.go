@@ -1,0 +1,344 @@
+package nodeagent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/selffence"
+	"github.com/kubefence/kubefence/pkg/watchdog"
+)
+
+// Agent is one node's agent.
+type Agent struct {
+	Kube     kubernetes.Interface
+	Fencing  versioned.Interface
+	Metadata metadata.Interface
+	// Node is the agent's node; Namespace holds its report Lease.
+	Node, Namespace string
+	// BootID is the boot the node runs in.
+	BootID string
+	// Isolation is selffence.Live's limit: how long the node may go without a quorum read
+	// (or, once peers answer, a majority of them) before it stops feeding its watchdog.
+	Isolation time.Duration
+	// ReadEvery is how often the agent reads the NodeFences; at most a third of Isolation.
+	ReadEvery time.Duration
+	// ReportEvery is how often the report is written when nothing in it changed.
+	ReportEvery time.Duration
+	// Watchdog is the node's watchdog, nil for none; WatchdogTimeout its countdown.
+	Watchdog        watchdog.Device
+	WatchdogTimeout time.Duration
+	// Clock is the real clock when nil.
+	Clock clock.WithTicker
+	// Peers, when set, is where the agent answers the other agents and probes them; the
+	// others are found through their reports.
+	Peers *PeerConfig
+
+	mu       sync.Mutex
+	apiRead  time.Time
+	fenced   []string // nodes, for Live
+	holds    []string // NodeFences, for the report
+	members  []string
+	readErr  string
+	loopedAt time.Time
+	feeder   *watchdog.Feeder
+	lease    *coordinationv1.Lease
+	last     *Report
+	lastAt   time.Time
+	peers    *Peers
+	joining  sync.Mutex // one Join at a time
+}
+
+// Validate checks the settings, naming the flag-like field that is wrong.
+func (a *Agent) Validate() error {
+	switch {
+	case a.Node == "":
+		return fmt.Errorf("node name: empty (--node-name, or NODE_NAME from the downward API's spec.nodeName)")
+	case a.Namespace == "":
+		return fmt.Errorf("namespace: empty (--namespace, or POD_NAMESPACE from the downward API)")
+	case a.BootID == "":
+		return fmt.Errorf("boot ID: empty (--boot-id-file)")
+	case a.Isolation <= 0:
+		return fmt.Errorf("isolation %s: must be positive", a.Isolation)
+	case a.ReadEvery <= 0 || 3*a.ReadEvery > a.Isolation:
+		return fmt.Errorf("read interval %s: must be positive and at most a third of isolation (%s), so that one failed read never isolates the node", a.ReadEvery, a.Isolation)
+	case a.ReportEvery < a.ReadEvery:
+		return fmt.Errorf("report interval %s: must be at least the read interval %s", a.ReportEvery, a.ReadEvery)
+	case a.Watchdog != nil && a.WatchdogTimeout < time.Second:
+		return fmt.Errorf("watchdog timeout %s: at least 1s (watchdogs count in seconds)", a.WatchdogTimeout)
+	}
+	return nil
+}
+
+var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+
+// Run reads, feeds and reports until ctx ends. It returns the watchdog's error, if arming
+// or disarming it failed.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	if a.Clock == nil {
+		a.Clock = clock.RealClock{}
+	}
+	// The member list comes from a cache: a stale list can only make the node's
+	// watchdog ineligible (the controller compares the reported list with its own), never
+	// keep a node alive that the cluster wants fenced, which is up to the quorum reads.
+	inf := metadatainformer.NewFilteredMetadataInformer(a.Metadata, nodesResource, "", 0, cache.Indexers{}, nil).Informer()
+	go inf.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return ctx.Err()
+	}
+	var reports cache.SharedIndexInformer
+	if a.Peers != nil {
+		peers, err := StartPeers(*a.Peers, a.ownFenced, a.Clock)
+		if err != nil {
+			return err
+		}
+		defer peers.Stop()
+		a.mu.Lock()
+		a.peers = peers
+		a.mu.Unlock()
+		reports = informers.NewSharedInformerFactoryWithOptions(a.Kube, 0, informers.WithNamespace(a.Namespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ComponentLabel + "=" + Component })).
+			Coordination().V1().Leases().Informer()
+		go reports.Run(ctx.Done())
+	}
+	fed := make(chan error, 1)
+	if a.Watchdog != nil {
+		feeder := &watchdog.Feeder{Dev: a.Watchdog, Timeout: a.WatchdogTimeout, Live: a.live, Clock: a.Clock}
+		a.mu.Lock()
+		a.feeder = feeder
+		a.mu.Unlock()
+		go func() { fed <- feeder.Run(ctx) }()
+	} else {
+		fed <- nil
+	}
+	tick := a.Clock.NewTicker(a.ReadEvery)
+	defer tick.Stop()
+	for {
+		a.setMembers(inf.GetStore().ListKeys())
+		a.read(ctx)
+		a.report(ctx)
+		if reports != nil {
+			go a.join(reports.GetStore().List())
+		}
+		select {
+		case <-ctx.Done():
+			return <-fed
+		case <-tick.C():
+		}
+	}
+}
+
+// Healthy fails when the agent's loop has not run for three read intervals.
+func (a *Agent) Healthy() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.loopedAt.IsZero() {
+		return fmt.Errorf("not started")
+	}
+	if since := a.Clock.Since(a.loopedAt); since > 3*a.ReadEvery {
+		return fmt.Errorf("the read loop last ran %s ago", since.Round(time.Millisecond))
+	}
+	return nil
+}
+
+func (a *Agent) setMembers(names []string) {
+	slices.Sort(names)
+	a.mu.Lock()
+	a.members = names
+	a.mu.Unlock()
+}
+
+// read lists the NodeFences with a quorum read (no resourceVersion), and on success
+// counts it from when it began.
+func (a *Agent) read(ctx context.Context) {
+	began := a.Clock.Now()
+	rctx, cancel := context.WithTimeout(ctx, a.ReadEvery)
+	defer cancel()
+	list, err := a.Fencing.FencingV1alpha1().NodeFences().List(rctx, metav1.ListOptions{})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.loopedAt = a.Clock.Now()
+	if err != nil {
+		if a.readErr == "" {
+			klog.ErrorS(err, "Reading the NodeFences failed", "node", a.Node)
+		}
+		a.readErr = err.Error()
+		return
+	}
+	if a.readErr != "" {
+		klog.InfoS("Reading the NodeFences works again", "node", a.Node)
+	}
+	a.readErr = ""
+	a.apiRead = began
+	var fenced, holds []string
+	for i := range list.Items {
+		if nf := &list.Items[i]; PastBudget(nf) {
+			fenced = append(fenced, nf.Spec.NodeName)
+			holds = append(holds, nf.Name)
+		}
+	}
+	slices.Sort(fenced)
+	fenced = slices.Compact(fenced)
+	slices.Sort(holds)
+	a.holds = holds
+	if slices.Contains(fenced, a.Node) && !slices.Contains(a.fenced, a.Node) {
+		klog.InfoS("The cluster wants this node fenced", "node", a.Node)
+	}
+	a.fenced = fenced
+	if a.peers != nil {
+		a.peers.Forget(fenced, began)
+	}
+}
+
+// join asks the agents whose reports give an address, and that are not members yet, to
+// take this one in; a Join still running is left to finish.
+func (a *Agent) join(leases []any) {
+	if !a.joining.TryLock() {
+		return
+	}
+	defer a.joining.Unlock()
+	addrs := map[string]string{}
+	for _, obj := range leases {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok || l.Labels[NodeLabel] == a.Node {
+			continue
+		}
+		if r, err := Decode(l); err == nil && r.Peer != "" {
+			addrs[l.Labels[NodeLabel]] = r.Peer
+		}
+	}
+	a.peers.Join(addrs)
+}
+
+// ownFenced are the nodes the agent's own reads show the cluster wants fenced.
+func (a *Agent) ownFenced() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.fenced)
+}
+
+// PastBudget says whether nf asks its node to be fenced now: open, and past Pending and
+// Held, so that a node waits for its incident's budget like any other.
+func PastBudget(nf *v1alpha1.NodeFence) bool {
+	switch nf.Status.Phase {
+	case "", v1alpha1.PhasePending, v1alpha1.PhaseHeld:
+		return false
+	}
+	return nf.Status.Phase.Open()
+}
+
+// live is selffence.Live on what the agent knows now.
+func (a *Agent) live(now time.Time) string {
+	a.mu.Lock()
+	v := selffence.AgentView{Node: a.Node, Members: a.members, APIRead: a.apiRead, Fenced: a.fenced}
+	a.mu.Unlock()
+	if a.peers != nil {
+		v.Acks, v.Fenced = a.peers.Acks(), a.peers.Fenced()
+	}
+	return selffence.Live(v, a.Isolation, now)
+}
+
+// MembersOf sums up a member list.
+func MembersOf(names []string) Members {
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	sum := sha256.Sum256([]byte(strings.Join(sorted, "\n")))
+	return Members{Count: len(sorted), SHA256: hex.EncodeToString(sum[:])}
+}
+
+// Current is the report as of now.
+func (a *Agent) Current() Report {
+	a.mu.Lock()
+	r := Report{BootID: a.BootID, Isolation: a.Isolation.String(), Members: MembersOf(a.members), Holds: slices.Clone(a.holds)}
+	feeder, peers := a.feeder, a.peers
+	a.mu.Unlock()
+	if peers != nil {
+		r.Peer = peers.Addr()
+	}
+	if feeder == nil {
+		r.Watchdog.Stopped = "no watchdog configured"
+		return r
+	}
+	st := feeder.State()
+	r.Watchdog = WatchdogReport{Armed: st.Armed, Stopped: st.Stopped, Error: st.FeedError}
+	if st.Armed {
+		r.Watchdog.Timeout = st.Timeout.String()
+	}
+	return r
+}
+
+// report writes the report when it changed, or when ReportEvery passed since the last
+// write. A failed write is tried again on the next round.
+func (a *Agent) report(ctx context.Context) {
+	r := a.Current()
+	now := a.Clock.Now()
+	if a.last != nil && equalReports(*a.last, r) && now.Sub(a.lastAt) < a.ReportEvery {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, a.ReadEvery)
+	defer cancel()
+	if err := a.write(wctx, r, now); err != nil {
+		klog.ErrorS(err, "Writing the report failed", "lease", klog.KRef(a.Namespace, LeaseName(a.Node)))
+		a.lease = nil // read it again: it may have changed or gone
+		return
+	}
+	a.last, a.lastAt = &r, now
+}
+
+func (a *Agent) write(ctx context.Context, r Report, now time.Time) error {
+	leases := a.Kube.CoordinationV1().Leases(a.Namespace)
+	create := false
+	if a.lease == nil {
+		l, err := leases.Get(ctx, LeaseName(a.Node), metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			l, create = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(a.Node), Namespace: a.Namespace}}, true
+		case err != nil:
+			return err
+		}
+		a.lease = l
+	}
+	l := a.lease.DeepCopy()
+	if err := r.Encode(l, a.Node); err != nil {
+		return err
+	}
+	renewed(l, now, a.ReportEvery)
+	var err error
+	if create {
+		l, err = leases.Create(ctx, l, metav1.CreateOptions{})
+	} else {
+		l, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	a.lease = l
+	return nil
+}
+
+func equalReports(a, b Report) bool {
+	return a.BootID == b.BootID && a.Isolation == b.Isolation && a.Peer == b.Peer && a.Watchdog == b.Watchdog && a.Members == b.Members && slices.Equal(a.Holds, b.Holds)
+}

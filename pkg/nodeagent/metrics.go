@@ -1,0 +1,74 @@
+package nodeagent
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kubefence/kubefence/pkg/watchdog"
+)
+
+// Metrics returns the agent's metrics, read from its state at each scrape.
+func (a *Agent) Metrics() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kubefence_node_agent_" + name, Help: help}, f))
+	}
+	boolean := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	watchdog := func() (st watchdog.State) {
+		if f, _ := a.started(); f != nil {
+			st = f.State()
+		}
+		return st
+	}
+	gauge("watchdog_armed", "1 while the node's watchdog is armed.", func() float64 { return boolean(watchdog().Armed) })
+	gauge("watchdog_feeding", "1 while the agent feeds the armed watchdog; 0 once it stopped for good (the node resets within the timeout) or before it is armed.", func() float64 {
+		st := watchdog()
+		return boolean(st.Armed && st.Stopped == "")
+	})
+	gauge("last_read_timestamp_seconds", "When the agent's last successful read of the NodeFences began (Unix time); 0 before the first.", func() float64 {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.apiRead.IsZero() {
+			return 0
+		}
+		return float64(a.apiRead.UnixNano()) / 1e9
+	})
+	gauge("read_failing", "1 while the agent's latest read of the NodeFences failed.", func() float64 {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return boolean(a.readErr != "")
+	})
+	gauge("holds", "How many NodeFences past their budget the agent's own reads hold.", func() float64 {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return float64(len(a.holds))
+	})
+	gauge("peers_answering", "How many peers answered a probe sent within the isolation limit.", func() float64 {
+		_, peers := a.started()
+		if peers == nil {
+			return 0
+		}
+		n := 0
+		now := time.Now()
+		for _, at := range peers.Acks() {
+			if now.Sub(at) <= a.Isolation {
+				n++
+			}
+		}
+		return float64(n)
+	})
+	return reg
+}
+
+// started returns the feeder and the peers once Run started them.
+func (a *Agent) started() (*watchdog.Feeder, *Peers) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.feeder, a.peers
+}

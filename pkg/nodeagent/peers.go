@@ -1,0 +1,216 @@
+package nodeagent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// maxAnswer bounds an answer's payload: it rides in a memberlist ack, one UDP packet
+// (memberlist's UDPBufferSize is 1400 bytes). An agent that holds more than fits answers
+// "overflow", and such an answer is not counted: an answer that left a NodeFence out
+// could keep alive a node the cluster wants fenced.
+const maxAnswer = 1000
+
+// PeerConfig says where an agent answers its peers.
+type PeerConfig struct {
+	// Node is the agent's node: its name among the peers.
+	Node string
+	// BindAddr:BindPort is where it listens (UDP for probes and acks, TCP for state
+	// exchange); AdvertiseAddr:AdvertisePort is what the others dial, empty for the bind
+	// address.
+	BindAddr      string
+	BindPort      int
+	AdvertiseAddr string
+	AdvertisePort int
+	// Key authenticates and encrypts every packet (AES-GCM, 16, 24 or 32 bytes): an
+	// answer that keeps a node alive must come from an agent.
+	Key []byte
+	// ProbeInterval is how often the agent probes one peer, in turn: every peer once per
+	// members × ProbeInterval.
+	ProbeInterval time.Duration
+}
+
+// answer is the payload of an agent's acks: the nodes it holds a NodeFence for.
+type answer struct {
+	Fenced   []string `json:"f,omitempty"`
+	Overflow bool     `json:"o,omitempty"`
+}
+
+// relayed is a node a peer's answer said the cluster wants fenced.
+type relayed struct {
+	received time.Time
+}
+
+// Peers are the agents' answers to each other, carried by hashicorp/memberlist (SWIM
+// with Lifeguard): its probes are the pings, every ack carries the nodes the answering
+// agent holds a NodeFence for, and a probe's round trip dates the answer: it was made
+// after the probe was sent, now - rtt on the prober's own clock (selffence.AgentView.Acks).
+// memberlist reports the round trip only for direct UDP probes, never for the indirect
+// or TCP ones, which prove nothing about when.
+type Peers struct {
+	ml    *memberlist.Memberlist
+	clock clock.PassiveClock
+	// own is what the agent's own reads hold now; its answers carry that and what the
+	// peers' answers relayed.
+	own func() []string
+
+	mu      sync.Mutex
+	acks    map[string]time.Time
+	relayed map[string]relayed
+}
+
+// StartPeers starts answering and probing; own says which nodes this agent's own reads
+// show the cluster wants fenced.
+func StartPeers(cfg PeerConfig, own func() []string, clk clock.PassiveClock) (*Peers, error) {
+	switch len(cfg.Key) {
+	case 16, 24, 32:
+	default:
+		return nil, fmt.Errorf("peer key: %d bytes, want 16, 24 or 32", len(cfg.Key))
+	}
+	if cfg.ProbeInterval <= 0 {
+		return nil, fmt.Errorf("peer probe interval %s: must be positive", cfg.ProbeInterval)
+	}
+	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}}
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.Node
+	mc.Label = "kubefence-node-agent"
+	mc.BindAddr, mc.BindPort = cfg.BindAddr, cfg.BindPort
+	mc.AdvertiseAddr, mc.AdvertisePort = cfg.AdvertiseAddr, cfg.AdvertisePort
+	if mc.AdvertiseAddr == "" {
+		mc.AdvertisePort = 0
+	}
+	mc.SecretKey = cfg.Key
+	mc.ProbeInterval = cfg.ProbeInterval
+	// Only an ack within the probe timeout is reported with its round trip, and so
+	// counts: at least 200ms, so that a loaded node's late answers still count.
+	mc.ProbeTimeout = min(500*time.Millisecond, max(200*time.Millisecond, cfg.ProbeInterval/2))
+	mc.Ping = pingDelegate{p}
+	mc.LogOutput = klogWriter{}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("peers on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
+	}
+	p.ml = ml
+	return p, nil
+}
+
+// Addr is the address the other agents dial.
+func (p *Peers) Addr() string {
+	n := p.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Join asks the agents at addrs (host:port) that are not members yet to take this one
+// in; it blocks up to memberlist's stream timeout for each.
+func (p *Peers) Join(addrs map[string]string) {
+	known := map[string]bool{}
+	for _, m := range p.ml.Members() {
+		known[m.Name] = true
+	}
+	var todo []string
+	for name, addr := range addrs {
+		if !known[name] && addr != "" {
+			todo = append(todo, name+"/"+addr)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	if n, err := p.ml.Join(todo); err != nil {
+		klog.V(2).InfoS("Joining peers", "joined", n, "asked", len(todo), "err", err)
+	}
+}
+
+// Acks are, per peer, when the latest probe it answered (and whose answer counted) was
+// sent.
+func (p *Peers) Acks() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]time.Time, len(p.acks))
+	for k, v := range p.acks {
+		out[k] = v
+	}
+	return out
+}
+
+// Fenced are the nodes this agent's answers carry: those its own reads hold, and those
+// the peers' answers relayed, sorted.
+func (p *Peers) Fenced() []string {
+	fenced := p.own()
+	p.mu.Lock()
+	for node := range p.relayed {
+		fenced = append(fenced, node)
+	}
+	p.mu.Unlock()
+	slices.Sort(fenced)
+	return slices.Compact(fenced)
+}
+
+// Forget drops the relayed nodes that a read begun at began did not show wanted fenced,
+// among those received before it began: the read is newer than the answer.
+func (p *Peers) Forget(fenced []string, began time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for node, r := range p.relayed {
+		if r.received.Before(began) && !slices.Contains(fenced, node) {
+			delete(p.relayed, node)
+		}
+	}
+}
+
+// Stop leaves the peers and stops answering.
+func (p *Peers) Stop() {
+	_ = p.ml.Leave(time.Second)
+	_ = p.ml.Shutdown()
+}
+
+type pingDelegate struct{ p *Peers }
+
+// AckPayload is this agent's answer.
+func (d pingDelegate) AckPayload() []byte {
+	a := answer{Fenced: d.p.Fenced()}
+	b, err := json.Marshal(a)
+	if err != nil || len(b) > maxAnswer {
+		b, _ = json.Marshal(answer{Overflow: true})
+	}
+	return b
+}
+
+// NotifyPingComplete records a direct probe's answer.
+func (d pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
+	now := d.p.clock.Now()
+	var a answer
+	if err := json.Unmarshal(payload, &a); err != nil || a.Overflow {
+		klog.V(2).InfoS("A peer's answer does not count", "peer", other.Name, "overflow", a.Overflow, "err", err)
+		return
+	}
+	sent := now.Add(-rtt)
+	d.p.mu.Lock()
+	defer d.p.mu.Unlock()
+	if sent.After(d.p.acks[other.Name]) {
+		d.p.acks[other.Name] = sent
+	}
+	for _, node := range a.Fenced {
+		d.p.relayed[node] = relayed{received: now}
+	}
+}
+
+// klogWriter passes memberlist's log lines to klog at verbosity 4.
+type klogWriter struct{}
+
+func (klogWriter) Write(b []byte) (int, error) {
+	klog.V(4).InfoS("memberlist", "line", string(b))
+	return len(b), nil
+}
+
+var _ io.Writer = klogWriter{}
