@@ -13,21 +13,64 @@ import (
 const (
 	chartDir  = "../helm/kubefence"
 	manifests = "../manifests/kubefence.yaml"
-	crdSource = "../../pkg/apis/fencing/v1alpha1/crd"
+	// agentManifests holds the node agent's objects (RenderNodeAgent).
+	agentManifests = "../manifests/node-agent.yaml"
+	crdSource      = "../../pkg/apis/fencing/v1alpha1/crd"
 )
 
 // TestManifestsUpToDate fails when deploy/manifests was not regenerated after a chart change.
 func TestManifestsUpToDate(t *testing.T) {
-	want, err := Render(chartDir, nil)
+	for path, render := range map[string]func(string) ([]byte, error){
+		manifests:      func(dir string) ([]byte, error) { return Render(dir, nil) },
+		agentManifests: RenderNodeAgent,
+	} {
+		want, err := render(chartDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run make manifests)", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is stale: run make manifests", path)
+		}
+	}
+}
+
+// TestRenderNodeAgent: the node agent is off by default, and its own file holds all of
+// its objects and nothing else.
+func TestRenderNodeAgent(t *testing.T) {
+	def, err := Render(chartDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(manifests)
-	if err != nil {
-		t.Fatalf("%v (run make manifests)", err)
+	if bytes.Contains(def, []byte("node-agent")) {
+		t.Error("the default manifests contain the node agent, which is off by default")
 	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s is stale: run make manifests", manifests)
+	out, err := RenderNodeAgent(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, doc := range bytes.Split(out, []byte("\n---\n"))[1:] {
+		var obj struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(obj.Metadata.Name, "node-agent") {
+			t.Errorf("%s %s in the node agent's file", obj.Kind, obj.Metadata.Name)
+		}
+		kinds = append(kinds, obj.Kind)
+	}
+	want := "ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding DaemonSet ValidatingAdmissionPolicy ValidatingAdmissionPolicyBinding"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Errorf("node agent objects: %s, want %s", got, want)
 	}
 }
 
@@ -118,6 +161,7 @@ func allOn() map[string]any {
 			"prometheusRule": map[string]any{"enabled": true},
 		},
 		"grafanaDashboard": map[string]any{"enabled": true},
+		"nodeAgent":        map[string]any{"enabled": true, "extraArgs": []any{"--kube-api-qps=2"}, "nodeSelector": map[string]any{"kubernetes.io/os": "linux"}},
 	}
 }
 
@@ -151,7 +195,8 @@ func TestRenderEverything(t *testing.T) {
 	byKind := decode(t, out)
 	for kind, n := range map[string]int{
 		"CustomResourceDefinition": 1, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
-		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 2, "ClusterRoleBinding": 2, "Role": 2, "PodDisruptionBudget": 0,
+		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 3, "ClusterRoleBinding": 3, "Role": 3, "PodDisruptionBudget": 0,
+		"DaemonSet": 1, "ValidatingAdmissionPolicy": 3,
 	} {
 		if got := len(byKind[kind]); got != n {
 			t.Errorf("%d %s, want %d", got, kind, n)
@@ -163,6 +208,7 @@ func TestRenderEverything(t *testing.T) {
 		"serverName: ipmi-dc3.fencing-dc3.svc",
 		`resourceNames: ["bmc-credentials","bmc-dc2","bmc-dc3"]`,
 		"conditionType: kubefence.io/leader",
+		`- "--kube-api-qps=2"`,
 		"- --leader-pod-condition",
 		"- serve",
 		"alert: KubefenceNoLeader",

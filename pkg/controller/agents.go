@@ -102,6 +102,9 @@ func (a *agentCaller) requestOwned(ctx context.Context, name string, node *corev
 
 // targetFor names agent's target for node, for the record; a mapping that fails says so.
 func (a *agentCaller) targetFor(agent string, node *corev1.Node) string {
+	if agent == v1alpha1.WatchdogAgent {
+		return "(node " + node.Name + "'s own watchdog)"
+	}
 	cfg, ok := a.config[agent]
 	if !ok {
 		return "(agent not configured)"
@@ -260,6 +263,9 @@ func (a *agentCaller) withDeadline(ctx context.Context, deadline time.Time) (con
 // storage access.
 func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *corev1.Node, epoch int64) (plugin.Result, error) {
 	notCalled := plugin.Result{State: plugin.StateUnknown, Evidence: "nothing read back: the call was never made"}
+	if at.Agent == v1alpha1.WatchdogAgent {
+		return plugin.Result{State: plugin.StateUnknown, Evidence: "nothing to undo: the node's watchdog reset it, and it boots by itself"}, nil
+	}
 	req, cfg, err := a.request(ctx, at.Agent, node, epoch)
 	if err != nil {
 		return notCalled, err

@@ -27,6 +27,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/nodeagent"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -94,6 +95,10 @@ type Controller struct {
 	nfInformer    fencinginformers.SharedInformerFactory
 	replicas      *replicas
 	pause         *pauser
+	// reportInformer follows the node agents' reports into watchdogs; nil when no policy
+	// has a watchdog level.
+	reportInformer informers.SharedInformerFactory
+	watchdogs      *watchdogs
 
 	// guard checks the Lease before irreversible actions; nil without leader election.
 	guard *leader.LeaseGuard
@@ -183,6 +188,7 @@ func New(opts Options) (*Controller, error) {
 			}
 			return n.DeepCopy(), true
 		}}
+	c.watchdogs = newWatchdogs(cfg.Watchdog, func() time.Time { return c.now() })
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
 	if err := c.newCaches(opts); err != nil {
 		return nil, err
@@ -226,7 +232,65 @@ func (c *Controller) newCaches(opts Options) error {
 	idInf := c.idInformer.Coordination().V1().Leases().Informer()
 	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced,
 		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced, idInf.HasSynced}
+	if usesWatchdog(cfg) {
+		if err := c.watchReports(opts); err != nil {
+			return err
+		}
+	}
 	return c.watch(nodeInf.Informer(), leaseInf.Informer(), nfInf.Informer(), idInf)
+}
+
+// usesWatchdog reports whether a policy has a watchdog level.
+func usesWatchdog(cfg *v1alpha1.Config) bool {
+	for _, p := range cfg.Policies {
+		for _, l := range p.Levels {
+			if l.Watchdog {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// watchReports follows the node agents' report Leases.
+func (c *Controller) watchReports(opts Options) error {
+	c.reportInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
+		informers.WithNamespace(c.cfg.Watchdog.Namespace), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = nodeagent.ComponentLabel + "=" + nodeagent.Component
+		}))
+	inf := c.reportInformer.Coordination().V1().Leases().Informer()
+	c.synced = append(c.synced, inf.HasSynced)
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onReport(obj) },
+		UpdateFunc: func(_, obj any) { c.onReport(obj) },
+		DeleteFunc: func(obj any) {
+			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
+				c.watchdogs.forget("", l.Labels[nodeagent.NodeLabel])
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watch node agent reports: %w", err)
+	}
+	return nil
+}
+
+// onReport records a node agent's report, and syncs the nodes whose watchdog fence it
+// may move on: its own, and those whose incidents it holds.
+func (c *Controller) onReport(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	holds := c.watchdogs.observe(l)
+	if node := l.Labels[nodeagent.NodeLabel]; node != "" {
+		c.queue.Add(node)
+	}
+	for _, name := range holds {
+		if obj, ok, err := c.store.indexer.GetByKey(name); err == nil && ok {
+			c.queue.Add(obj.(*v1alpha1.NodeFence).Spec.NodeName)
+		}
+	}
 }
 
 // watch queues a node when it, its Lease or one of its incidents changes, and follows
@@ -265,6 +329,7 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 				c.store.forget(nf.Name)
 				c.dropEvents(nf.Name)
 				c.admission.unclaim(nf.Name)
+				c.watchdogs.forget(nf.Name, "")
 			}
 		},
 	}); err != nil {
@@ -319,6 +384,9 @@ func (c *Controller) StartInformers(ctx context.Context) error {
 	c.leaseInformer.Start(ctx.Done())
 	c.idInformer.Start(ctx.Done())
 	c.nfInformer.Start(ctx.Done())
+	if c.reportInformer != nil {
+		c.reportInformer.Start(ctx.Done())
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("informer caches did not sync")
 	}

@@ -104,7 +104,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 // memory; it reports whether there is anything new to record.
 func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, plan fencer.Plan, step fencer.Step) (bool, error) {
 	a := lastAttempt(nf)
-	ev := c.caller.call(ctx, step, node, c.currentEpoch(), a.Deadline.Time)
+	ev := c.callStep(ctx, nf, node, step, a.Deadline.Time)
 	if step.Kind == fencer.DoFence {
 		c.pause.at(PauseAfterFenceCall)
 	}
@@ -128,6 +128,15 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 		return false, nil
 	}
 	return true, nil
+}
+
+// callStep carries out a DoFence or DoVerify step of nf: a call to its agent, or for a
+// watchdog level, the controller's own check.
+func (c *Controller) callStep(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, step fencer.Step, deadline time.Time) fencer.Event {
+	if step.Agent == v1alpha1.WatchdogAgent {
+		return c.watchdogEvent(nf, node, step)
+	}
+	return c.caller.call(ctx, step, node, c.currentEpoch(), deadline)
 }
 
 // callRecord describes the Fence call step is about to send; a re-issue (the outcome of

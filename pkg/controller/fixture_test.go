@@ -89,6 +89,8 @@ type fixture struct {
 	bmc  *bmc
 	now  time.Time
 	rec  *record.FakeRecorder
+	// reports counts the node agent reports given (their resourceVersions).
+	reports int
 }
 
 // fixtureConfig has one agent, ipmi, whose target is the node's "bmc" annotation, and

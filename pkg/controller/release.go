@@ -132,7 +132,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 	var reads []string
 	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
 		step := fencer.Step{Kind: fencer.DoVerify, Level: at.Level, Agent: at.Agent, Try: at.Try}
-		ev := c.caller.call(ctx, step, node, c.currentEpoch(), c.now().Add(time.Minute))
+		ev := c.callStep(ctx, nf, node, step, c.now().Add(time.Minute))
 		if ev.Err != nil || ev.State != fencer.StateFenced {
 			msg := fmt.Sprintf("pods %v were bound to the node after its release and are left alone: agent %s does not read the fence back (state %q, error %v)",
 				late, at.Agent, ev.State, ev.Err)

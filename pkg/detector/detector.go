@@ -340,3 +340,18 @@ func (d *Detector) observeNode(st *nodeState, node *corev1.Node, ready *corev1.N
 		st.bootID = b
 	}
 }
+
+// LastLife is when this process last saw node's kubelet at work: its Lease renewTime or
+// its Ready heartbeat change. Zero if neither was seen.
+func (d *Detector) LastLife(node string) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, ok := d.nodes[node]
+	if !ok {
+		return time.Time{}
+	}
+	if st.statusSeen.After(st.renewalSeen) {
+		return st.statusSeen
+	}
+	return st.renewalSeen
+}

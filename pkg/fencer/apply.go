@@ -24,6 +24,10 @@ const (
 	// Skipped: the agent is known to be down (a remote agent failing its health checks);
 	// its attempt fails at once, without retries, so the level escalates.
 	Skipped EventKind = "Skipped"
+	// Contradicted: the target showed life after it must have been fenced (a watchdog
+	// level's node, seen alive past its reset); the attempt fails at once, whatever its
+	// deadline and without retries (trying again cannot help), with Evidence as its error.
+	Contradicted EventKind = "Contradicted"
 )
 
 // givenUp reports whether a failed attempt ends its agent's part in the level: after its
@@ -132,6 +136,8 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 		// state for a moment, and a failed read proves nothing either way.
 	case Skipped:
 		fail(plugin.KindAgentDown, ev.Err.Error())
+	case Contradicted:
+		fail(plugin.KindPermanent, "contradicted: "+ev.Evidence)
 	case Expired:
 		last, kind := a.PowerState, plugin.KindTimeout
 		if last == "" {

@@ -44,6 +44,9 @@ func PlanFor(p *v1alpha1.Policy, poll time.Duration) Plan {
 	plan := Plan{PollInterval: poll}
 	for _, l := range p.Levels {
 		lv := Level{Agents: l.Agents, Mode: l.Mode, Timeout: l.Timeout.Duration, Backoff: l.Backoff.Duration}
+		if l.Watchdog {
+			lv.Agents = []string{v1alpha1.WatchdogAgent}
+		}
 		if l.Retries != nil {
 			lv.Retries = *l.Retries
 		}

@@ -125,6 +125,8 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- $cfg := dict "apiVersion" "config.kubefence.io/v1alpha1" "kind" "FenceControllerConfiguration" "pluginDir" .Values.pluginDir "leaderElection" $le "agents" $agents "policies" .Values.policies -}}
 {{- with .Values.config.detection }}{{ $_ := set $cfg "detection" . }}{{ end -}}
 {{- with .Values.config.history }}{{ $_ := set $cfg "history" . }}{{ end -}}
+{{- /* The controller counts on the node agents' isolation: the chart's one value sets both. */ -}}
+{{- $_ := set $cfg "watchdog" (merge (deepCopy (.Values.config.watchdog | default dict)) (dict "isolation" .Values.nodeAgent.isolation)) -}}
 {{- if .Values.config.paused }}{{ $_ := set $cfg "paused" true }}{{ end -}}
 {{- if .Values.config.dryRun }}{{ $_ := set $cfg "dryRun" true }}{{ end -}}
 {{- toYaml $cfg -}}

@@ -17,19 +17,22 @@ import (
 // narrow enough to catch a unit slip (292 years, a 1ns timeout, a million retries).
 // docs/configuration.md lists them.
 const (
-	MinCallTimeout    = 100 * time.Millisecond
-	MaxCallTimeout    = time.Hour
-	MaxDetection      = time.Hour
-	MaxFlapWindow     = 24 * time.Hour
-	MaxCooldown       = 7 * 24 * time.Hour
-	MaxBackoff        = 10 * time.Minute
-	MaxLeaderTiming   = 10 * time.Minute
-	MaxLevelRetries   = 20
-	MaxFlapThreshold  = 100
-	MaxConcurrent     = 10000
-	MaxFencesPerMin   = 1000
-	MaxHistoryAge     = 365 * 24 * time.Hour
-	MaxHistoryPerNode = 1000
+	MinCallTimeout = 100 * time.Millisecond
+	MaxCallTimeout = time.Hour
+	// MaxWatchdogIsolation bounds watchdog.isolation: a node cut off for longer is
+	// counted on to reset itself only after it.
+	MaxWatchdogIsolation = 10 * time.Minute
+	MaxDetection         = time.Hour
+	MaxFlapWindow        = 24 * time.Hour
+	MaxCooldown          = 7 * 24 * time.Hour
+	MaxBackoff           = 10 * time.Minute
+	MaxLeaderTiming      = 10 * time.Minute
+	MaxLevelRetries      = 20
+	MaxFlapThreshold     = 100
+	MaxConcurrent        = 10000
+	MaxFencesPerMin      = 1000
+	MaxHistoryAge        = 365 * 24 * time.Hour
+	MaxHistoryPerNode    = 1000
 	// MaxLevels and MaxLevelAgents keep an incident's attempts (levels x agents x
 	// (MaxLevelRetries+1), at most 2,100) well inside the NodeFence CRD's 5,000.
 	MaxLevels      = 10

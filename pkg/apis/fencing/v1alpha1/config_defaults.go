@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"time"
@@ -31,7 +32,14 @@ const (
 	DefaultCooldown           = 10 * time.Minute
 	DefaultMinWait            = 5 * time.Second
 	DefaultExcludeLabel       = "fencing.kubefence.io/exclude"
+	// The node agents' default --isolation, and how old an armed report may be.
+	DefaultWatchdogIsolation    = 10 * time.Second
+	DefaultWatchdogReportMaxAge = 2 * time.Minute
 )
+
+// WatchdogAgent names the attempts of a watchdog level (Level.Watchdog), where an agent's
+// name would be; no agent may be called so.
+const WatchdogAgent = "watchdog"
 
 func defaultBool(b **bool, v bool) {
 	if *b == nil {
@@ -73,6 +81,11 @@ func (c *Config) Default() {
 	defaultDuration(&c.History.MaxAge, DefaultHistoryMaxAge)
 	if c.History.KeepPerNode == 0 {
 		c.History.KeepPerNode = DefaultHistoryKeepPerNode
+	}
+	defaultDuration(&c.Watchdog.Isolation, DefaultWatchdogIsolation)
+	defaultDuration(&c.Watchdog.ReportMaxAge, DefaultWatchdogReportMaxAge)
+	if c.Watchdog.Namespace == "" {
+		c.Watchdog.Namespace = le.Namespace
 	}
 	for i := range c.Agents {
 		defaultDuration(&c.Agents[i].Timeout, DefaultAgentTimeout)
@@ -149,9 +162,19 @@ func (c *Config) Validate() field.ErrorList {
 	h := field.NewPath("history")
 	errs = append(errs, within(h.Child("maxAge"), c.History.MaxAge, time.Hour, MaxHistoryAge)...)
 	errs = append(errs, intWithin(h.Child("keepPerNode"), int64(c.History.KeepPerNode), 1, MaxHistoryPerNode)...)
+	w := field.NewPath("watchdog")
+	errs = append(errs, within(w.Child("isolation"), c.Watchdog.Isolation, time.Second, MaxWatchdogIsolation)...)
+	errs = append(errs, within(w.Child("reportMaxAge"), c.Watchdog.ReportMaxAge, time.Second, time.Hour)...)
+	// The default is leaderElection.namespace, checked there.
+	if msgs := validation.IsDNS1123Label(c.Watchdog.Namespace); len(msgs) > 0 && c.Watchdog.Namespace != c.LeaderElection.Namespace {
+		errs = append(errs, field.Invalid(w.Child("namespace"), c.Watchdog.Namespace, strings.Join(msgs, "; ")))
+	}
 	agents := map[string]bool{}
 	for i, a := range c.Agents {
 		p := field.NewPath("agents").Index(i)
+		if a.Name == WatchdogAgent {
+			errs = append(errs, field.Invalid(p.Child("name"), a.Name, "reserved: the attempts of a watchdog level carry it"))
+		}
 		if agents[a.Name] {
 			errs = append(errs, field.Duplicate(p.Child("name"), a.Name))
 		}
@@ -169,6 +192,12 @@ func (c *Config) Validate() field.ErrorList {
 		}
 		names[pol.Name] = true
 		errs = append(errs, pol.validate(p, agents)...)
+		for j, l := range pol.Levels {
+			if l.Watchdog && l.Timeout.Duration <= c.Watchdog.Isolation.Duration {
+				errs = append(errs, field.Invalid(p.Child("levels").Index(j).Child("timeout"), l.Timeout.Duration.String(),
+					fmt.Sprintf("a watchdog level waits isolation (%s) + 2 × the watchdog's timeout: its timeout must be longer", c.Watchdog.Isolation.Duration)))
+			}
+		}
 	}
 	return errs
 }
@@ -331,8 +360,11 @@ func (b *Budget) validate(p *field.Path) field.ErrorList {
 
 func (l *Level) validate(p *field.Path, agents map[string]bool) field.ErrorList {
 	var errs field.ErrorList
-	if len(l.Agents) == 0 {
-		errs = append(errs, field.Required(p.Child("agents"), "at least one agent"))
+	switch {
+	case l.Watchdog && len(l.Agents) > 0:
+		errs = append(errs, field.Invalid(p.Child("agents"), l.Agents, "a watchdog level calls no agent: put the agents in a level of their own"))
+	case !l.Watchdog && len(l.Agents) == 0:
+		errs = append(errs, field.Required(p.Child("agents"), "at least one agent, or watchdog: true"))
 	}
 	if len(l.Agents) > MaxLevelAgents {
 		errs = append(errs, field.TooMany(p.Child("agents"), len(l.Agents), MaxLevelAgents))

@@ -30,6 +30,25 @@ type Config struct {
 	DryRun bool `json:"dryRun,omitempty"`
 	// History says how long the incidents the controller opened are kept once they ended.
 	History History `json:"history,omitempty"`
+	// Watchdog says how the controller counts on the node agents' watchdogs, for levels
+	// with watchdog: true (docs/safety-model.md, section 9).
+	Watchdog WatchdogConfig `json:"watchdog,omitempty"`
+}
+
+// WatchdogConfig is what the controller needs to know of the node agents (fence-node-agent)
+// to count a node fenced through its own watchdog.
+type WatchdogConfig struct {
+	// Isolation is the longest --isolation of the node agents: a node cut off from the
+	// API server and its peers for that long stops feeding its watchdog. A report of a
+	// longer one makes its node ineligible. From 1s to 10m; default 10s.
+	Isolation metav1.Duration `json:"isolation,omitempty"`
+	// ReportMaxAge is how old the last report of an armed watchdog may be when an
+	// incident starts fencing; at least twice the agents' --report-interval. From 1s to
+	// 1h; default 2m.
+	ReportMaxAge metav1.Duration `json:"reportMaxAge,omitempty"`
+	// Namespace holds the agents' report Leases; default: leaderElection.namespace, the
+	// release namespace in the chart.
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // History is the retention of ended incidents, as a Job's TTL: the leader deletes an
@@ -221,8 +240,14 @@ type Policy struct {
 
 // Level is one fencing level: a set of agents tried together.
 type Level struct {
-	// Agents are names from Config.Agents; at most 10.
-	Agents []string `json:"agents"`
+	// Agents are names from Config.Agents; at most 10. Empty for a watchdog level.
+	Agents []string `json:"agents,omitempty"`
+	// Watchdog makes this the node's own watchdog level: no agent is called, and the node
+	// counts as fenced once it must have reset (docs/safety-model.md, section 9). Only a
+	// node whose agent reported an armed watchdog shortly before qualifies; for any other
+	// the level fails at once, saying why. Its timeout must leave room for the wait:
+	// isolation + 2 × the watchdog's timeout, and the reports' latency.
+	Watchdog bool `json:"watchdog,omitempty"`
 	// Mode is all (default: every agent must verify) or any (one suffices).
 	Mode LevelMode `json:"mode,omitempty"`
 	// Timeout bounds one try of this level, from the Fence call to a verified state. From
