@@ -157,7 +157,7 @@ func admissionGVR(resource string) schema.GroupVersionResource {
 func applyAdmissionPolicies(t *testing.T, ctx context.Context, c *Cluster) {
 	t.Helper()
 	var policies []*unstructured.Unstructured
-	for _, obj := range renderedObjects(t) {
+	for _, obj := range renderedObjects(t, renderedManifests) {
 		if strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy") {
 			policies = append(policies, obj)
 		}

@@ -218,6 +218,21 @@ type Evidence struct {
 	Taints map[string][]string
 	// Final is each node's newest incident at the end, if any.
 	Final map[string]*v1alpha1.NodeFence
+	// Resets are when each node's watchdog reset its machine; Halts when the simulation
+	// killed a machine without its BMC (NodeAgents).
+	Resets, Halts map[string][]time.Time
+}
+
+// downBefore reports whether one of times is before t: the machine stopped then (a reset
+// or a halt stops every container; a reset machine's kubelet stays cut off in the
+// scenarios that partition it).
+func downBefore(times []time.Time, t time.Time) bool {
+	for _, at := range times {
+		if at.Before(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // Check returns every violated invariant.
@@ -273,10 +288,10 @@ func (m *Monitor) checkReleases(ev Evidence) []string {
 		if s.Node == "" || !releaseKinds[s.Kind] {
 			continue
 		}
-		if poweredOffAt(ev.Power[s.Node], s.At) || m.CutAt(s.Node, s.At) {
+		if poweredOffAt(ev.Power[s.Node], s.At) || m.CutAt(s.Node, s.At) || downBefore(ev.Resets[s.Node], s.At) || downBefore(ev.Halts[s.Node], s.At) {
 			continue
 		}
-		v = append(v, fmt.Sprintf("released while the node could still run: %s %s of node %s at %s; its BMC had not logged power off and its storage was not cut",
+		v = append(v, fmt.Sprintf("released while the node could still run: %s %s of node %s at %s; its BMC had not logged power off, its storage was not cut, and it was neither reset by its watchdog nor halted",
 			s.Kind, s.Object, s.Node, s.At.Format(time.RFC3339Nano)))
 	}
 	return v
@@ -318,6 +333,9 @@ func (m *Monitor) checkHealthy(ev Evidence) []string {
 			continue
 		}
 		v = append(v, CheckUntouched(ev.Seen, name, ev.Power[name])...)
+		for _, at := range ev.Resets[name] {
+			v = append(v, fmt.Sprintf("healthy node %s: reset by its watchdog at %s", name, at.Format(time.RFC3339Nano)))
+		}
 		m.mu.Lock()
 		if len(m.cut[name]) > 0 {
 			v = append(v, fmt.Sprintf("healthy node %s: cut from its storage at %s", name, m.cut[name][0].From.Format(time.RFC3339Nano)))

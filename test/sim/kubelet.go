@@ -84,14 +84,36 @@ func (n *Node) Crash() {
 
 // Restart brings the kubelet back as after a power cycle: a new bootID and no running
 // containers. A node that is powered off stays dead until its power returns.
-func (n *Node) Restart() {
+func (n *Node) Restart() { n.rebootNow(false, "kubelet restarted") }
+
+// Reset is a watchdog resetting the machine: every container stops and it boots anew (a
+// new bootID). A kubelet that was cut off stays cut off (the partition outlives the
+// reset); one that ran comes back on the new boot.
+func (n *Node) Reset() { n.rebootNow(true, "reset by its watchdog") }
+
+// rebootNow boots the node anew; keepCut leaves a crashed kubelet crashed.
+func (n *Node) rebootNow(keepCut bool, what string) {
 	n.tickMu.Lock()
 	n.mu.Lock()
+	crashed := n.crashed
 	n.reboot()
+	n.crashed = crashed && keepCut
 	n.mu.Unlock()
 	n.tickMu.Unlock()
-	n.c.logf("sim: node %s: kubelet restarted, bootID %s", n.Name(), n.BootID())
+	n.c.logf("sim: node %s: %s, bootID %s", n.Name(), what, n.BootID())
 	signal(n.kick)
+}
+
+// Halt is the machine dying without its BMC's doing (its power domain failed): every
+// container stops and the kubelet with them, whatever the BMC says.
+func (n *Node) Halt() {
+	n.tickMu.Lock()
+	n.mu.Lock()
+	n.crashed = true
+	n.running = map[types.UID]string{}
+	n.mu.Unlock()
+	n.tickMu.Unlock()
+	n.c.logf("sim: node %s: halted", n.Name())
 }
 
 // PoweredOff reports whether the node's last power reading was off: its machine is down.

@@ -117,7 +117,7 @@ func serviceAccountToken(t *testing.T, ctx context.Context, c *Cluster, name str
 // deploy/manifests, so that this test checks what users install.
 func createRenderedMetricsReader(t *testing.T, ctx context.Context, c *Cluster) {
 	t.Helper()
-	for _, o := range renderedObjects(t) {
+	for _, o := range renderedObjects(t, renderedManifests) {
 		if o.GetKind() != "ClusterRole" || o.GetName() != renderedMetricsReader {
 			continue
 		}

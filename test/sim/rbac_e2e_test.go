@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -34,6 +35,7 @@ import (
 // What the chart renders (deploy/manifests, `make manifests`) for release kubefence.
 const (
 	renderedManifests     = "deploy/manifests/kubefence.yaml"
+	renderedAgentManifest = "deploy/manifests/node-agent.yaml"
 	renderedSA            = "kubefence"
 	renderedConfigMap     = "kubefence-config"
 	rbacTestFieldManager  = "kubefence-rbac-e2e"
@@ -58,11 +60,11 @@ func TestRenderedRBACFencesAndNothingMore(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	docs := renderedObjects(t)
+	docs := renderedObjects(t, renderedManifests)
 	h := rbacHarness(t, ctx)
 	c := h.Cluster
 
-	if err := applyServerSide(ctx, c, docs); err != nil {
+	if err := applyServerSide(ctx, c, docs, appliedKinds); err != nil {
 		t.Fatal(err)
 	}
 	kubeconfig := serviceAccountKubeconfig(t, ctx, c)
@@ -151,14 +153,14 @@ func rbacHarness(t *testing.T, ctx context.Context) *Harness {
 	return h
 }
 
-// renderedObjects decodes every document of the rendered manifests.
-func renderedObjects(t *testing.T) []*unstructured.Unstructured {
+// renderedObjects decodes every document of a rendered file (relative to the module).
+func renderedObjects(t *testing.T, file string) []*unstructured.Unstructured {
 	t.Helper()
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(root, renderedManifests))
+	data, err := os.ReadFile(filepath.Join(root, file))
 	if err != nil {
 		t.Fatalf("%v (run make manifests)", err)
 	}
@@ -175,9 +177,9 @@ func renderedObjects(t *testing.T) []*unstructured.Unstructured {
 	return objs
 }
 
-// applyServerSide applies the identity, permission and CRD objects with server-side
-// apply, CRDs first, and waits until NodeFences can be listed.
-func applyServerSide(ctx context.Context, c *Cluster, objs []*unstructured.Unstructured) error {
+// applyServerSide applies the objects of the given kinds with server-side apply, CRDs
+// first, and waits until NodeFences can be listed.
+func applyServerSide(ctx context.Context, c *Cluster, objs []*unstructured.Unstructured, kinds map[string]bool) error {
 	dyn, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		return err
@@ -190,7 +192,7 @@ func applyServerSide(ctx context.Context, c *Cluster, objs []*unstructured.Unstr
 	applied := 0
 	for _, first := range []bool{true, false} {
 		for _, obj := range objs {
-			if !appliedKinds[obj.GetKind()] || (obj.GetKind() == "CustomResourceDefinition") != first {
+			if !kinds[obj.GetKind()] || (obj.GetKind() == "CustomResourceDefinition") != first {
 				continue
 			}
 			gvk := obj.GroupVersionKind()
@@ -211,8 +213,8 @@ func applyServerSide(ctx context.Context, c *Cluster, objs []*unstructured.Unstr
 			applied++
 		}
 	}
-	if applied < len(appliedKinds) {
-		return fmt.Errorf("rendered manifests hold %d identity, RBAC and CRD objects, want at least %d", applied, len(appliedKinds))
+	if applied < len(kinds) {
+		return fmt.Errorf("rendered manifests hold %d objects of the kinds %v, want at least %d", applied, slices.Sorted(maps.Keys(kinds)), len(kinds))
 	}
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := dyn.Resource(v1alpha1.NodeFenceResource).List(ctx, metav1.ListOptions{Limit: 1})

@@ -49,6 +49,22 @@ type Scenario struct {
 	Expect Expect `json:"expect"`
 	// Timeout bounds the whole scenario after the cluster is up; default 3m.
 	Timeout Duration `json:"timeout,omitzero"`
+	// NodeAgents, when set, runs fence-node-agent on every node (NodeAgents), and sets
+	// the controller's watchdog.isolation to theirs.
+	NodeAgents *NodeAgentsSpec `json:"nodeAgents,omitempty"`
+}
+
+// NodeAgentsSpec are the node agents' settings.
+type NodeAgentsSpec struct {
+	// WatchdogTimeout is each emulated watchdog's countdown; default 5s.
+	WatchdogTimeout Duration `json:"watchdogTimeout,omitzero"`
+	// Isolation and ReadInterval are the agents' flags; default 2s and 500ms.
+	Isolation    Duration `json:"isolation,omitzero"`
+	ReadInterval Duration `json:"readInterval,omitzero"`
+	// Unarmed are the nodes ("node-N" or "@pod") whose agent runs without a watchdog.
+	Unarmed []string `json:"unarmed,omitempty"`
+	// Peers makes the agents answer each other; a partition cuts a node from its peers too.
+	Peers bool `json:"peers,omitempty"`
 }
 
 // StatefulSetSpec is the workload the scenario protects.
@@ -122,6 +138,8 @@ type Expect struct {
 type IncidentExpect struct {
 	Node  string `json:"node"`
 	Phase string `json:"phase"`
+	// Message, when set, must be part of the incident's status.message.
+	Message string `json:"message,omitempty"`
 }
 
 // Duration is a time.Duration written as "5s" in YAML.
@@ -158,6 +176,9 @@ const (
 	ActRestartAPIServer = "restartAPIServer" // stop kube-apiserver, DownFor later start it again
 	ActReleaseEarly     = "releaseEarly"     // planted bug: release the node's pods and volumes now
 	ActIgnoreBMC        = "ignoreBMC"        // planted bug: the machine keeps running whatever its BMC says
+	ActCrash            = "crash"            // the machine dies without its BMC (needs nodeAgents)
+	ActRollNodeAgents   = "rollNodeAgents"   // every node agent ends (SIGTERM) and starts again, as a DaemonSet rollout
+	ActKillNodeAgents   = "killNodeAgents"   // every node agent is SIGKILLed and starts again
 	// ActRestartControllers terminates every live replica, as a rollout or an upgrade does;
 	// each is started again a second later (a new process with fresh clocks).
 	ActRestartControllers = "restartControllers"
@@ -166,12 +187,12 @@ const (
 // nodeActions act on the nodes a step names (node, nodes or zone); without one they would
 // do nothing and a scenario would pass without testing anything.
 var nodeActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
-	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActReleaseEarly: true, ActIgnoreBMC: true}
+	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActReleaseEarly: true, ActIgnoreBMC: true, ActCrash: true}
 
 var knownActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActKillLeader: true, ActPauseLeader: true,
 	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true,
-	ActRestartControllers: true}
+	ActRestartControllers: true, ActCrash: true, ActRollNodeAgents: true, ActKillNodeAgents: true}
 
 // Profiles.
 const (
@@ -240,6 +261,13 @@ func (sc *Scenario) setDefaults() {
 	if sc.Expect.Within.Duration == 0 {
 		sc.Expect.Within.Duration = 2 * time.Minute
 	}
+	if a := sc.NodeAgents; a != nil {
+		for d, v := range map[*Duration]time.Duration{&a.WatchdogTimeout: 5 * time.Second, &a.Isolation: 2 * time.Second, &a.ReadInterval: 500 * time.Millisecond} {
+			if d.Duration == 0 {
+				d.Duration = v
+			}
+		}
+	}
 }
 
 // Validate returns every problem of the scenario, each naming its field.
@@ -286,6 +314,9 @@ func (sc *Scenario) Validate() error {
 		if st.Zone != "" && sc.Zones[st.Zone] == nil {
 			add("steps[%d].zone: %q is not in zones", i, st.Zone)
 		}
+		if (st.Action == ActCrash || st.Action == ActRollNodeAgents || st.Action == ActKillNodeAgents) && sc.NodeAgents == nil {
+			add("steps[%d]: %s needs nodeAgents", i, st.Action)
+		}
 		if st.Action == ActFlap && (st.Count < 1 || st.Down.Duration <= 0 || st.Up.Duration <= 0) {
 			add("steps[%d]: flap needs count, down and up", i)
 		}
@@ -296,6 +327,16 @@ func (sc *Scenario) Validate() error {
 		}
 		if !validPhase(e.Phase) {
 			add("expect.incidents[%d].phase: unknown %q", i, e.Phase)
+		}
+	}
+	if a := sc.NodeAgents; a != nil {
+		for i, ref := range a.Unarmed {
+			if err := sc.checkRef(ref); err != nil {
+				add("nodeAgents.unarmed[%d]: %v", i, err)
+			}
+		}
+		if 3*a.ReadInterval.Duration > a.Isolation.Duration {
+			add("nodeAgents.readInterval: %s, want at most a third of isolation %s", a.ReadInterval.Duration, a.Isolation.Duration)
 		}
 	}
 	for ref := range sc.Expect.Levels {

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,8 +57,20 @@ func (r *runner) unmet(ctx context.Context) []string {
 	e := r.sc.Expect
 	var out []string
 	for _, ie := range e.Incidents {
-		if node := r.node(ie.Node); !r.seenPhase(node, ie.Phase) {
+		node := r.node(ie.Node)
+		if !r.seenPhase(node, ie.Phase) {
 			out = append(out, fmt.Sprintf("incident of %s never seen %s", node, ie.Phase))
+			continue
+		}
+		if ie.Message == "" {
+			continue
+		}
+		if incs, err := Incidents(ctx, r.h.Cluster, node); err != nil || len(incs) == 0 || !strings.Contains(incs[len(incs)-1].Status.Message, ie.Message) {
+			msg := "(none)"
+			if len(incs) > 0 {
+				msg = incs[len(incs)-1].Status.Message
+			}
+			out = append(out, fmt.Sprintf("incident of %s says %q, want it to say %q", node, msg, ie.Message))
 		}
 	}
 	for _, pod := range e.Moved {

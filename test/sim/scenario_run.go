@@ -83,14 +83,15 @@ func (r *Report) String() string {
 	return b.String()
 }
 
-// BuildScenarioBinaries builds the controller and the IPMI and iSCSI agents into dir.
+// BuildScenarioBinaries builds the controller, the IPMI and iSCSI agents and the node
+// agent into dir.
 func BuildScenarioBinaries(ctx context.Context, dir string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator),
-		"./cmd/fence-controller", "./cmd/fence-agent-ipmi", "./cmd/fence-agent-iscsi")
+		"./cmd/fence-controller", "./cmd/fence-agent-ipmi", "./cmd/fence-agent-iscsi", "./cmd/fence-node-agent")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build kubefence binaries: %w\n%s", err, out)
@@ -106,6 +107,7 @@ type runner struct {
 	storage *Storage
 	rec     *Recorder
 	mon     *Monitor
+	agents  *NodeAgents // nil without nodeAgents
 	report  *Report
 	t0      time.Time
 
@@ -144,6 +146,9 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (rep *Report, 
 		if r.mon != nil {
 			r.mon.Wait()
 		}
+		if r.agents != nil {
+			r.agents.Stop()
+		}
 		r.report.Leftover = append(r.report.Leftover, r.stop(pids)...)
 	}()
 	if err != nil {
@@ -160,6 +165,9 @@ func RunScenario(ctx context.Context, sc *Scenario, o RunOptions) (rep *Report, 
 	ev, err := GatherEvidence(runCtx, r.h, r.rec, r.disturbed)
 	if err != nil {
 		return r.report, fmt.Errorf("gather evidence: %w", err)
+	}
+	if r.agents != nil {
+		ev.Resets, ev.Halts = r.agents.Resets(), r.agents.Halts()
 	}
 	r.report.Violations = r.mon.Check(ev)
 	return r.report, nil
@@ -225,6 +233,20 @@ func (r *runner) start(ctx context.Context) (func() map[string]int, error) {
 			return pids, err
 		}
 		r.podNode[pod] = node
+	}
+	if a := r.sc.NodeAgents; a != nil {
+		unarmed := map[string]bool{}
+		for _, ref := range a.Unarmed {
+			unarmed[r.node(ref)] = true
+		}
+		r.agents, err = StartNodeAgents(ctx, h, NodeAgentOptions{Bin: filepath.Join(r.o.BinDir, "fence-node-agent"),
+			Isolation: a.Isolation.Duration, ReadInterval: a.ReadInterval.Duration, WatchdogTimeout: a.WatchdogTimeout.Duration, Unarmed: unarmed, Peers: a.Peers})
+		if err != nil {
+			return pids, err
+		}
+		if err := r.agents.WaitReports(ctx, time.Minute); err != nil {
+			return pids, err
+		}
 	}
 	if r.rec, err = NewRecorder(ctx, h.Cluster); err != nil {
 		return pids, err
@@ -310,6 +332,9 @@ func (r *runner) adjustConfig(c *v1alpha1.Config) error {
 		c.Agents = append(c.Agents, v1alpha1.Agent{Name: iscsiAgent, SHA256: sum,
 			Params: map[string]string{"backend": "tgt", "controlPort": fmt.Sprint(r.storage.Server.ControlPort())},
 			Target: v1alpha1.TargetSource{Annotation: InitiatorKey}})
+	}
+	if a := r.sc.NodeAgents; a != nil {
+		c.Watchdog.Isolation = metav1.Duration{Duration: a.Isolation.Duration}
 	}
 	if len(r.sc.Config) == 0 && len(r.sc.Policy) == 0 {
 		return nil

@@ -210,7 +210,7 @@ func (r *runner) act(ctx context.Context, st Step) error {
 	r.logf("%s %v", st.Action, nodes)
 	c := r.h.Cluster
 	switch st.Action {
-	case ActPartition, ActPowerLoss, ActFlap:
+	case ActPartition, ActPowerLoss, ActFlap, ActCrash:
 		for _, n := range nodes {
 			r.mu.Lock()
 			r.disturbed[n] = true
@@ -221,6 +221,19 @@ func (r *runner) act(ctx context.Context, st Step) error {
 	case ActPartition:
 		for _, n := range nodes {
 			c.Node(n).Crash()
+			if r.agents != nil {
+				r.agents.Cut(n)
+			}
+		}
+	case ActCrash:
+		for _, n := range nodes {
+			r.agents.Halt(n)
+		}
+	case ActRollNodeAgents, ActKillNodeAgents:
+		for _, n := range r.h.Cluster.Nodes() {
+			if err := r.agents.Restart(n.Name(), st.Action == ActKillNodeAgents); err != nil {
+				return err
+			}
 		}
 	case ActPowerLoss:
 		for _, n := range nodes {

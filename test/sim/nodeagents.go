@@ -1,0 +1,369 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubefence/kubefence/pkg/nodeagent"
+	"github.com/kubefence/kubefence/pkg/watchdog"
+)
+
+// NodeAgentOptions are the node agents' settings in the simulation.
+type NodeAgentOptions struct {
+	// Bin is the fence-node-agent binary.
+	Bin string
+	// Isolation, ReadInterval and WatchdogTimeout are the agents' flags.
+	Isolation, ReadInterval, WatchdogTimeout time.Duration
+	// Unarmed are the nodes whose agent runs without a watchdog.
+	Unarmed map[string]bool
+	// Peers makes the agents answer each other (--peer-bind-address), through a switch
+	// that a partition cuts.
+	Peers bool
+}
+
+// NodeAgents are fence-node-agent processes, one per simulated node, each reaching the
+// API server through a link of its own (Cut is the node's network partition) and feeding
+// an emulated watchdog that resets its machine (Node.Reset, and the agent's process
+// dies) when it is not fed in time: what a real watchdog does, without touching this
+// machine's.
+type NodeAgents struct {
+	h      *Harness
+	o      NodeAgentOptions
+	agents map[string]*simAgent
+	sw     *peerSwitch // nil without peers
+	key    string      // the peers' key file
+
+	mu     sync.Mutex
+	resets map[string][]time.Time // watchdog resets
+	halts  map[string][]time.Time // machines that died by the simulation's hand
+}
+
+type simAgent struct {
+	node   string
+	dir    string
+	args   []string
+	proc   *process
+	emu    *watchdog.Emulator
+	link   *apiLink
+	halted bool // guarded by NodeAgents.mu: a dead machine's watchdog resets nothing
+}
+
+// StartNodeAgents starts an agent on every node of h.
+func StartNodeAgents(ctx context.Context, h *Harness, o NodeAgentOptions) (*NodeAgents, error) {
+	a := &NodeAgents{h: h, o: o, agents: map[string]*simAgent{}, resets: map[string][]time.Time{}, halts: map[string][]time.Time{}}
+	if o.Peers {
+		a.sw = newPeerSwitch()
+		a.key = filepath.Join(h.dir, "node-agent-peer.key")
+		if err := os.WriteFile(a.key, []byte(newBootID()[:32]), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	target, err := url.Parse(h.Cluster.Config.Host)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range h.Cluster.Nodes() {
+		if err := a.start(n, target.Host); err != nil {
+			a.Stop()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *NodeAgents) start(n *Node, apiserver string) error {
+	dir := filepath.Join(a.h.dir, "node-agent-"+n.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	s := &simAgent{node: n.Name()}
+	a.agents[n.Name()] = s
+	var err error
+	if s.link, err = startLink("127.0.0.1:0", apiserver); err != nil {
+		return err
+	}
+	kubeconfig, err := a.kubeconfig(dir, "https://"+s.link.Addr())
+	if err != nil {
+		return err
+	}
+	boot := filepath.Join(dir, "boot_id")
+	if err := os.WriteFile(boot, []byte(n.BootID()+"\n"), 0o644); err != nil {
+		return err
+	}
+	args := []string{"--kubeconfig", kubeconfig, "--node-name", n.Name(), "--namespace", ControllerNamespace,
+		"--boot-id-file", boot, "--isolation", a.o.Isolation.String(), "--read-interval", a.o.ReadInterval.String(),
+		"--report-interval", "10s", "--health-probe-bind-address", "127.0.0.1:0", "--v", "2"}
+	if a.sw != nil {
+		port, err := freePeerPort()
+		if err != nil {
+			return err
+		}
+		relay, err := a.sw.relay(n.Name(), port)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--peer-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--peer-advertise-address", relay, "--peer-key-file", a.key)
+	}
+	if !a.o.Unarmed[n.Name()] {
+		s.emu = &watchdog.Emulator{Path: filepath.Join(dir, "watchdog.sock"), Expired: func() { a.reset(n) }}
+		if err := s.emu.Start(); err != nil {
+			return err
+		}
+		args = append(args, "--watchdog", "unix:"+s.emu.Path, "--watchdog-timeout", a.o.WatchdogTimeout.String())
+	}
+	s.dir, s.args = dir, args
+	return a.run(s)
+}
+
+func (a *NodeAgents) run(s *simAgent) error {
+	p, err := startProcess(s.dir, "node-agent-"+s.node, a.o.Bin, s.args)
+	if err != nil {
+		return err
+	}
+	a.h.track(p)
+	a.mu.Lock()
+	s.proc = p
+	a.mu.Unlock()
+	return nil
+}
+
+// Restart ends node's agent, with SIGTERM (a rollout: the agent disarms its watchdog
+// if its node may live) or SIGKILL (a crash: the countdown runs on), and starts it again
+// at once, as the kubelet restarts a container.
+func (a *NodeAgents) Restart(node string, kill bool) error {
+	s := a.agents[node]
+	a.mu.Lock()
+	p := s.proc
+	a.mu.Unlock()
+	if kill {
+		if err := syscall.Kill(-p.pid(), syscall.SIGKILL); err != nil {
+			return err
+		}
+	}
+	if err := p.stop(10 * time.Second); err != nil {
+		return err
+	}
+	return a.run(s)
+}
+
+// kubeconfig is the harness's admin kubeconfig with server as the API server's address.
+func (a *NodeAgents) kubeconfig(dir, server string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(a.h.Cluster.Kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+		// The API server's certificate names 127.0.0.1, where the link listens too.
+		c.TLSServerName = ""
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// reset is the watchdog firing: the machine resets, and the agent with it.
+func (a *NodeAgents) reset(n *Node) {
+	a.mu.Lock()
+	s := a.agents[n.Name()]
+	if s.halted {
+		a.mu.Unlock()
+		return
+	}
+	a.resets[n.Name()] = append(a.resets[n.Name()], time.Now())
+	p := s.proc
+	a.mu.Unlock()
+	n.Reset()
+	_ = p.stop(0)
+}
+
+// Cut partitions node's agent from the API server and its peers: its connections drop
+// and new ones are refused.
+func (a *NodeAgents) Cut(node string) {
+	a.agents[node].link.Cut()
+	if a.sw != nil {
+		a.sw.Cut(node)
+	}
+}
+
+// Halt kills node's machine without its BMC's doing: the node stops, its agent dies
+// with it (SIGKILL, so the watchdog is not disarmed) and its watchdog has no power left
+// to reset anything.
+func (a *NodeAgents) Halt(node string) {
+	a.mu.Lock()
+	s := a.agents[node]
+	s.halted = true
+	a.halts[node] = append(a.halts[node], time.Now())
+	a.mu.Unlock()
+	a.h.Cluster.Node(node).Halt()
+	a.mu.Lock()
+	p := s.proc
+	a.mu.Unlock()
+	_ = p.stop(0)
+	a.Cut(node)
+}
+
+// Resets returns when each node's watchdog reset its machine.
+func (a *NodeAgents) Resets() map[string][]time.Time { return a.copyTimes(a.resets) }
+
+// Halts returns when each node's machine was halted.
+func (a *NodeAgents) Halts() map[string][]time.Time { return a.copyTimes(a.halts) }
+
+func (a *NodeAgents) copyTimes(m map[string][]time.Time) map[string][]time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string][]time.Time{}
+	for n, ts := range m {
+		out[n] = slices.Clone(ts)
+	}
+	return out
+}
+
+// WaitReports waits until every node's agent has reported, and every armed one has
+// reported its watchdog armed.
+func (a *NodeAgents) WaitReports(ctx context.Context, timeout time.Duration) error {
+	var missing string
+	err := pollUntil(ctx, 200*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
+		for name := range a.agents {
+			l, err := a.h.Cluster.Client.CoordinationV1().Leases(ControllerNamespace).Get(ctx, nodeagent.LeaseName(name), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				missing = "no report of " + name
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			r, err := nodeagent.Decode(l)
+			if err != nil {
+				return false, err
+			}
+			if !a.o.Unarmed[name] && !r.Watchdog.Armed {
+				missing = fmt.Sprintf("the watchdog of %s is not armed: %s", name, r.Watchdog.Stopped)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("node agents: %s: %w", missing, err)
+	}
+	return nil
+}
+
+// Stop stops every agent, emulated watchdog and link.
+func (a *NodeAgents) Stop() {
+	if a.sw != nil {
+		defer a.sw.Close()
+	}
+	for _, s := range a.agents {
+		a.mu.Lock()
+		p := s.proc
+		a.mu.Unlock()
+		if p != nil {
+			_ = p.stop(5 * time.Second)
+		}
+		if s.emu != nil {
+			_ = s.emu.Close()
+		}
+		if s.link != nil {
+			s.link.Close()
+		}
+	}
+}
+
+// apiLink is a TCP relay that Cut breaks for good: a node's path to the API server, and
+// the TCP side of its peer relay.
+type apiLink struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]bool
+}
+
+// startLink relays connections made to listen (host:port, port 0 for any) to target.
+func startLink(listen, target string) (*apiLink, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, err
+	}
+	l := &apiLink{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	go l.accept()
+	return l, nil
+}
+
+func (l *apiLink) Addr() string { return l.ln.Addr().String() }
+
+func (l *apiLink) accept() {
+	for {
+		in, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !l.track(in) {
+			_ = in.Close()
+			continue
+		}
+		out, err := net.Dial("tcp", l.target)
+		if err != nil || !l.track(out) {
+			_ = in.Close()
+			if out != nil {
+				_ = out.Close()
+			}
+			continue
+		}
+		go l.relay(in, out)
+		go l.relay(out, in)
+	}
+}
+
+func (l *apiLink) track(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cut {
+		return false
+	}
+	l.conns[c] = true
+	return true
+}
+
+// relay copies until either end closes (a cut closes both), then closes both.
+func (l *apiLink) relay(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+	l.mu.Lock()
+	delete(l.conns, dst)
+	delete(l.conns, src)
+	l.mu.Unlock()
+}
+
+// Cut drops every connection and refuses new ones.
+func (l *apiLink) Cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cut = true
+	for c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = map[net.Conn]bool{}
+}
+
+// Close cuts the link and stops listening.
+func (l *apiLink) Close() {
+	l.Cut()
+	_ = l.ln.Close()
+}

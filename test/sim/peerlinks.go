@@ -1,0 +1,182 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+)
+
+// peerSwitch carries the node agents' peer traffic in the simulation, so that a
+// partition cuts a node from its peers as well as from the API server. Every agent binds
+// its own port and advertises its relay's; a relay forwards UDP (memberlist's probes and
+// acks, the ones that count) from a socket per sender, so that answers find their way
+// back, and drops every datagram to or from a cut node. TCP (memberlist's state
+// exchange) goes through an apiLink, cut with the node; its answers never count.
+type peerSwitch struct {
+	mu     sync.Mutex
+	cut    map[string]bool
+	byPort map[int]string // an agent's bound UDP port → its node
+	relays []*peerRelay
+}
+
+func newPeerSwitch() *peerSwitch {
+	return &peerSwitch{cut: map[string]bool{}, byPort: map[int]string{}}
+}
+
+func (s *peerSwitch) isCut(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cut[node]
+}
+
+// Cut drops every datagram to or from node from now on, and its TCP connections.
+func (s *peerSwitch) Cut(node string) {
+	s.mu.Lock()
+	s.cut[node] = true
+	relays := slices.Clone(s.relays)
+	s.mu.Unlock()
+	for _, r := range relays {
+		if r.node == node {
+			r.tcp.Cut()
+		}
+	}
+}
+
+func (s *peerSwitch) nodeOf(addr *net.UDPAddr) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byPort[addr.Port]
+}
+
+// Close stops every relay.
+func (s *peerSwitch) Close() {
+	for _, r := range s.relays {
+		r.close()
+	}
+}
+
+// relay starts node's relay in front of its agent's port, and returns the relay's address.
+func (s *peerSwitch) relay(node string, agentPort int) (string, error) {
+	udp, tcp, err := listenPair(net.JoinHostPort("127.0.0.1", strconv.Itoa(agentPort)))
+	if err != nil {
+		return "", fmt.Errorf("peer relay for %s: %w", node, err)
+	}
+	r := &peerRelay{s: s, node: node, agent: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: agentPort},
+		udp: udp, tcp: tcp, nat: map[string]*net.UDPConn{}}
+	s.mu.Lock()
+	s.byPort[agentPort] = node
+	s.relays = append(s.relays, r)
+	s.mu.Unlock()
+	go r.serveUDP()
+	return udp.LocalAddr().String(), nil
+}
+
+type peerRelay struct {
+	s     *peerSwitch
+	node  string
+	agent *net.UDPAddr
+	udp   *net.UDPConn
+	tcp   *apiLink // refuses every connection once the node is cut
+
+	mu  sync.Mutex
+	nat map[string]*net.UDPConn // sender → the socket that talks to the agent for it
+}
+
+// blocked says whether a datagram between this node and from may not pass.
+func (r *peerRelay) blocked(from *net.UDPAddr) bool {
+	return r.s.isCut(r.node) || r.s.isCut(r.s.nodeOf(from))
+}
+
+func (r *peerRelay) serveUDP() {
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := r.udp.ReadFromUDP(buf)
+		if err != nil {
+			return
+		}
+		if r.blocked(from) {
+			continue
+		}
+		out, err := r.natFor(from)
+		if err != nil {
+			continue
+		}
+		_, _ = out.Write(buf[:n])
+	}
+}
+
+// natFor is the socket that carries from's datagrams to the agent, and the agent's
+// answers back to from.
+func (r *peerRelay) natFor(from *net.UDPAddr) (*net.UDPConn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.nat[from.String()]; ok {
+		return c, nil
+	}
+	c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, r.agent)
+	if err != nil {
+		return nil, err
+	}
+	r.nat[from.String()] = c
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if r.blocked(from) {
+				continue
+			}
+			_, _ = r.udp.WriteToUDP(buf[:n], from)
+		}
+	}()
+	return c, nil
+}
+
+func (r *peerRelay) close() {
+	_ = r.udp.Close()
+	r.tcp.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.nat {
+		_ = c.Close()
+	}
+}
+
+// listenPair binds a UDP socket and a TCP relay to target on one loopback port, as
+// memberlist's TCP shares its UDP port. A port free for UDP may be taken for TCP by
+// another test's process, so a clash picks another port; a clash every time is an error.
+func listenPair(target string) (*net.UDPConn, *apiLink, error) {
+	var last error
+	for range 20 {
+		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			return nil, nil, err
+		}
+		port := udp.LocalAddr().(*net.UDPAddr).Port
+		tcp, err := startLink(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), target)
+		if err == nil {
+			return udp, tcp, nil
+		}
+		_ = udp.Close()
+		last = err
+	}
+	return nil, nil, errors.Join(errors.New("no loopback port free for both UDP and TCP after 20 tries"), last)
+}
+
+// freePeerPort finds a loopback port free for both UDP and TCP, for an agent to bind its
+// memberlist to. The sockets close before the agent starts, so the port is only likely to
+// stay free; an agent that loses it exits, and the run fails with its log.
+func freePeerPort() (int, error) {
+	udp, tcp, err := listenPair("127.0.0.1:1")
+	if err != nil {
+		return 0, err
+	}
+	defer tcp.Close()
+	defer udp.Close()
+	return udp.LocalAddr().(*net.UDPAddr).Port, nil
+}
