@@ -67,11 +67,27 @@ type Peers struct {
 	mu      sync.Mutex
 	acks    map[string]time.Time
 	relayed map[string]relayed
+	stop    sync.Once
 }
 
 // StartPeers starts answering and probing; own says which nodes this agent's own reads
 // show the cluster wants fenced.
 func StartPeers(cfg PeerConfig, own func() []string, clk clock.PassiveClock) (*Peers, error) {
+	mc, err := memberlistConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}}
+	mc.Ping = pingDelegate{p}
+	if p.ml, err = createMemberlist(mc, cfg); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// memberlistConfig is the memberlist configuration every seat among the peers shares:
+// agents and the controller alike.
+func memberlistConfig(cfg PeerConfig) (*memberlist.Config, error) {
 	switch len(cfg.Key) {
 	case 16, 24, 32:
 	default:
@@ -80,7 +96,6 @@ func StartPeers(cfg PeerConfig, own func() []string, clk clock.PassiveClock) (*P
 	if cfg.ProbeInterval <= 0 {
 		return nil, fmt.Errorf("peer probe interval %s: must be positive", cfg.ProbeInterval)
 	}
-	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}}
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Node
 	mc.Label = "kubefence-node-agent"
@@ -94,14 +109,26 @@ func StartPeers(cfg PeerConfig, own func() []string, clk clock.PassiveClock) (*P
 	// Only an ack within the probe timeout is reported with its round trip, and so
 	// counts: at least 200ms, so that a loaded node's late answers still count.
 	mc.ProbeTimeout = min(500*time.Millisecond, max(200*time.Millisecond, cfg.ProbeInterval/2))
-	mc.Ping = pingDelegate{p}
+	// An agent restarted on another address (a pod IP that changed) takes its node's
+	// name back once the old one has been dead a moment.
+	mc.DeadNodeReclaimTime = 5 * cfg.ProbeInterval
+	// Lifeguard slows a member's probes up to eightfold while its own probes go
+	// unanswered (members dead or leaving): an agent would then probe each peer less
+	// often than isolation allows, and a node whose peers all live could stop feeding its
+	// watchdog in an API server outage. Twofold at most keeps every peer probed within
+	// isolation/2 where the probe interval is isolation/20 and there are fewer than ten
+	// members. A dead verdict, which the slowing guards against, decides nothing alone.
+	mc.AwarenessMaxMultiplier = 2
 	mc.LogOutput = klogWriter{}
+	return mc, nil
+}
+
+func createMemberlist(mc *memberlist.Config, cfg PeerConfig) (*memberlist.Memberlist, error) {
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		return nil, fmt.Errorf("peers on %s: %w", net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 	}
-	p.ml = ml
-	return p, nil
+	return ml, nil
 }
 
 // Addr is the address the other agents dial.
@@ -112,9 +139,11 @@ func (p *Peers) Addr() string {
 
 // Join asks the agents at addrs (host:port) that are not members yet to take this one
 // in; it blocks up to memberlist's stream timeout for each.
-func (p *Peers) Join(addrs map[string]string) {
+func (p *Peers) Join(addrs map[string]string) { join(p.ml, addrs) }
+
+func join(ml *memberlist.Memberlist, addrs map[string]string) {
 	known := map[string]bool{}
-	for _, m := range p.ml.Members() {
+	for _, m := range ml.Members() {
 		known[m.Name] = true
 	}
 	var todo []string
@@ -126,7 +155,7 @@ func (p *Peers) Join(addrs map[string]string) {
 	if len(todo) == 0 {
 		return
 	}
-	if n, err := p.ml.Join(todo); err != nil {
+	if n, err := ml.Join(todo); err != nil {
 		klog.V(2).InfoS("Joining peers", "joined", n, "asked", len(todo), "err", err)
 	}
 }
@@ -169,9 +198,15 @@ func (p *Peers) Forget(fenced []string, began time.Time) {
 }
 
 // Stop leaves the peers and stops answering.
-func (p *Peers) Stop() {
-	_ = p.ml.Leave(time.Second)
-	_ = p.ml.Shutdown()
+func (p *Peers) Stop() { p.stop.Do(func() { leave(p.ml) }) }
+
+// Crash stops answering without a goodbye, as a killed agent does: for tests.
+func (p *Peers) Crash() { p.stop.Do(func() { _ = p.ml.Shutdown() }) }
+
+// leave says goodbye, so that the others count the seat gone at once, and stops.
+func leave(ml *memberlist.Memberlist) {
+	_ = ml.Leave(time.Second)
+	_ = ml.Shutdown()
 }
 
 type pingDelegate struct{ p *Peers }
@@ -210,6 +245,7 @@ type klogWriter struct{}
 
 func (klogWriter) Write(b []byte) (int, error) {
 	klog.V(4).InfoS("memberlist", "line", string(b))
+
 	return len(b), nil
 }
 
