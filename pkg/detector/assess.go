@@ -20,7 +20,7 @@ type signal struct {
 }
 
 // assess turns the evidence into a health, ignoring flaps.
-func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter, floor time.Duration) Observation {
+func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter, floor time.Duration, heartbeats bool) Observation {
 	obs := Observation{Node: name, Health: Healthy, Undamped: Healthy, Reason: ReasonHealthy, BootID: st.bootID,
 		RenewalSeen: st.renewalSeen, RenewTime: st.renewTime, StatusSeen: st.statusSeen, Floor: floor}
 	var signals []signal
@@ -32,6 +32,9 @@ func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Ti
 			what: fmt.Sprintf("lease last renewed at %s (seen %s ago, threshold %s, evidence floor %s)",
 				st.renewTime.UTC().Format(time.RFC3339Nano), stale.Round(time.Millisecond), leaseAfter, floor),
 		})
+	}
+	if s, ok := heartbeatSignal(st, now, heartbeats); ok {
+		signals = append(signals, s)
 	}
 	if ready != nil && ready.Status != corev1.ConditionTrue {
 		after := readyAfter
@@ -77,6 +80,30 @@ func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Ti
 	}
 	obs.Undamped = obs.Health
 	return obs
+}
+
+// heartbeatSignal is the heartbeat evidence, when it is bad: the node's agent is gone from
+// its peers, a probe of its kubelet begun since then, since its last renewal seen and
+// within KubeletReprobe got no answer, and then, once its Lease has been silent for the
+// heartbeat floor, the node is unhealthy. Without a measured cadence there is none.
+func heartbeatSignal(st *nodeState, now time.Time, heartbeats bool) (signal, bool) {
+	hb := heartbeatFloor(st)
+	if !heartbeats || hb == 0 || st.agentGone.IsZero() || st.observedAt.IsZero() {
+		return signal{}, false
+	}
+	if st.answered || st.probed.Before(heartbeatFrom(st)) || now.Sub(st.probed) >= KubeletReprobe {
+		return signal{}, false
+	}
+	at := st.observedAt.Add(hb)
+	if st.agentGone.After(at) {
+		at = st.agentGone
+	}
+	return signal{
+		bad: true, suspect: true, since: st.observedAt, after: at.Sub(st.observedAt), reason: ReasonHeartbeatLost,
+		what: fmt.Sprintf("agent gone from its peers since %s; kubelet gave no answer to a probe at %s; lease last renewed at %s (seen %s ago, heartbeat floor %s)",
+			st.agentGone.UTC().Format(time.RFC3339Nano), st.probed.UTC().Format(time.RFC3339Nano),
+			st.renewTime.UTC().Format(time.RFC3339Nano), now.Sub(st.observedAt).Round(time.Millisecond), hb),
+	}, true
 }
 
 // damp reports a node that keeps breaking and mending itself as Flapping.

@@ -34,6 +34,9 @@ const (
 	ReasonNotReady    = "NotReady"
 	ReasonFlapping    = "Flapping"
 	ReasonNodeDeleted = "NodeDeleted"
+	// ReasonHeartbeatLost: the node's agent is gone from its peers, its kubelet does not
+	// answer, and its Lease has been silent for the heartbeat floor (see HeartbeatFloor).
+	ReasonHeartbeatLost = "HeartbeatLost"
 )
 
 // Thresholds say how long evidence must be bad before a node is unhealthy, and when a
@@ -49,6 +52,8 @@ type Thresholds struct {
 	// Flapping. A zero FlapThreshold turns damping off.
 	FlapWindow    time.Duration
 	FlapThreshold int
+	// Heartbeats turns on the heartbeat evidence (ObserveAgent, ObserveKubeletProbe).
+	Heartbeats bool
 }
 
 // Observation is the detector's verdict on one node at one time.
@@ -89,6 +94,10 @@ type Observation struct {
 	StatusSeen time.Time
 	// Floor is the evidence floor the Lease threshold was held to (see Detector.Floor).
 	Floor time.Duration
+	// ProbeKubelet asks for a probe of the node's kubelet (ObserveKubeletProbe): its agent
+	// is gone, and no probe begun since then and since its last renewal has failed, nor
+	// has one answered lately.
+	ProbeKubelet bool
 }
 
 // nodeState is what the detector remembers of one node between events.
@@ -120,6 +129,13 @@ type nodeState struct {
 	bootID        string
 	prevBootID    string
 	bootChangedAt time.Time
+	// agentGone is when the node's agent was learned gone from its peers; zero while it
+	// is a member (or was never seen).
+	agentGone time.Time
+	// probed is when the last probe of the kubelet began, and answered whether it got an
+	// answer.
+	probed   time.Time
+	answered bool
 }
 
 // Detector keeps what it has seen of nodes and their Leases. It is safe for concurrent
@@ -213,6 +229,74 @@ func (d *Detector) floor(st *nodeState) time.Duration {
 	return f
 }
 
+// MinHeartbeatFloor bounds HeartbeatFloor from below.
+const MinHeartbeatFloor = time.Second
+
+// KubeletReprobe is how old a kubelet probe may be and still count: a failed one older
+// than that is asked again (Observation.ProbeKubelet) before it makes a node unhealthy,
+// and so is an answered one while the agent is still gone.
+const KubeletReprobe = 2 * time.Second
+
+// HeartbeatFloor is the shortest Lease silence on which heartbeat evidence can make node
+// unhealthy: one and a half of its longest recent renewal gaps, as this process measured
+// them on the kubelet's own clock, and at least MinHeartbeatFloor. Zero before a cadence
+// is measured: then only the Lease floor (Floor) applies. A live kubelet late with one
+// renewal stays within it only by its lateness; the agent gone and the kubelet not
+// answering must come with it.
+func (d *Detector) HeartbeatFloor(node string) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return heartbeatFloor(d.state(node))
+}
+
+func heartbeatFloor(st *nodeState) time.Duration {
+	if len(st.gaps) == 0 {
+		return 0
+	}
+	return max(MinHeartbeatFloor, slices.Max(st.gaps)*3/2)
+}
+
+// ObserveAgent records whether node's agent is gone from its peers, and since when; a
+// change of either counts from scratch.
+func (d *Detector) ObserveAgent(node string, since time.Time, gone bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.state(node)
+	if !gone {
+		since = time.Time{}
+	}
+	st.agentGone = since
+}
+
+// ObserveKubeletProbe records a probe of node's kubelet begun at started, and whether
+// the kubelet answered.
+func (d *Detector) ObserveKubeletProbe(node string, started time.Time, answered bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.state(node)
+	if started.Before(st.probed) {
+		return // an older probe that finished late
+	}
+	st.probed, st.answered = started, answered
+}
+
+// heartbeatFrom is when a kubelet probe must have begun to count: after the agent went
+// and after the last renewal seen.
+func heartbeatFrom(st *nodeState) time.Time {
+	if st.observedAt.After(st.agentGone) {
+		return st.observedAt
+	}
+	return st.agentGone
+}
+
+// needsProbe says whether the heartbeat evidence waits on a kubelet probe.
+func (d *Detector) needsProbe(st *nodeState, now time.Time) bool {
+	if !d.th.Heartbeats || st.agentGone.IsZero() || st.observedAt.IsZero() || heartbeatFloor(st) == 0 {
+		return false
+	}
+	return st.probed.Before(heartbeatFrom(st)) || now.Sub(st.probed) >= KubeletReprobe
+}
+
 // recordFlap notes a recovery at now, keeping only the latest FlapThreshold.
 func (d *Detector) recordFlap(st *nodeState, now time.Time) {
 	if d.th.FlapThreshold <= 0 {
@@ -286,7 +370,8 @@ func (d *Detector) AssessWith(node *corev1.Node, now time.Time, leaseStaleAfter,
 	ready := readyCondition(node)
 	d.observeNode(st, node, ready, now)
 	floor := d.floor(st)
-	obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor)
+	obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor, d.th.Heartbeats)
+	obs.ProbeKubelet = d.needsProbe(st, now)
 	d.damp(st, &obs, now)
 	d.boot(st, &obs, now)
 	return obs
@@ -298,7 +383,8 @@ func (d *Detector) AssessWith(node *corev1.Node, now time.Time, leaseStaleAfter,
 // least, and a Lease is suspect only past half its threshold), it is Ready as it was when
 // last assessed, with the same heartbeat and boot ID, and it is not flapping. A survey
 // of the whole cluster asks this first and takes the full assessment, with the node's
-// own thresholds, only of the nodes that are not fresh.
+// own thresholds, only of the nodes that are not fresh. A node whose agent is gone from
+// its peers is never fresh.
 func (d *Detector) Fresh(node *corev1.Node, now time.Time) bool {
 	ready := readyCondition(node)
 	if ready == nil || ready.Status != corev1.ConditionTrue {
@@ -307,7 +393,7 @@ func (d *Detector) Fresh(node *corev1.Node, now time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st, ok := d.nodes[node.Name]
-	if !ok || st.observedAt.IsZero() || !st.readyKnown || st.readyBad || !ready.LastHeartbeatTime.Time.Equal(st.heartbeat) {
+	if !ok || st.observedAt.IsZero() || !st.agentGone.IsZero() || !st.readyKnown || st.readyBad || !ready.LastHeartbeatTime.Time.Equal(st.heartbeat) {
 		return false
 	}
 	if b := node.Status.NodeInfo.BootID; b != "" && b != st.bootID {
