@@ -56,6 +56,9 @@ type AppOptions struct {
 	// DefaultQPS and DefaultBurst.
 	QPS   float32
 	Burst int
+	// HeartbeatBind and HeartbeatAdvertise, when set, replace heartbeats.bindAddress and
+	// heartbeats.advertiseAddress: each replica's own, where the configuration is shared.
+	HeartbeatBind, HeartbeatAdvertise string
 }
 
 // The client's default request budget. client-go's own (5 per second) would queue the
@@ -97,6 +100,9 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	}
 	for _, w := range warnings {
 		klog.FromContext(ctx).Info("Configuration warning", "warning", w)
+	}
+	if err := o.heartbeatAddresses(cfg); err != nil {
+		return err
 	}
 	fencing, client, err := clients(o)
 	if err != nil {
@@ -341,4 +347,29 @@ func podOwner(o AppOptions, leaseNamespace string) *metav1.OwnerReference {
 		return nil
 	}
 	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: o.PodName, UID: types.UID(o.PodUID)}
+}
+
+// heartbeatAddresses puts the --heartbeat-* addresses into cfg, checked as the
+// configuration's own are.
+func (o AppOptions) heartbeatAddresses(cfg *v1alpha1.Config) error {
+	if o.HeartbeatBind == "" && o.HeartbeatAdvertise == "" {
+		return nil
+	}
+	if cfg.Heartbeats == nil {
+		return fmt.Errorf("--heartbeat-bind-address, --heartbeat-advertise-address: heartbeats are off (the configuration has no heartbeats section)")
+	}
+	h := *cfg.Heartbeats
+	if o.HeartbeatBind != "" {
+		h.BindAddress = o.HeartbeatBind
+	}
+	if o.HeartbeatAdvertise != "" {
+		h.AdvertiseAddress = o.HeartbeatAdvertise
+	}
+	check := *cfg
+	check.Heartbeats = &h
+	if errs := check.Validate(); len(errs) > 0 {
+		return fmt.Errorf("--heartbeat-bind-address, --heartbeat-advertise-address: %w", errs.ToAggregate())
+	}
+	cfg.Heartbeats = &h
+	return nil
 }

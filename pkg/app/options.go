@@ -41,6 +41,8 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 		return parseQPS(s, &o.QPS)
 	})
 	fs.IntVar(&o.Burst, "kube-api-burst", DefaultBurst, "requests to the API server in a burst")
+	fs.StringVar(&o.HeartbeatBind, "heartbeat-bind-address", "", "host:port where this replica answers the node agents; replaces heartbeats.bindAddress")
+	fs.StringVar(&o.HeartbeatAdvertise, "heartbeat-advertise-address", "", "host:port the node agents dial for this replica; replaces heartbeats.advertiseAddress")
 	return f
 }
 

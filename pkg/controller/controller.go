@@ -96,9 +96,11 @@ type Controller struct {
 	replicas      *replicas
 	pause         *pauser
 	// reportInformer follows the node agents' reports into watchdogs; nil when no policy
-	// has a watchdog level.
+	// has a watchdog level and heartbeats are off.
 	reportInformer informers.SharedInformerFactory
 	watchdogs      *watchdogs
+	// heartbeats is this replica's seat among the agents' peers; nil when off.
+	heartbeats *heartbeats
 
 	// guard checks the Lease before irreversible actions; nil without leader election.
 	guard *leader.LeaseGuard
@@ -155,6 +157,7 @@ func New(opts Options) (*Controller, error) {
 			ExpectedRenewInterval: cfg.Detection.ExpectedRenewInterval.Duration,
 			FlapWindow:            cfg.Detection.FlapWindow.Duration,
 			FlapThreshold:         int(cfg.Detection.FlapThreshold),
+			Heartbeats:            cfg.Heartbeats != nil,
 		}),
 		replicas:      newReplicas(opts.NodeName, opts.IdentityRenewInterval),
 		pause:         &pauser{point: opts.PauseAt},
@@ -189,6 +192,9 @@ func New(opts Options) (*Controller, error) {
 			return n.DeepCopy(), true
 		}}
 	c.watchdogs = newWatchdogs(cfg.Watchdog, func() time.Time { return c.now() })
+	if cfg.Heartbeats != nil {
+		c.heartbeats = newHeartbeats(cfg.Heartbeats, c.metrics.registry)
+	}
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
 	if err := c.newCaches(opts); err != nil {
 		return nil, err
@@ -232,7 +238,7 @@ func (c *Controller) newCaches(opts Options) error {
 	idInf := c.idInformer.Coordination().V1().Leases().Informer()
 	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced,
 		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced, idInf.HasSynced}
-	if usesWatchdog(cfg) {
+	if usesWatchdog(cfg) || cfg.Heartbeats != nil {
 		if err := c.watchReports(opts); err != nil {
 			return err
 		}
@@ -389,6 +395,9 @@ func (c *Controller) StartInformers(ctx context.Context) error {
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("informer caches did not sync")
+	}
+	if c.heartbeats != nil {
+		return c.startHeartbeats(ctx)
 	}
 	return nil
 }

@@ -225,6 +225,16 @@ func (f *fixture) expectCalls(want ...string) {
 // incident is node's one NodeFence as the API server has it.
 func (f *fixture) incident(node string) *v1alpha1.NodeFence {
 	f.t.Helper()
+	found := f.incidents(node)
+	if len(found) != 1 {
+		f.t.Fatalf("%d incidents for %s, want 1", len(found), node)
+	}
+	return found[0]
+}
+
+// incidents are node's NodeFences in the fake API server.
+func (f *fixture) incidents(node string) []*v1alpha1.NodeFence {
+	f.t.Helper()
 	list, err := f.dyn.FencingV1alpha1().NodeFences().List(context.Background(), metav1.ListOptions{})
 	f.dyn.ClearActions()
 	if err != nil {
@@ -236,10 +246,7 @@ func (f *fixture) incident(node string) *v1alpha1.NodeFence {
 			found = append(found, nf)
 		}
 	}
-	if len(found) != 1 {
-		f.t.Fatalf("%d incidents for %s, want 1", len(found), node)
-	}
-	return found[0]
+	return found
 }
 
 // expectEvents checks the reasons of the Events recorded since last asked, in order;

@@ -43,8 +43,13 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	var pn policy.Node
 	var obs detector.Observation
+	c.observeAgent(name)
 	if pol != nil {
 		pn, obs = c.view(pol, node, now)
+		if obs.ProbeKubelet && c.heartbeats != nil {
+			c.probeKubelet(ctx, node, now)
+			pn, obs = c.view(pol, node, now)
+		}
 	} else {
 		obs = c.detector.Assess(node, now)
 	}

@@ -88,6 +88,19 @@ func (w *watchdogs) observe(l *coordinationv1.Lease) []string {
 	return added
 }
 
+// peers are the agents' peer addresses, by node, as their latest reports give them.
+func (w *watchdogs) peers() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]string{}
+	for node, r := range w.latest {
+		if r.err == nil && r.report.Peer != "" {
+			out[node] = r.report.Peer
+		}
+	}
+	return out
+}
+
 // forget drops what is kept of a deleted incident, or of a deleted node's agent.
 func (w *watchdogs) forget(incident, node string) {
 	w.mu.Lock()

@@ -35,6 +35,10 @@ const (
 	// The node agents' default --isolation, and how old an armed report may be.
 	DefaultWatchdogIsolation    = 10 * time.Second
 	DefaultWatchdogReportMaxAge = 2 * time.Minute
+	// DefaultHeartbeatBindAddress is where a replica answers the node agents.
+	DefaultHeartbeatBindAddress   = "0.0.0.0:7947"
+	DefaultHeartbeatProbeInterval = 500 * time.Millisecond
+	DefaultKubeletTimeout         = time.Second
 )
 
 // WatchdogAgent names the attempts of a watchdog level (Level.Watchdog), where an agent's
@@ -81,6 +85,13 @@ func (c *Config) Default() {
 	defaultDuration(&c.History.MaxAge, DefaultHistoryMaxAge)
 	if c.History.KeepPerNode == 0 {
 		c.History.KeepPerNode = DefaultHistoryKeepPerNode
+	}
+	if c.Heartbeats != nil {
+		if c.Heartbeats.BindAddress == "" {
+			c.Heartbeats.BindAddress = DefaultHeartbeatBindAddress
+		}
+		defaultDuration(&c.Heartbeats.ProbeInterval, DefaultHeartbeatProbeInterval)
+		defaultDuration(&c.Heartbeats.KubeletTimeout, DefaultKubeletTimeout)
 	}
 	defaultDuration(&c.Watchdog.Isolation, DefaultWatchdogIsolation)
 	defaultDuration(&c.Watchdog.ReportMaxAge, DefaultWatchdogReportMaxAge)
@@ -169,6 +180,7 @@ func (c *Config) Validate() field.ErrorList {
 	if msgs := validation.IsDNS1123Label(c.Watchdog.Namespace); len(msgs) > 0 && c.Watchdog.Namespace != c.LeaderElection.Namespace {
 		errs = append(errs, field.Invalid(w.Child("namespace"), c.Watchdog.Namespace, strings.Join(msgs, "; ")))
 	}
+	errs = append(errs, c.Heartbeats.validate(field.NewPath("heartbeats"))...)
 	agents := map[string]bool{}
 	for i, a := range c.Agents {
 		p := field.NewPath("agents").Index(i)
@@ -383,4 +395,20 @@ func (l *Level) validate(p *field.Path, agents map[string]bool) field.ErrorList 
 		errs = append(errs, intWithin(p.Child("retries"), int64(*l.Retries), 0, MaxLevelRetries)...)
 	}
 	return errs
+}
+
+func (h *Heartbeats) validate(p *field.Path) field.ErrorList {
+	if h == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if h.KeyFile == "" {
+		errs = append(errs, field.Required(p.Child("keyFile"), "the agents' peer key: an answer that keeps a node alive must come from an agent"))
+	}
+	errs = append(errs, hostPort(p.Child("bindAddress"), h.BindAddress)...)
+	if h.AdvertiseAddress != "" {
+		errs = append(errs, hostPort(p.Child("advertiseAddress"), h.AdvertiseAddress)...)
+	}
+	errs = append(errs, within(p.Child("probeInterval"), h.ProbeInterval, 100*time.Millisecond, 10*time.Second)...)
+	return append(errs, within(p.Child("kubeletTimeout"), h.KubeletTimeout, 100*time.Millisecond, 10*time.Second)...)
 }

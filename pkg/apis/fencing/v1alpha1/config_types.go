@@ -33,6 +33,31 @@ type Config struct {
 	// Watchdog says how the controller counts on the node agents' watchdogs, for levels
 	// with watchdog: true (docs/safety-model.md, section 9).
 	Watchdog WatchdogConfig `json:"watchdog,omitempty"`
+	// Heartbeats seats each replica among the node agents' peers, so that a node whose
+	// agent they declare gone, whose kubelet does not answer and whose Lease has been
+	// silent for one and a half renewal periods is unhealthy without waiting for the
+	// Lease threshold (docs/safety-model.md, section 10). Off when left out.
+	Heartbeats *Heartbeats `json:"heartbeats,omitempty"`
+}
+
+// Heartbeats is the controller's seat among the node agents' peers.
+type Heartbeats struct {
+	// KeyFile holds the agents' peer key (their --peer-key-file, from the same Secret).
+	// Required.
+	KeyFile string `json:"keyFile"`
+	// BindAddress is host:port where the replica answers the agents, UDP and TCP; default
+	// 0.0.0.0:7947.
+	BindAddress string `json:"bindAddress,omitempty"`
+	// AdvertiseAddress is host:port the agents dial; default: the bind address, or with an
+	// unspecified host, the pod's IP from the POD_IP environment variable.
+	AdvertiseAddress string `json:"advertiseAddress,omitempty"`
+	// ProbeInterval is how often the replica probes one agent, in turn, as the agents'
+	// --peer-probe-interval. From 100ms to 10s; default 500ms.
+	ProbeInterval metav1.Duration `json:"probeInterval,omitempty"`
+	// KubeletTimeout bounds each probe of a kubelet whose agent is gone: an HTTPS request
+	// to its status.daemonEndpoints port on each InternalIP, where any HTTP answer shows it
+	// alive. From 100ms to 10s; default 1s.
+	KubeletTimeout metav1.Duration `json:"kubeletTimeout,omitempty"`
 }
 
 // WatchdogConfig is what the controller needs to know of the node agents (fence-node-agent)

@@ -1,0 +1,150 @@
+package controller
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/nodeagent"
+)
+
+var heartbeatKey = []byte("0123456789abcdef")
+
+// heartbeatFixture is the fixture with heartbeats on and a seat taken on loopback; the
+// nodes' Leases are renewed every 2s until f0+8s (a measured cadence, so a heartbeat
+// floor of 3s); node-1's agent is a member, and its kubelet is at kubelet (host:port).
+func heartbeatFixture(t *testing.T, kubelet string) (*fixture, *nodeagent.Peers) {
+	key := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(key, heartbeatKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fixtureConfig()
+	cfg.Heartbeats = &v1alpha1.Heartbeats{KeyFile: key, BindAddress: "127.0.0.1:0"}
+	cfg.Default()
+	cfg.Heartbeats.ProbeInterval.Duration = 100 * time.Millisecond
+	nodes := threeNodes()
+	host, port, _ := net.SplitHostPort(kubelet)
+	p, _ := strconv.Atoi(port)
+	n1 := nodes[0].(*corev1.Node)
+	n1.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: host}}
+	n1.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(p)
+	f := newFixture(t, cfg, nodes...)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := f.c.startHeartbeats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	agent, err := nodeagent.StartPeers(nodeagent.PeerConfig{Node: "node-1", BindAddr: "127.0.0.1", Key: heartbeatKey,
+		ProbeInterval: 100 * time.Millisecond}, func() []string { return nil }, clock.RealClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Stop)
+	f.c.heartbeats.seat.Join(map[string]string{"node-1": agent.Addr()})
+	pollUntil(t, "node-1's agent a member", func() bool { return f.c.heartbeats.seat.Members() == 1 })
+	for range 4 {
+		f.now = f.now.Add(2 * time.Second)
+		f.renewAllBut()
+	}
+	// The API server holds the renewals too, for the live read before an incident opens.
+	for _, n := range []string{"node-1", "node-2", "node-3"} {
+		if _, err := f.kube.CoordinationV1().Leases(NodeLeaseNamespace).Update(ctx, fixtureLease(n, f.now), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.kube.ClearActions()
+	return f, agent
+}
+
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("%s: not within 30s", what)
+	}
+}
+
+// silentKubelet is an address where nothing answers: a port just closed.
+func silentKubelet(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// crashAgent stops node-1's agent without a goodbye and waits until the seat counts it gone.
+func crashAgent(t *testing.T, f *fixture, agent *nodeagent.Peers) {
+	agent.Crash()
+	pollUntil(t, "node-1's agent gone", func() bool { _, gone := f.c.heartbeats.seat.Gone("node-1"); return gone })
+}
+
+// A node whose agent is gone and whose kubelet does not answer is fenced once its Lease has
+// been silent for the heartbeat floor (3s here), long before the Lease threshold (30s),
+// and not before.
+func TestHeartbeatVerdict(t *testing.T) {
+	f, agent := heartbeatFixture(t, silentKubelet(t))
+	last := f.now
+	crashAgent(t, f, agent)
+	f.now = last.Add(2900 * time.Millisecond)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	if nfs := f.incidents("node-1"); len(nfs) > 0 {
+		t.Fatalf("incident after 2.9s of silence, below the 3s heartbeat floor: %s", nfs[0].Spec.Reason)
+	}
+	f.now = last.Add(3100 * time.Millisecond)
+	f.sync("node-1")
+	nf := f.incident("node-1")
+	if !strings.Contains(nf.Spec.Reason, "agent gone from its peers") {
+		t.Errorf("reason %q, want the heartbeat evidence", nf.Spec.Reason)
+	}
+	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+}
+
+// An agent gone with its kubelet answering is no verdict: the agent may have been stopped.
+func TestHeartbeatKubeletAnswers(t *testing.T) {
+	kubelet := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(kubelet.Close)
+	f, agent := heartbeatFixture(t, kubelet.Listener.Addr().String())
+	last := f.now
+	crashAgent(t, f, agent)
+	for _, at := range []time.Duration{3100 * time.Millisecond, 6 * time.Second, 9 * time.Second} {
+		f.now = last.Add(at)
+		f.renewAllBut("node-1")
+		f.sync("node-1")
+		if nfs := f.incidents("node-1"); len(nfs) > 0 {
+			t.Fatalf("incident at +%s with the kubelet answering: %s", at, nfs[0].Spec.Reason)
+		}
+	}
+	f.expectCalls()
+}
+
+// An agent still a member is no verdict, whatever the kubelet does.
+func TestHeartbeatAgentPresent(t *testing.T) {
+	f, _ := heartbeatFixture(t, silentKubelet(t))
+	last := f.now
+	f.now = last.Add(9 * time.Second)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	if nfs := f.incidents("node-1"); len(nfs) > 0 {
+		t.Fatalf("incident at +9s with the agent a member: %s", nfs[0].Spec.Reason)
+	}
+	f.expectCalls()
+}
