@@ -307,3 +307,34 @@ func TestRenderMetricsSecurity(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderHeartbeats: heartbeats put the peers' key into the agents and the controller,
+// the agents' peer flags and the controller's heartbeats section, each with its ports;
+// heartbeats without the agents' peers are refused, and so are peers without a key.
+func TestRenderHeartbeats(t *testing.T) {
+	values := map[string]any{
+		"nodeAgent":  map[string]any{"enabled": true, "peers": map[string]any{"enabled": true, "keySecret": "peer-key"}},
+		"heartbeats": map[string]any{"enabled": true},
+	}
+	out, err := Render(chartDir, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"--peer-bind-address=0.0.0.0:7946", "--peer-advertise-address=$(POD_IP):7946", "--peer-key-file=/etc/kubefence/peer/key",
+		"keyFile: /etc/kubefence/peer/key", "bindAddress: 0.0.0.0:7947", "kubeletTimeout: 1s",
+		"name: heartbeats-udp", "secretName: peer-key", "fieldPath: status.podIP", "fsGroup: 65532",
+	} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("rendered with heartbeats: no %q", want)
+		}
+	}
+	_, err = Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true}, "heartbeats": map[string]any{"enabled": true}})
+	if err == nil || !strings.Contains(err.Error(), "heartbeats.enabled needs nodeAgent.enabled and nodeAgent.peers.enabled") {
+		t.Errorf("heartbeats without peers: err = %v", err)
+	}
+	_, err = Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true, "peers": map[string]any{"enabled": true}}})
+	if err == nil || !strings.Contains(err.Error(), "nodeAgent.peers.keySecret") {
+		t.Errorf("peers without a key: err = %v", err)
+	}
+}
