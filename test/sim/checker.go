@@ -74,8 +74,10 @@ func CheckUntouched(seen []Seen, node string, power []bmc.PowerEvent) []string {
 // CheckRenewingNotFenced returns a violation for every power action asked of node's BMC
 // (by anyone but the simulation itself) less than within after the kubelet's last Lease
 // renewal the API server accepted: a node renewing on time is alive and is never fenced
-// (safety invariant 10). The simulation knows the truth the controller can only infer.
-func CheckRenewingNotFenced(node string, renewals []time.Time, power []bmc.PowerEvent, within time.Duration) []string {
+// (safety invariant 10). The simulation knows the truth the controller can only infer:
+// a machine it halted after that renewal was dead, and its fence is held to haltedWithin
+// instead, the shortest silence any detection rule may act on (the heartbeat floor).
+func CheckRenewingNotFenced(node string, renewals []time.Time, power []bmc.PowerEvent, halts []time.Time, within, haltedWithin time.Duration) []string {
 	var v []string
 	for _, e := range power {
 		if e.Source == "sim" || e.Action == bmc.ActionOn {
@@ -85,7 +87,11 @@ func CheckRenewingNotFenced(node string, renewals []time.Time, power []bmc.Power
 		if i == 0 {
 			continue
 		}
-		if last := renewals[i-1]; e.Time.Sub(last) < within {
+		last, limit := renewals[i-1], within
+		if slices.ContainsFunc(halts, func(h time.Time) bool { return h.After(last) && h.Before(e.Time) }) {
+			limit = haltedWithin
+		}
+		if e.Time.Sub(last) < limit {
 			v = append(v, fmt.Sprintf("node %s renewed its Lease at %s, %s before its BMC logged %s: a live node was fenced",
 				node, last.Format(time.RFC3339Nano), e.Time.Sub(last).Round(time.Millisecond), e.Action))
 		}

@@ -270,6 +270,11 @@ func (c *Cluster) Stop() error {
 			c.cancel()
 		}
 		c.loops.Wait()
+		for _, n := range c.nodes {
+			if n.kubelet != nil {
+				n.kubelet.close()
+			}
+		}
 		if c.informers != nil {
 			c.informers.Shutdown()
 		}

@@ -328,7 +328,10 @@ func (m *Monitor) checkHealthy(ev Evidence) []string {
 	var v []string
 	for _, n := range m.h.Cluster.Nodes() {
 		name := n.Name()
-		v = append(v, CheckRenewingNotFenced(name, n.Renewals(), ev.Power[name], 2*m.h.Cluster.opts.LeaseRenewInterval)...)
+		// A halted machine may be fenced on heartbeat evidence after 1.5 of its measured
+		// renewal periods: a quarter period of slack below that for the ticker's jitter.
+		interval := m.h.Cluster.opts.LeaseRenewInterval
+		v = append(v, CheckRenewingNotFenced(name, n.Renewals(), ev.Power[name], ev.Halts[name], 2*interval, interval*5/4)...)
 		if ev.Disturbed[name] {
 			continue
 		}

@@ -36,6 +36,8 @@ type Node struct {
 	spec  NodeSpec
 	index int
 	ip    string
+	// kubelet is the kubelet's port, on loopback.
+	kubelet *kubeletPort
 
 	// tickMu is held for a whole tick, so Crash returns only once no heartbeat is in flight.
 	tickMu sync.Mutex
@@ -121,6 +123,13 @@ func (n *Node) PoweredOff() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.off
+}
+
+// CutFromController makes the node's kubelet port drop the controller's probes, as a
+// network cut between the two would; the API server still hears the kubelet.
+func (n *Node) CutFromController() {
+	n.kubelet.refused.Store(true)
+	n.c.logf("sim: node %s: cut off from the controller", n.Name())
 }
 
 // Resume brings a crashed kubelet back with the same boot, as when a partition heals: its
@@ -360,8 +369,10 @@ func (n *Node) applyStatus(s *corev1.NodeStatus, now metav1.Time) {
 		corev1.ResourceEphemeralStorage: resource.MustParse("50Gi"),
 	}
 	s.Capacity, s.Allocatable = res, res.DeepCopy()
+	// The kubelet's port is on loopback; the node's own address (its pods' host IP) is
+	// no address here, and a probe of it would only time out.
 	s.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: n.ip},
+		{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
 		{Type: corev1.NodeHostName, Address: n.Name()},
 	}
 	sum := sha256.Sum256([]byte(n.Name()))
@@ -371,7 +382,7 @@ func (n *Node) applyStatus(s *corev1.NodeStatus, now metav1.Time) {
 		OSImage: "kubefence simulated node", ContainerRuntimeVersion: "sim://1.0",
 		KubeletVersion: KubeVersion, OperatingSystem: "linux", Architecture: "amd64",
 	}
-	s.DaemonEndpoints.KubeletEndpoint.Port = 10250
+	s.DaemonEndpoints.KubeletEndpoint.Port = n.kubelet.port()
 	s.Conditions = setNodeCondition(s.Conditions, corev1.NodeReady, corev1.ConditionTrue,
 		"KubeletReady", "kubelet is posting ready status", now)
 	for _, t := range []corev1.NodeConditionType{corev1.NodeMemoryPressure,

@@ -198,6 +198,44 @@ func (a *NodeAgents) Cut(node string) {
 	}
 }
 
+// SeatArgs are the flags that put a controller replica's seat among the peers behind a
+// relay of the switch (so that CutFromController reaches it); none without peers.
+func (a *NodeAgents) SeatArgs(replica string) ([]string, error) {
+	if a.sw == nil {
+		return nil, nil
+	}
+	port, err := freePeerPort()
+	if err != nil {
+		return nil, err
+	}
+	relay, err := a.sw.relay(nodeagent.ObserverPrefix+replica, port)
+	if err != nil {
+		return nil, err
+	}
+	return []string{"--heartbeat-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--heartbeat-advertise-address", relay}, nil
+}
+
+// CutFromController cuts node off from every controller replica: their seats no longer
+// hear its agent, nor it theirs, and its kubelet port drops their probes. Its peers and
+// the API server still hear it.
+func (a *NodeAgents) CutFromController(node string) {
+	if a.sw != nil {
+		a.sw.CutFromSeats(node)
+	}
+	a.h.Cluster.Node(node).CutFromController()
+}
+
+// Kill SIGKILLs node's agent for good; its machine and kubelet run on.
+func (a *NodeAgents) Kill(node string) error {
+	a.mu.Lock()
+	p := a.agents[node].proc
+	a.mu.Unlock()
+	if err := syscall.Kill(-p.pid(), syscall.SIGKILL); err != nil {
+		return err
+	}
+	return p.stop(10 * time.Second)
+}
+
 // Halt kills node's machine without its BMC's doing: the node stops, its agent dies
 // with it (SIGKILL, so the watchdog is not disarmed) and its watchdog has no power left
 // to reset anything.

@@ -6,7 +6,10 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+
+	"github.com/kubefence/kubefence/pkg/nodeagent"
 )
 
 // peerSwitch carries the node agents' peer traffic in the simulation, so that a
@@ -16,20 +19,40 @@ import (
 // back, and drops every datagram to or from a cut node. TCP (memberlist's state
 // exchange) goes through an apiLink, cut with the node; its answers never count.
 type peerSwitch struct {
-	mu     sync.Mutex
-	cut    map[string]bool
-	byPort map[int]string // an agent's bound UDP port → its node
-	relays []*peerRelay
+	mu  sync.Mutex
+	cut map[string]bool
+	// fromSeats are the nodes cut off from the controller's seats (members named
+	// nodeagent.ObserverPrefix + replica) only.
+	fromSeats map[string]bool
+	byPort    map[int]string // an agent's bound UDP port → its node
+	relays    []*peerRelay
 }
 
 func newPeerSwitch() *peerSwitch {
-	return &peerSwitch{cut: map[string]bool{}, byPort: map[int]string{}}
+	return &peerSwitch{cut: map[string]bool{}, fromSeats: map[string]bool{}, byPort: map[int]string{}}
 }
 
-func (s *peerSwitch) isCut(node string) bool {
+// CutFromSeats drops every datagram between node and the controller's seats from now on,
+// and every TCP connection to node (memberlist's TCP pings would otherwise go around the
+// cut; its state exchange with the other agents waits for the next round).
+func (s *peerSwitch) CutFromSeats(node string) {
+	s.mu.Lock()
+	s.fromSeats[node] = true
+	relays := slices.Clone(s.relays)
+	s.mu.Unlock()
+	for _, r := range relays {
+		if r.node == node {
+			r.tcp.Cut()
+		}
+	}
+}
+
+// apart says whether datagrams between a and b may not pass.
+func (s *peerSwitch) apart(a, b string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cut[node]
+	seat := func(n string) bool { return strings.HasPrefix(n, nodeagent.ObserverPrefix) }
+	return s.cut[a] || s.cut[b] || (seat(a) && s.fromSeats[b]) || (seat(b) && s.fromSeats[a])
 }
 
 // Cut drops every datagram to or from node from now on, and its TCP connections.
@@ -87,7 +110,7 @@ type peerRelay struct {
 
 // blocked says whether a datagram between this node and from may not pass.
 func (r *peerRelay) blocked(from *net.UDPAddr) bool {
-	return r.s.isCut(r.node) || r.s.isCut(r.s.nodeOf(from))
+	return r.s.apart(r.node, r.s.nodeOf(from))
 }
 
 func (r *peerRelay) serveUDP() {

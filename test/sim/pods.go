@@ -21,6 +21,10 @@ func (c *Cluster) startKubelets(ctx context.Context) error {
 	c.nodeByNm = map[string]*Node{}
 	for i, spec := range c.opts.Nodes {
 		n := newNode(c, i, spec)
+		var err error
+		if n.kubelet, err = startKubeletPort(n); err != nil {
+			return fmt.Errorf("node %s: kubelet port: %w", spec.Name, err)
+		}
 		c.nodes = append(c.nodes, n)
 		c.nodeByNm[spec.Name] = n
 	}

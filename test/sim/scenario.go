@@ -65,6 +65,9 @@ type NodeAgentsSpec struct {
 	Unarmed []string `json:"unarmed,omitempty"`
 	// Peers makes the agents answer each other; a partition cuts a node from its peers too.
 	Peers bool `json:"peers,omitempty"`
+	// Heartbeats seats every controller replica among the peers (config heartbeats);
+	// needs peers.
+	Heartbeats bool `json:"heartbeats,omitempty"`
 }
 
 // StatefulSetSpec is the workload the scenario protects.
@@ -140,6 +143,8 @@ type IncidentExpect struct {
 	Phase string `json:"phase"`
 	// Message, when set, must be part of the incident's status.message.
 	Message string `json:"message,omitempty"`
+	// Reason, when set, must be part of the incident's spec.reason: the evidence.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Duration is a time.Duration written as "5s" in YAML.
@@ -179,6 +184,11 @@ const (
 	ActCrash            = "crash"            // the machine dies without its BMC (needs nodeAgents)
 	ActRollNodeAgents   = "rollNodeAgents"   // every node agent ends (SIGTERM) and starts again, as a DaemonSet rollout
 	ActKillNodeAgents   = "killNodeAgents"   // every node agent is SIGKILLed and starts again
+	ActKillNodeAgent    = "killNodeAgent"    // the node's agent is SIGKILLed for good; its kubelet runs on
+	// ActCutFromController cuts the node off from every controller replica (their peer
+	// traffic and the probes of its kubelet), while its peers and the API server still
+	// hear it.
+	ActCutFromController = "cutFromController"
 	// ActRestartControllers terminates every live replica, as a rollout or an upgrade does;
 	// each is started again a second later (a new process with fresh clocks).
 	ActRestartControllers = "restartControllers"
@@ -187,12 +197,14 @@ const (
 // nodeActions act on the nodes a step names (node, nodes or zone); without one they would
 // do nothing and a scenario would pass without testing anything.
 var nodeActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
-	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActReleaseEarly: true, ActIgnoreBMC: true, ActCrash: true}
+	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActReleaseEarly: true, ActIgnoreBMC: true, ActCrash: true,
+	ActKillNodeAgent: true, ActCutFromController: true}
 
 var knownActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActKillLeader: true, ActPauseLeader: true,
 	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true,
-	ActRestartControllers: true, ActCrash: true, ActRollNodeAgents: true, ActKillNodeAgents: true}
+	ActRestartControllers: true, ActCrash: true, ActRollNodeAgents: true, ActKillNodeAgents: true,
+	ActKillNodeAgent: true, ActCutFromController: true}
 
 // Profiles.
 const (
@@ -314,8 +326,11 @@ func (sc *Scenario) Validate() error {
 		if st.Zone != "" && sc.Zones[st.Zone] == nil {
 			add("steps[%d].zone: %q is not in zones", i, st.Zone)
 		}
-		if (st.Action == ActCrash || st.Action == ActRollNodeAgents || st.Action == ActKillNodeAgents) && sc.NodeAgents == nil {
+		if (st.Action == ActCrash || st.Action == ActRollNodeAgents || st.Action == ActKillNodeAgents || st.Action == ActKillNodeAgent) && sc.NodeAgents == nil {
 			add("steps[%d]: %s needs nodeAgents", i, st.Action)
+		}
+		if st.Action == ActCutFromController && (sc.NodeAgents == nil || !sc.NodeAgents.Heartbeats) {
+			add("steps[%d]: %s needs nodeAgents with heartbeats", i, st.Action)
 		}
 		if st.Action == ActFlap && (st.Count < 1 || st.Down.Duration <= 0 || st.Up.Duration <= 0) {
 			add("steps[%d]: flap needs count, down and up", i)
@@ -337,6 +352,9 @@ func (sc *Scenario) Validate() error {
 		}
 		if 3*a.ReadInterval.Duration > a.Isolation.Duration {
 			add("nodeAgents.readInterval: %s, want at most a third of isolation %s", a.ReadInterval.Duration, a.Isolation.Duration)
+		}
+		if a.Heartbeats && !a.Peers {
+			add("nodeAgents.heartbeats: needs peers: the controller sits among them")
 		}
 	}
 	for ref := range sc.Expect.Levels {

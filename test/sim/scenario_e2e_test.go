@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,7 +13,7 @@ import (
 
 // fastScenarios run in every `go test` (make test); KUBEFENCE_SCENARIOS=all runs every
 // file of scenarios/, or a comma-separated list of names runs those.
-var fastScenarios = []string{"partition", "storm", "bmc-unreachable-iscsi", "leader-killed", "watchdog-crash", "watchdog-partition", "watchdog-unarmed", "watchdog-quiet"}
+var fastScenarios = []string{"partition", "storm", "bmc-unreachable-iscsi", "leader-killed", "watchdog-crash", "watchdog-partition", "watchdog-unarmed", "watchdog-quiet", "heartbeat-crash", "heartbeat-quiet"}
 
 var (
 	scenarioBinOnce sync.Once
@@ -108,7 +109,15 @@ func runScenario(t *testing.T, sc *Scenario) *Report {
 	bin := scenarioBinaries(t)
 	ctx, cancel := context.WithTimeout(context.Background(), sc.Timeout.Duration+3*time.Minute)
 	defer cancel()
-	rep, err := RunScenario(ctx, sc, RunOptions{Dir: t.TempDir(), BinDir: bin, Logf: t.Logf})
+	dir := t.TempDir()
+	if keep := os.Getenv("KUBEFENCE_KEEP_DIR"); keep != "" {
+		// Logs and files of the run stay there, for a person to read.
+		dir = filepath.Join(keep, sc.Name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := RunScenario(ctx, sc, RunOptions{Dir: dir, BinDir: bin, Logf: t.Logf})
 	if rep != nil {
 		t.Log(rep.String())
 		for _, l := range rep.Leftover {

@@ -62,15 +62,21 @@ func (r *runner) unmet(ctx context.Context) []string {
 			out = append(out, fmt.Sprintf("incident of %s never seen %s", node, ie.Phase))
 			continue
 		}
-		if ie.Message == "" {
+		if ie.Message == "" && ie.Reason == "" {
 			continue
 		}
-		if incs, err := Incidents(ctx, r.h.Cluster, node); err != nil || len(incs) == 0 || !strings.Contains(incs[len(incs)-1].Status.Message, ie.Message) {
-			msg := "(none)"
-			if len(incs) > 0 {
-				msg = incs[len(incs)-1].Status.Message
+		incs, err := Incidents(ctx, r.h.Cluster, node)
+		var last *v1alpha1.NodeFence
+		if err == nil && len(incs) > 0 {
+			last = &incs[len(incs)-1]
+		}
+		for _, want := range []struct{ what, text, got string }{
+			{"says", ie.Message, fieldOf(last, func(nf *v1alpha1.NodeFence) string { return nf.Status.Message })},
+			{"was opened for", ie.Reason, fieldOf(last, func(nf *v1alpha1.NodeFence) string { return nf.Spec.Reason })},
+		} {
+			if want.text != "" && !strings.Contains(want.got, want.text) {
+				out = append(out, fmt.Sprintf("incident of %s %s %q, want %q in it", node, want.what, want.got, want.text))
 			}
-			out = append(out, fmt.Sprintf("incident of %s says %q, want it to say %q", node, msg, ie.Message))
 		}
 	}
 	for _, pod := range e.Moved {
@@ -124,4 +130,12 @@ func (r *runner) anythingFenced() []string {
 		}
 	}
 	return out
+}
+
+// fieldOf is get(nf), or "(none)" without an incident.
+func fieldOf(nf *v1alpha1.NodeFence, get func(*v1alpha1.NodeFence) string) string {
+	if nf == nil {
+		return "(none)"
+	}
+	return get(nf)
 }

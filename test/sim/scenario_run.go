@@ -247,6 +247,15 @@ func (r *runner) start(ctx context.Context) (func() map[string]int, error) {
 		if err := r.agents.WaitReports(ctx, time.Minute); err != nil {
 			return pids, err
 		}
+		if a.Heartbeats {
+			err := h.RewriteConfig(func(c *v1alpha1.Config) {
+				c.Heartbeats = &v1alpha1.Heartbeats{KeyFile: r.agents.key,
+					ProbeInterval: metav1.Duration{Duration: a.Isolation.Duration / 20}, KubeletTimeout: metav1.Duration{Duration: 500 * time.Millisecond}}
+			})
+			if err != nil {
+				return pids, err
+			}
+		}
 	}
 	if r.rec, err = NewRecorder(ctx, h.Cluster); err != nil {
 		return pids, err

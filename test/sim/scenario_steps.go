@@ -57,7 +57,15 @@ func (r *runner) startReplica(ctx context.Context, name string) (*scenarioReplic
 		r.mu.Unlock()
 		return nil, ctx.Err()
 	}
-	rp, err := r.h.StartController(name)
+	var args []string
+	if r.agents != nil && r.sc.NodeAgents.Heartbeats {
+		var err error
+		if args, err = r.agents.SeatArgs(name); err != nil {
+			r.mu.Unlock()
+			return nil, err
+		}
+	}
+	rp, err := r.h.StartController(name, args...)
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -228,6 +236,16 @@ func (r *runner) act(ctx context.Context, st Step) error {
 	case ActCrash:
 		for _, n := range nodes {
 			r.agents.Halt(n)
+		}
+	case ActKillNodeAgent:
+		for _, n := range nodes {
+			if err := r.agents.Kill(n); err != nil {
+				return err
+			}
+		}
+	case ActCutFromController:
+		for _, n := range nodes {
+			r.agents.CutFromController(n)
 		}
 	case ActRollNodeAgents, ActKillNodeAgents:
 		for _, n := range r.h.Cluster.Nodes() {
