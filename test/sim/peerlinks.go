@@ -35,9 +35,15 @@ func newPeerSwitch() *peerSwitch {
 // CutFromSeats drops every datagram between node and the controller's seats from now on,
 // and every TCP connection to node (memberlist's TCP pings would otherwise go around the
 // cut; its state exchange with the other agents waits for the next round).
-func (s *peerSwitch) CutFromSeats(node string) {
+func (s *peerSwitch) CutFromSeats(node string) { s.cutIn(s.fromSeats, node) }
+
+// Cut drops every datagram to or from node from now on, and its TCP connections.
+func (s *peerSwitch) Cut(node string) { s.cutIn(s.cut, node) }
+
+// cutIn marks node in set, and cuts the TCP of its relays.
+func (s *peerSwitch) cutIn(set map[string]bool, node string) {
 	s.mu.Lock()
-	s.fromSeats[node] = true
+	set[node] = true
 	relays := slices.Clone(s.relays)
 	s.mu.Unlock()
 	for _, r := range relays {
@@ -53,19 +59,6 @@ func (s *peerSwitch) apart(a, b string) bool {
 	defer s.mu.Unlock()
 	seat := func(n string) bool { return strings.HasPrefix(n, nodeagent.ObserverPrefix) }
 	return s.cut[a] || s.cut[b] || (seat(a) && s.fromSeats[b]) || (seat(b) && s.fromSeats[a])
-}
-
-// Cut drops every datagram to or from node from now on, and its TCP connections.
-func (s *peerSwitch) Cut(node string) {
-	s.mu.Lock()
-	s.cut[node] = true
-	relays := slices.Clone(s.relays)
-	s.mu.Unlock()
-	for _, r := range relays {
-		if r.node == node {
-			r.tcp.Cut()
-		}
-	}
 }
 
 func (s *peerSwitch) nodeOf(addr *net.UDPAddr) string {
