@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -38,6 +39,8 @@ type Node struct {
 	ip    string
 	// kubelet is the kubelet's port, on loopback.
 	kubelet *kubeletPort
+	// apiCut: the kubelet runs (its port answers, its pods run) but reaches no API server.
+	apiCut atomic.Bool
 
 	// tickMu is held for a whole tick, so Crash returns only once no heartbeat is in flight.
 	tickMu sync.Mutex
@@ -123,6 +126,14 @@ func (n *Node) PoweredOff() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.off
+}
+
+// CutFromAPIServer leaves the kubelet running, its port answering and its pods running,
+// but it reaches the API server no more: no Lease renewal, no status. A reset or power
+// cycle leaves the cut in place.
+func (n *Node) CutFromAPIServer() {
+	n.apiCut.Store(true)
+	n.c.logf("sim: node %s: kubelet cut off from the API server", n.Name())
 }
 
 // CutFromController makes the node's kubelet port drop the controller's probes, as a
@@ -218,7 +229,7 @@ func (n *Node) tick(ctx context.Context, lease, status bool) {
 	n.tickMu.Lock()
 	defer n.tickMu.Unlock()
 	alive, rebooted := n.observePower()
-	if !alive {
+	if !alive || n.apiCut.Load() {
 		return
 	}
 	if lease || rebooted {

@@ -189,6 +189,9 @@ const (
 	// traffic and the probes of its kubelet), while its peers and the API server still
 	// hear it.
 	ActCutFromController = "cutFromController"
+	// ActCutFromAPIServer: the kubelet runs on and answers on its port, but reaches the
+	// API server no more.
+	ActCutFromAPIServer = "cutFromAPIServer"
 	// ActRestartControllers terminates every live replica, as a rollout or an upgrade does;
 	// each is started again a second later (a new process with fresh clocks).
 	ActRestartControllers = "restartControllers"
@@ -198,13 +201,13 @@ const (
 // do nothing and a scenario would pass without testing anything.
 var nodeActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActReleaseEarly: true, ActIgnoreBMC: true, ActCrash: true,
-	ActKillNodeAgent: true, ActCutFromController: true}
+	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true}
 
 var knownActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActKillLeader: true, ActPauseLeader: true,
 	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true,
 	ActRestartControllers: true, ActCrash: true, ActRollNodeAgents: true, ActKillNodeAgents: true,
-	ActKillNodeAgent: true, ActCutFromController: true}
+	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true}
 
 // Profiles.
 const (

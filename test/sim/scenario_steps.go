@@ -218,7 +218,7 @@ func (r *runner) act(ctx context.Context, st Step) error {
 	r.logf("%s %v", st.Action, nodes)
 	c := r.h.Cluster
 	switch st.Action {
-	case ActPartition, ActPowerLoss, ActFlap, ActCrash:
+	case ActPartition, ActPowerLoss, ActFlap, ActCrash, ActCutFromAPIServer:
 		for _, n := range nodes {
 			r.mu.Lock()
 			r.disturbed[n] = true
@@ -242,6 +242,10 @@ func (r *runner) act(ctx context.Context, st Step) error {
 			if err := r.agents.Kill(n); err != nil {
 				return err
 			}
+		}
+	case ActCutFromAPIServer:
+		for _, n := range nodes {
+			c.Node(n).CutFromAPIServer()
 		}
 	case ActCutFromController:
 		for _, n := range nodes {
