@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -162,15 +161,11 @@ func peers(o options, a *nodeagent.Agent) (*nodeagent.PeerConfig, error) {
 }
 
 func hostPort(flag, v string) (string, int, error) {
-	host, port, err := net.SplitHostPort(v)
+	host, port, err := nodeagent.SplitAddress(v)
 	if err != nil {
-		return "", 0, fmt.Errorf("%s %q: %w", flag, v, err)
+		return "", 0, fmt.Errorf("%s: %w", flag, err)
 	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 {
-		return "", 0, fmt.Errorf("%s %q: the port must be a number from 0 to 65535", flag, v)
-	}
-	return host, n, nil
+	return host, port, nil
 }
 
 // device is the watchdog named by --watchdog.

@@ -69,7 +69,7 @@ func (c *Controller) startHeartbeats(ctx context.Context) error {
 		return fmt.Errorf("heartbeats.keyFile: %w", err)
 	}
 	pc := nodeagent.PeerConfig{Key: key, ProbeInterval: h.cfg.ProbeInterval.Duration}
-	if pc.BindAddr, pc.BindPort, err = splitHostPort(h.cfg.BindAddress); err != nil {
+	if pc.BindAddr, pc.BindPort, err = nodeagent.SplitAddress(h.cfg.BindAddress); err != nil {
 		return fmt.Errorf("heartbeats.bindAddress: %w", err)
 	}
 	advertise := h.cfg.AdvertiseAddress
@@ -77,11 +77,11 @@ func (c *Controller) startHeartbeats(ctx context.Context) error {
 		advertise = net.JoinHostPort(os.Getenv("POD_IP"), strconv.Itoa(pc.BindPort))
 	}
 	if advertise != "" {
-		if pc.AdvertiseAddr, pc.AdvertisePort, err = splitHostPort(advertise); err != nil {
+		if pc.AdvertiseAddr, pc.AdvertisePort, err = nodeagent.SplitAddress(advertise); err != nil {
 			return fmt.Errorf("heartbeats.advertiseAddress: %w", err)
 		}
 	}
-	h.seat, err = nodeagent.StartObserver(pc, c.opts.Identity, func(node string) { c.queue.Add(node) }, nowClock(c.now))
+	h.seat, err = nodeagent.StartObserver(pc, c.opts.Identity, func(node string) { c.queue.Add(node) }, c.now)
 	if err != nil {
 		return fmt.Errorf("heartbeats: %w", err)
 	}
@@ -159,21 +159,3 @@ func (h *heartbeats) get(ctx context.Context, addr string) error {
 	_ = resp.Body.Close()
 	return nil
 }
-
-func splitHostPort(s string) (string, int, error) {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return "", 0, err
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 {
-		return "", 0, fmt.Errorf("port %q: want a number from 0 to 65535", port)
-	}
-	return host, n, nil
-}
-
-// nowClock is the controller's clock as a clock.PassiveClock.
-type nowClock func() time.Time
-
-func (f nowClock) Now() time.Time                  { return f() }
-func (f nowClock) Since(t time.Time) time.Duration { return f().Sub(t) }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
-	"k8s.io/utils/clock"
 )
 
 // ObserverPrefix starts the member name of a controller replica among the agents' peers:
@@ -24,7 +23,7 @@ const ObserverPrefix = "kubefence-controller:"
 // (detector.Detector.ObserveAgent).
 type Observer struct {
 	ml     *memberlist.Memberlist
-	clock  clock.PassiveClock
+	now    func() time.Time
 	notify func(node string)
 
 	mu   sync.Mutex
@@ -35,13 +34,13 @@ type Observer struct {
 
 // StartObserver takes a seat named ObserverPrefix+identity; notify is called with a
 // node's name whenever its agent joins or goes, outside any lock.
-func StartObserver(cfg PeerConfig, identity string, notify func(node string), clk clock.PassiveClock) (*Observer, error) {
+func StartObserver(cfg PeerConfig, identity string, notify func(node string), now func() time.Time) (*Observer, error) {
 	cfg.Node = ObserverPrefix + identity
 	mc, err := memberlistConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	o := &Observer{clock: clk, notify: notify, gone: map[string]time.Time{}, seen: map[string]bool{}}
+	o := &Observer{now: now, notify: notify, gone: map[string]time.Time{}, seen: map[string]bool{}}
 	mc.Events = observerEvents{o}
 	mc.Ping = observerPing{}
 	if o.ml, err = createMemberlist(mc, cfg); err != nil {
@@ -88,7 +87,7 @@ func (o *Observer) changed(n *memberlist.Node, gone bool) {
 	o.mu.Lock()
 	if gone {
 		if o.seen[n.Name] {
-			o.gone[n.Name] = o.clock.Now()
+			o.gone[n.Name] = o.now()
 		}
 	} else {
 		o.seen[n.Name] = true

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/clock"
 )
 
 func pollFor(t *testing.T, what string, cond func() bool) {
@@ -30,7 +29,7 @@ func TestObserverGone(t *testing.T) {
 			case changed <- node:
 			default:
 			}
-		}, clock.RealClock{})
+		}, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

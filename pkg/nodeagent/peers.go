@@ -40,6 +40,19 @@ type PeerConfig struct {
 	ProbeInterval time.Duration
 }
 
+// SplitAddress splits host:port, the port a number from 0 to 65535 (0: any free port).
+func SplitAddress(s string) (string, int, error) {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return "", 0, fmt.Errorf("%q: the port must be a number from 0 to 65535", s)
+	}
+	return host, n, nil
+}
+
 // answer is the payload of an agent's acks: the nodes it holds a NodeFence for.
 type answer struct {
 	Fenced   []string `json:"f,omitempty"`
