@@ -137,7 +137,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		a.setMembers(inf.GetStore().ListKeys())
-		a.read(ctx)
+		if !a.read(ctx) && a.peers != nil {
+			a.peers.Ask()
+		}
 		a.report(ctx)
 		if reports != nil {
 			go a.join(reports.GetStore().List())
@@ -171,8 +173,8 @@ func (a *Agent) setMembers(names []string) {
 }
 
 // read lists the NodeFences with a quorum read (no resourceVersion), and on success
-// counts it from when it began.
-func (a *Agent) read(ctx context.Context) {
+// counts it from when it began. It says whether the read worked.
+func (a *Agent) read(ctx context.Context) bool {
 	began := a.Clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, a.ReadEvery)
 	defer cancel()
@@ -185,7 +187,7 @@ func (a *Agent) read(ctx context.Context) {
 			klog.ErrorS(err, "Reading the NodeFences failed", "node", a.Node)
 		}
 		a.readErr = err.Error()
-		return
+		return false
 	}
 	if a.readErr != "" {
 		klog.InfoS("Reading the NodeFences works again", "node", a.Node)
@@ -210,6 +212,7 @@ func (a *Agent) read(ctx context.Context) {
 	if a.peers != nil {
 		a.peers.Forget(fenced, began)
 	}
+	return true
 }
 
 // join asks the agents whose reports give an address, and that are not members yet, to

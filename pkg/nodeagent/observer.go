@@ -49,8 +49,8 @@ func StartObserver(cfg PeerConfig, identity string, notify func(node string), no
 	return o, nil
 }
 
-// Join asks the agents at addrs (node → host:port) that are not members yet to take this
-// seat in.
+// Join asks agents at addrs (node → host:port) that are not members yet to take this
+// seat in: a random few each time (see Peers.Join).
 func (o *Observer) Join(addrs map[string]string) { join(o.ml, addrs) }
 
 // Gone returns when this seat learned that node's agent had left or been declared dead,

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +82,7 @@ type Peers struct {
 	mu      sync.Mutex
 	acks    map[string]time.Time
 	relayed map[string]relayed
+	asked   map[uint64]time.Time // rounds of Ask: nonce → when it was sent
 	stop    sync.Once
 }
 
@@ -90,8 +93,9 @@ func StartPeers(cfg PeerConfig, own func() []string, clk clock.PassiveClock) (*P
 	if err != nil {
 		return nil, err
 	}
-	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}}
+	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{}}
 	mc.Ping = pingDelegate{p}
+	mc.Delegate = askDelegate{p}
 	if p.ml, err = createMemberlist(mc, cfg); err != nil {
 		return nil, err
 	}
@@ -130,8 +134,13 @@ func memberlistConfig(cfg PeerConfig) (*memberlist.Config, error) {
 	// often than isolation allows, and a node whose peers all live could stop feeding its
 	// watchdog in an API server outage. Twofold at most keeps every peer probed within
 	// isolation/2 where the probe interval is isolation/20 and there are fewer than ten
-	// members. A dead verdict, which the slowing guards against, decides nothing alone.
+	// members; with more, probes alone cannot reach a majority within isolation, and an
+	// agent whose read failed asks them all at once (Ask). A dead verdict, which the
+	// slowing guards against, decides nothing alone.
 	mc.AwarenessMaxMultiplier = 2
+	// Every message is a few hundred bytes at most: LZW saves nothing on them, and its
+	// tables, allocated anew for each packet, were most of an agent's CPU at 100 nodes.
+	mc.EnableCompression = false
 	mc.LogOutput = klogWriter{}
 	return mc, nil
 }
@@ -150,9 +159,15 @@ func (p *Peers) Addr() string {
 	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 }
 
-// Join asks the agents at addrs (host:port) that are not members yet to take this one
-// in; it blocks up to memberlist's stream timeout for each.
+// Join asks agents at addrs (host:port) that are not members yet to take this one in;
+// it blocks up to memberlist's stream timeout for each it asks.
 func (p *Peers) Join(addrs map[string]string) { join(p.ml, addrs) }
+
+// joinsPerRound bounds how many agents one Join asks. One that answers sends its whole
+// member list back (memberlist's push-pull), and gossip carries the joiner to the rest:
+// asking every unknown agent at once made each of N agents starting together open N
+// state exchanges, and at 100 nodes the rollout alone held the machine's two cores.
+const joinsPerRound = 3
 
 func join(ml *memberlist.Memberlist, addrs map[string]string) {
 	known := map[string]bool{}
@@ -168,6 +183,10 @@ func join(ml *memberlist.Memberlist, addrs map[string]string) {
 	if len(todo) == 0 {
 		return
 	}
+	// A random few, so that an agent that is down does not hold back the others round
+	// after round.
+	rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
+	todo = todo[:min(len(todo), joinsPerRound)]
 	if n, err := ml.Join(todo); err != nil {
 		klog.V(2).InfoS("Joining peers", "joined", n, "asked", len(todo), "err", err)
 	}
@@ -210,6 +229,82 @@ func (p *Peers) Forget(fenced []string, began time.Time) {
 	}
 }
 
+// askMsg asks a peer for its answer now, outside the probes' turn; answerMsg is the
+// answer, with the nonce of the round it answers. Both travel as memberlist user
+// messages, encrypted and authenticated with the peers' key like every packet.
+type askMsg struct {
+	Ask  bool   `json:"a,omitempty"`
+	From string `json:"n"`
+	// Addr is where the asker takes answers: a peer that has not heard of it yet (gossip
+	// carries a newcomer to everyone only in time) answers there.
+	Addr   string  `json:"d,omitempty"`
+	Nonce  uint64  `json:"r"`
+	Answer *answer `json:"v,omitempty"`
+}
+
+// askedFor is how long a round of Ask takes answers.
+const askedFor = 10 * time.Second
+
+// Ask asks every member for its answer at once. Probes reach one peer per probe
+// interval, so with many members a majority of answers takes longer than isolation
+// allows: an agent whose read of the API server failed asks them all, and each answer
+// counts as made after the round was sent (as a probe's does).
+func (p *Peers) Ask() {
+	now := p.clock.Now()
+	nonce := rand.Uint64()
+	p.mu.Lock()
+	for n, at := range p.asked {
+		if now.Sub(at) > askedFor {
+			delete(p.asked, n)
+		}
+	}
+	p.asked[nonce] = now
+	p.mu.Unlock()
+	msg, err := json.Marshal(askMsg{Ask: true, From: p.ml.LocalNode().Name, Addr: p.Addr(), Nonce: nonce})
+	if err != nil {
+		return
+	}
+	for _, m := range p.ml.Members() {
+		if m.Name == p.ml.LocalNode().Name || strings.HasPrefix(m.Name, ObserverPrefix) {
+			continue
+		}
+		if err := p.ml.SendBestEffort(m, msg); err != nil {
+			klog.V(2).InfoS("Asking a peer", "peer", m.Name, "err", err)
+		}
+	}
+}
+
+// answerAsk answers a peer's Ask.
+func (p *Peers) answerAsk(q askMsg) {
+	to := p.member(q.From)
+	if to == nil {
+		host, port, err := SplitAddress(q.Addr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || port == 0 {
+			klog.V(2).InfoS("A question from a peer with no address to answer", "peer", q.From, "address", q.Addr)
+			return
+		}
+		to = &memberlist.Node{Name: q.From, Addr: net.ParseIP(host), Port: uint16(port)}
+	}
+	a := p.answer()
+	b, err := json.Marshal(askMsg{From: p.ml.LocalNode().Name, Nonce: q.Nonce, Answer: &a})
+	if err == nil {
+		err = p.ml.SendBestEffort(to, b)
+	}
+	if err != nil {
+		klog.V(2).InfoS("Answering a peer", "peer", q.From, "err", err)
+	}
+}
+
+// member is the member named name, if this agent knows it.
+func (p *Peers) member(name string) *memberlist.Node {
+	for _, m := range p.ml.Members() {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
 // Stop leaves the peers and stops answering.
 func (p *Peers) Stop() { p.stop.Do(func() { leave(p.ml) }) }
 
@@ -224,13 +319,36 @@ func leave(ml *memberlist.Memberlist) {
 
 type pingDelegate struct{ p *Peers }
 
+// answer is this agent's answer now: the overflow answer when it would not fit a packet.
+func (p *Peers) answer() answer {
+	a := answer{Fenced: p.Fenced()}
+	if b, err := json.Marshal(a); err != nil || len(b) > maxAnswer {
+		return answer{Overflow: true}
+	}
+	return a
+}
+
+// heard records an answer from peer to a question sent at sent. An overflowed answer
+// does not count: it may have left out the asker's own NodeFence.
+func (p *Peers) heard(peer string, a answer, sent time.Time) {
+	if a.Overflow {
+		klog.V(2).InfoS("A peer's answer does not count", "peer", peer, "overflow", true)
+		return
+	}
+	now := p.clock.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sent.After(p.acks[peer]) {
+		p.acks[peer] = sent
+	}
+	for _, node := range a.Fenced {
+		p.relayed[node] = relayed{received: now}
+	}
+}
+
 // AckPayload is this agent's answer.
 func (d pingDelegate) AckPayload() []byte {
-	a := answer{Fenced: d.p.Fenced()}
-	b, err := json.Marshal(a)
-	if err != nil || len(b) > maxAnswer {
-		b, _ = json.Marshal(answer{Overflow: true})
-	}
+	b, _ := json.Marshal(d.p.answer())
 	return b
 }
 
@@ -238,18 +356,37 @@ func (d pingDelegate) AckPayload() []byte {
 func (d pingDelegate) NotifyPingComplete(other *memberlist.Node, rtt time.Duration, payload []byte) {
 	now := d.p.clock.Now()
 	var a answer
-	if err := json.Unmarshal(payload, &a); err != nil || a.Overflow {
-		klog.V(2).InfoS("A peer's answer does not count", "peer", other.Name, "overflow", a.Overflow, "err", err)
+	if err := json.Unmarshal(payload, &a); err != nil {
+		klog.V(2).InfoS("A peer's answer does not count", "peer", other.Name, "err", err)
 		return
 	}
-	sent := now.Add(-rtt)
-	d.p.mu.Lock()
-	defer d.p.mu.Unlock()
-	if sent.After(d.p.acks[other.Name]) {
-		d.p.acks[other.Name] = sent
+	d.p.heard(other.Name, a, now.Add(-rtt))
+}
+
+// askDelegate carries Ask's questions and answers.
+type askDelegate struct{ p *Peers }
+
+func (askDelegate) NodeMeta(int) []byte             { return nil }
+func (askDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (askDelegate) LocalState(bool) []byte          { return nil }
+func (askDelegate) MergeRemoteState([]byte, bool)   {}
+
+// NotifyMsg takes a question, answered off memberlist's receive loop, or an answer to a
+// round of Ask still open; anything else is dropped.
+func (d askDelegate) NotifyMsg(b []byte) {
+	var m askMsg
+	if err := json.Unmarshal(b, &m); err != nil {
+		return
 	}
-	for _, node := range a.Fenced {
-		d.p.relayed[node] = relayed{received: now}
+	if m.Ask {
+		go d.p.answerAsk(m)
+		return
+	}
+	d.p.mu.Lock()
+	sent, ok := d.p.asked[m.Nonce]
+	d.p.mu.Unlock()
+	if ok && m.Answer != nil && d.p.clock.Since(sent) <= askedFor {
+		d.p.heard(m.From, *m.Answer, sent)
 	}
 }
 

@@ -2,6 +2,8 @@ package nodeagent
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 type testPeer struct {
@@ -20,8 +23,13 @@ type testPeer struct {
 
 func startTestPeer(t *testing.T, node string, key []byte) *testPeer {
 	t.Helper()
+	return startTestPeerEvery(t, node, key, 100*time.Millisecond)
+}
+
+func startTestPeerEvery(t *testing.T, node string, key []byte, probe time.Duration) *testPeer {
+	t.Helper()
 	tp := &testPeer{}
-	p, err := StartPeers(PeerConfig{Node: node, BindAddr: "127.0.0.1", BindPort: 0, Key: key, ProbeInterval: 100 * time.Millisecond},
+	p, err := StartPeers(PeerConfig{Node: node, BindAddr: "127.0.0.1", BindPort: 0, Key: key, ProbeInterval: probe},
 		func() []string { tp.mu.Lock(); defer tp.mu.Unlock(); return slices.Clone(tp.own) }, clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
@@ -136,5 +144,84 @@ func TestOverflowAnswerNotCounted(t *testing.T) {
 	d.NotifyPingComplete(&memberlist.Node{Name: "b"}, time.Millisecond, []byte(`{"f":["c"]}`))
 	if _, ok := p.Acks()["b"]; !ok {
 		t.Error("a whole answer was not counted")
+	}
+}
+
+// A Join asks only a few of the agents it does not know (the rest learn of it by gossip),
+// and rounds of Joins still reach every agent: eight agents on their own, each known only
+// from the addresses given.
+func TestJoinAsksAFew(t *testing.T) {
+	addrs := map[string]string{}
+	for i := range 8 {
+		name := fmt.Sprintf("p%d", i)
+		addrs[name] = startTestPeer(t, name, peerKey).p.Addr()
+	}
+	n := startTestPeer(t, "n", peerKey)
+	n.p.Join(addrs)
+	if got := n.p.ml.NumMembers(); got != 1+joinsPerRound {
+		t.Fatalf("after one Join of 8 unknown agents: %d members, want itself and %d", got, joinsPerRound)
+	}
+	pollFor(t, "every agent a member after rounds of Joins", func() bool {
+		n.p.Join(addrs)
+		return n.p.ml.NumMembers() == 9
+	})
+}
+
+// Ask hears every member at once, where probes reach one per probe interval: twelve
+// agents probing every 30s, and one Ask brings the asker an answer from each of the
+// other eleven, dated no earlier than the round and carrying what they hold.
+func TestAskHearsEveryMember(t *testing.T) {
+	var peers []*testPeer
+	for i := range 12 {
+		peers = append(peers, startTestPeerEvery(t, fmt.Sprintf("p%d", i), peerKey, 30*time.Second))
+	}
+	for _, p := range peers[1:] {
+		p.p.Join(map[string]string{"p0": peers[0].p.Addr()})
+	}
+	pollFor(t, "twelve members", func() bool { return peers[0].p.ml.NumMembers() == 12 && peers[11].p.ml.NumMembers() == 12 })
+	peers[5].mu.Lock()
+	peers[5].own = []string{"x"}
+	peers[5].mu.Unlock()
+	a := peers[11]
+	before := len(a.p.Acks())
+	asked := time.Now()
+	a.p.Ask()
+	pollFor(t, "answers from the eleven others", func() bool { return len(a.p.Acks()) == 11 })
+	if before > 2 {
+		t.Logf("%d answers came from probes before the round", before)
+	}
+	for peer, at := range a.p.Acks() {
+		if at.Before(asked.Add(-30*time.Second)) || at.After(time.Now()) {
+			t.Errorf("answer of %s dated %s, not within the test", peer, at)
+		}
+	}
+	if !slices.Contains(a.p.Fenced(), "x") {
+		t.Errorf("p5's answer did not relay x: %v", a.p.Fenced())
+	}
+}
+
+// An answer counts only for a round of Ask this agent sent, and not once the round is
+// over: anything else could be a replay of an old answer.
+func TestAnswerNeedsItsRound(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	p := &Peers{clock: clk, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{7: clk.Now()}}
+	d := askDelegate{p}
+	answerFor := func(nonce uint64) []byte {
+		b, _ := json.Marshal(askMsg{From: "b", Nonce: nonce, Answer: &answer{Fenced: []string{"c"}}})
+		return b
+	}
+	d.NotifyMsg(answerFor(8))
+	if len(p.Acks()) != 0 || len(p.relayed) != 0 {
+		t.Fatalf("an answer to a round never sent counted: acks %v, relayed %v", p.Acks(), p.relayed)
+	}
+	clk.Step(askedFor + time.Second)
+	d.NotifyMsg(answerFor(7))
+	if len(p.Acks()) != 0 {
+		t.Fatalf("an answer after its round was over counted: %v", p.Acks())
+	}
+	p.asked[9] = clk.Now()
+	d.NotifyMsg(answerFor(9))
+	if at, ok := p.Acks()["b"]; !ok || !at.Equal(p.asked[9]) {
+		t.Errorf("an answer to an open round: acks %v, want b dated when the round was sent", p.Acks())
 	}
 }
