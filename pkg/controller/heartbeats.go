@@ -30,11 +30,12 @@ const (
 // probes the kubelets the detector asks about. Standbys keep a seat too, so that a new
 // leader knows at once which agents are gone.
 type heartbeats struct {
-	cfg     *v1alpha1.Heartbeats
-	seat    *nodeagent.Observer
-	kubelet *http.Client
-	members prometheus.Gauge
-	probes  *prometheus.CounterVec
+	cfg      *v1alpha1.Heartbeats
+	seat     *nodeagent.Observer
+	kubelet  *http.Client
+	members  prometheus.Gauge
+	measured prometheus.Gauge
+	probes   *prometheus.CounterVec
 }
 
 func newHeartbeats(cfg *v1alpha1.Heartbeats, reg prometheus.Registerer) *heartbeats {
@@ -50,6 +51,10 @@ func newHeartbeats(cfg *v1alpha1.Heartbeats, reg prometheus.Registerer) *heartbe
 			Name: "kubefence_heartbeat_agents",
 			Help: "Node agents that are members of this replica's seat among their peers (config heartbeats).",
 		}),
+		measured: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kubefence_heartbeat_measured_nodes",
+			Help: "Nodes whose Lease renewal cadence this replica has measured: heartbeat evidence acts only on them (config heartbeats).",
+		}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubefence_kubelet_probes_total",
 			Help: "Probes of the kubelets of nodes whose agent is gone, by result (answered, silent).",
@@ -57,11 +62,12 @@ func newHeartbeats(cfg *v1alpha1.Heartbeats, reg prometheus.Registerer) *heartbe
 	}
 	h.probes.WithLabelValues(probeAnswered)
 	h.probes.WithLabelValues(probeSilent)
-	reg.MustRegister(h.members, h.probes)
+	reg.MustRegister(h.members, h.measured, h.probes)
 	return h
 }
 
-// start takes the seat, and joins the reporting agents every few seconds until ctx ends.
+// startHeartbeats takes the seat, and joins the reporting agents every few seconds until
+// ctx ends.
 func (c *Controller) startHeartbeats(ctx context.Context) error {
 	h := c.heartbeats
 	key, err := os.ReadFile(h.cfg.KeyFile)
@@ -90,6 +96,7 @@ func (c *Controller) startHeartbeats(ctx context.Context) error {
 		wait.UntilWithContext(ctx, func(context.Context) {
 			h.seat.Join(c.watchdogs.peers())
 			h.members.Set(float64(h.seat.Members()))
+			h.measured.Set(float64(c.detector.Measured()))
 		}, 2*time.Second)
 		h.seat.Stop()
 	}()

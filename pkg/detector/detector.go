@@ -256,6 +256,20 @@ func heartbeatFloor(st *nodeState) time.Duration {
 	return max(MinHeartbeatFloor, slices.Max(st.gaps)*3/2)
 }
 
+// Measured is how many nodes have a measured renewal cadence, so that heartbeat
+// evidence can act on them (HeartbeatFloor is not zero).
+func (d *Detector) Measured() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, st := range d.nodes {
+		if len(st.gaps) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // ObserveAgent records whether node's agent is gone from its peers, and since when; a
 // change of either counts from scratch.
 func (d *Detector) ObserveAgent(node string, since time.Time, gone bool) {
