@@ -72,6 +72,16 @@ func MeasureRecovery(ctx context.Context, c *Cluster, rec *Recorder, node, pod s
 	return r
 }
 
+// Released is the time from the crash to the pod's deletion from the dead node: every
+// phase but the rescheduling.
+func Released(r Recovery) time.Duration {
+	var d time.Duration
+	for _, ph := range BenchPhases[:len(BenchPhases)-1] {
+		d += r.Phases[ph]
+	}
+	return d
+}
+
 // stepAt returns the time of the first step of type typ in nf's timeline, if there is one.
 func stepAt(nf v1alpha1.NodeFence, typ string) (time.Time, bool) {
 	for _, s := range nf.Status.Timeline {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -30,6 +31,18 @@ type benchResult struct {
 	settings     string
 	batchSize    int
 	stormCrashAt time.Time
+	heartbeats   bool
+	window       time.Duration
+}
+
+// benchOptions are one profile's run.
+type benchOptions struct {
+	profile                   string
+	nodes, singles, batch     int
+	window                    time.Duration
+	heartbeats                bool          // node agents with peers, the controller seated among them
+	peerProbe                 time.Duration // their probe interval
+	agentIsolation, agentRead time.Duration
 }
 
 func envInt(name string, def int) int {
@@ -44,8 +57,12 @@ func envInt(name string, def int) int {
 //
 //	KUBEFENCE_BENCH_REPORT=docs/benchmarks.md go test -run TestBenchmarkReport -timeout 60m ./test/sim
 //
-// KUBEFENCE_BENCH_NODES (100), KUBEFENCE_BENCH_SINGLES (5), KUBEFENCE_BENCH_BATCH (20),
-// KUBEFENCE_BENCH_WINDOW_MIN (7) and KUBEFENCE_BENCH_FAST_NODES (20) size it.
+// KUBEFENCE_BENCH_NODES (100), KUBEFENCE_BENCH_SINGLES (5), KUBEFENCE_BENCH_BATCH (20) and
+// KUBEFENCE_BENCH_WINDOW_MIN (7) size the default profile; KUBEFENCE_BENCH_FAST_NODES (40),
+// KUBEFENCE_BENCH_FAST_SINGLES (10) and KUBEFENCE_BENCH_HEARTBEAT_BATCH (5) the fast ones.
+// The fast profile with heartbeats runs one fence-node-agent process per node: each
+// takes about 2% of a core here, and at 100 nodes they starved the API server of this
+// 2-core machine. KUBEFENCE_BENCH_PROFILES=fast,heartbeats runs only some profiles.
 func TestBenchmarkReport(t *testing.T) {
 	out := os.Getenv("KUBEFENCE_BENCH_REPORT")
 	if out == "" {
@@ -55,10 +72,26 @@ func TestBenchmarkReport(t *testing.T) {
 	singles := envInt("KUBEFENCE_BENCH_SINGLES", 5)
 	batch := envInt("KUBEFENCE_BENCH_BATCH", 20)
 	window := time.Duration(envInt("KUBEFENCE_BENCH_WINDOW_MIN", 7)) * time.Minute
-	fastNodes := envInt("KUBEFENCE_BENCH_FAST_NODES", 20)
-	def := benchProfile(t, ProfileDefault, nodes, singles, batch, window)
-	fast := benchProfile(t, ProfileFast, fastNodes, envInt("KUBEFENCE_BENCH_FAST_SINGLES", 8), 0, 0)
-	doc := benchDoc(def, fast, nodes, singles, batch, window, fastNodes)
+	fastNodes := envInt("KUBEFENCE_BENCH_FAST_NODES", 40)
+	fastSingles := envInt("KUBEFENCE_BENCH_FAST_SINGLES", 10)
+	only := os.Getenv("KUBEFENCE_BENCH_PROFILES") // for trying one profile: default,fast,heartbeats
+	run := func(name string) bool { return only == "" || slices.Contains(strings.Split(only, ","), name) }
+	var def, fast, hb *benchResult
+	if run("default") {
+		def = benchProfile(t, benchOptions{profile: ProfileDefault, nodes: nodes, singles: singles, batch: batch, window: window})
+	}
+	// The fast profile twice, on clusters of the same size, one after the other: the
+	// Lease-only detector, then node agents with heartbeats (the agents' own defaults:
+	// isolation 10s, a read every 2s; peers probed every 200ms).
+	if run("fast") {
+		fast = benchProfile(t, benchOptions{profile: ProfileFast, nodes: fastNodes, singles: fastSingles})
+	}
+	if run("heartbeats") {
+		hb = benchProfile(t, benchOptions{profile: ProfileFast, nodes: fastNodes, singles: fastSingles,
+			batch: envInt("KUBEFENCE_BENCH_HEARTBEAT_BATCH", 5), heartbeats: true,
+			peerProbe: 200 * time.Millisecond, agentIsolation: 10 * time.Second, agentRead: 2 * time.Second})
+	}
+	doc := benchDoc(def, fast, hb, only)
 	if !filepath.IsAbs(out) {
 		root, err := moduleRoot()
 		if err != nil {
@@ -77,47 +110,63 @@ func TestBenchmarkReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s:\n%s", out, doc)
-	for _, v := range append(def.violations, fast.violations...) {
-		t.Errorf("invariant: %s", v)
+	for _, r := range []*benchResult{def, fast, hb} {
+		if r == nil {
+			continue
+		}
+		for _, v := range r.violations {
+			t.Errorf("invariant (%s): %s", r.name(), v)
+		}
 	}
 }
 
-func benchProfile(t *testing.T, profile string, nodes, singles, batch int, window time.Duration) *benchResult {
+func benchProfile(t *testing.T, o benchOptions) *benchResult {
 	t.Helper()
-	res := &benchResult{profile: profile, nodes: nodes, batchSize: batch}
+	res := &benchResult{profile: o.profile, nodes: o.nodes, batchSize: o.batch, heartbeats: o.heartbeats, window: o.window}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	began := time.Now()
+	fast := o.profile == ProfileFast
 	h, err := StartHarness(ctx, HarnessOptions{
-		Dir: t.TempDir(), Nodes: nodes, BinDir: scenarioBinaries(t),
+		Dir: t.TempDir(), Nodes: o.nodes, BinDir: scenarioBinaries(t),
 		Logf: func(f string, a ...any) {
 			if !strings.Contains(f, "pod %s/%s") && !strings.Contains(f, "volume") {
 				t.Logf(f, a...)
 			}
 		},
-		Cluster: func(o *Options) {
-			if profile == ProfileFast {
-				o.LeaseRenewInterval, o.StatusUpdateInterval = 2*time.Second, 2*time.Second
+		Cluster: func(co *Options) {
+			if fast {
+				// The kubelet's own nodeStatusUpdateFrequency (10s): only the Lease
+				// renews faster. A status every 2s from 100 kubelets, fanned out to 100
+				// node agents' watches of the Nodes, was most of the API server's load.
+				co.LeaseRenewInterval, co.StatusUpdateInterval = 2*time.Second, 10*time.Second
 			}
 		},
 		Config: func(c *v1alpha1.Config) {
-			if profile == ProfileFast {
+			if fast {
 				c.Detection.LeaseStaleAfter = metav1.Duration{Duration: 10 * time.Second}
 				c.Detection.NotReadyAfter = metav1.Duration{Duration: 10 * time.Second}
 			}
 		},
 	})
 	if err != nil {
-		t.Fatalf("start %d-node harness: %v", nodes, err)
+		t.Fatalf("start %d-node harness: %v", o.nodes, err)
 	}
 	stopOnCleanup(t, h, false)
-	res.startup = time.Since(began)
-	res.settings = fmt.Sprintf("kubelet Lease renewed every %s, leaseStaleAfter %s, notReadyAfter %s, leader election %s/%s/%s, kube-controller-manager flags at their defaults",
-		h.Cluster.opts.LeaseRenewInterval, h.Config.Detection.LeaseStaleAfter.Duration, h.Config.Detection.NotReadyAfter.Duration,
+	res.settings = fmt.Sprintf("kubelet Lease renewed every %s, node status every %s, leaseStaleAfter %s, notReadyAfter %s, leader election %s/%s/%s, kube-controller-manager flags at their defaults",
+		h.Cluster.opts.LeaseRenewInterval, h.Cluster.opts.StatusUpdateInterval, h.Config.Detection.LeaseStaleAfter.Duration, h.Config.Detection.NotReadyAfter.Duration,
 		h.Config.LeaderElection.LeaseDuration.Duration, h.Config.LeaderElection.RenewDeadline.Duration, h.Config.LeaderElection.RetryPeriod.Duration)
-	t.Logf("%d-node %s cluster with %d ipmi_sim BMCs up in %s", nodes, profile, len(h.BMCs), res.startup.Round(time.Second))
+	var agents *NodeAgents
+	var seat []string
+	if o.heartbeats {
+		agents, seat = startBenchAgents(t, ctx, h, o)
+		res.settings += fmt.Sprintf("; a fence-node-agent per node (--isolation %s, --read-interval %s, --peer-probe-interval %s, an emulated watchdog), heartbeats.probeInterval %s, heartbeats.kubeletTimeout %s",
+			o.agentIsolation, o.agentRead, o.peerProbe, h.Config.Heartbeats.ProbeInterval.Duration, h.Config.Heartbeats.KubeletTimeout.Duration)
+	}
+	res.startup = time.Since(began)
+	t.Logf("%d-node %s cluster with %d ipmi_sim BMCs up in %s", o.nodes, res.name(), len(h.BMCs), res.startup.Round(time.Second))
 	c := h.Cluster
-	replicas := max(batch, 1) + 1
+	replicas := max(o.batch, 1) + 1
 	if err := c.DeploySpreadStatefulSet(ctx, "web", replicas); err != nil {
 		t.Fatal(err)
 	}
@@ -130,34 +179,41 @@ func benchProfile(t *testing.T, profile string, nodes, singles, batch int, windo
 	disturbed := map[string]bool{}
 	var alone string
 	var aloneAt time.Time
-	if window > 0 {
+	if o.window > 0 {
 		// Kubernetes alone, on the same cluster at the same time: this node is excluded from
 		// kubefence and nothing else will fence it.
 		alone = podNodeOrFail(t, ctx, c, fmt.Sprintf("web-%d", replicas-1))
 		labelNode(t, ctx, c, alone, v1alpha1.DefaultExcludeLabel, "bench")
 	}
-	startLeader(t, ctx, h, "fence-controller")
+	leader := startLeader(t, ctx, h, "fence-controller", seat...)
+	// A node dies: its kubelet stops while the machine runs on (its BMC says on). With
+	// node agents the whole machine dies, its agent with it.
+	kill := func(node string) { c.Node(node).Crash() }
+	if agents != nil {
+		kill = agents.Halt
+		waitHeartbeatsReady(t, ctx, leader, o.nodes)
+	}
 	if alone != "" {
 		disturbed[alone] = true
-		c.Node(alone).Crash()
+		kill(alone)
 		aloneAt = time.Now()
 		t.Logf("Kubernetes alone: crashed excluded node %s at %s", alone, aloneAt.Format(time.RFC3339))
 	}
-	for i := range singles {
+	for i := range o.singles {
 		victims := pickVictims(t, ctx, c, 1, disturbed)
-		rs := crashAndMeasure(t, ctx, c, rec, victims, disturbed)
+		rs := crashAndMeasure(t, ctx, c, rec, victims, disturbed, kill)
 		t.Logf("single failure %d: %+v", i+1, rs[0])
 		res.singles = append(res.singles, rs...)
 	}
-	if batch > 0 {
-		victims := pickVictims(t, ctx, c, batch, disturbed)
-		res.batch = crashAndMeasure(t, ctx, c, rec, victims, disturbed)
+	if o.batch > 0 {
+		victims := pickVictims(t, ctx, c, o.batch, disturbed)
+		res.batch = crashAndMeasure(t, ctx, c, rec, victims, disturbed, kill)
 		for _, r := range res.batch {
 			t.Logf("batch: %+v", r)
 		}
 	}
 	if alone != "" {
-		if err := sleepUntil(ctx, aloneAt.Add(window)); err != nil {
+		if err := sleepUntil(ctx, aloneAt.Add(o.window)); err != nil {
 			t.Fatal(err)
 		}
 		stuck, err := ObserveStuckPod(ctx, c, rec, alone, fmt.Sprintf("web-%d", replicas-1), aloneAt)
@@ -165,7 +221,7 @@ func benchProfile(t *testing.T, profile string, nodes, singles, batch int, windo
 			t.Fatal(err)
 		}
 		res.alone = &stuck
-		t.Logf("Kubernetes alone after %s: %+v", window, stuck)
+		t.Logf("Kubernetes alone after %s: %+v", o.window, stuck)
 	}
 	monCancel()
 	mon.Wait()
@@ -173,10 +229,65 @@ func benchProfile(t *testing.T, profile string, nodes, singles, batch int, windo
 	if err != nil {
 		t.Fatal(err)
 	}
+	if agents != nil {
+		ev.Resets, ev.Halts = agents.Resets(), agents.Halts()
+	}
 	// The excluded node's pod is marked by Kubernetes' own taint eviction, not kubefence.
 	ev.Seen = slices.DeleteFunc(ev.Seen, func(s Seen) bool { return s.Node == alone && alone != "" })
 	res.violations = mon.Check(ev)
 	return res
+}
+
+// startBenchAgents starts a node agent on every node, answering each other, and seats
+// the controller among them; it returns the agents and the controller's seat flags.
+func startBenchAgents(t *testing.T, ctx context.Context, h *Harness, o benchOptions) (*NodeAgents, []string) {
+	t.Helper()
+	agents, err := StartNodeAgents(ctx, h, NodeAgentOptions{Bin: filepath.Join(h.bin, "fence-node-agent"),
+		Isolation: o.agentIsolation, ReadInterval: o.agentRead, WatchdogTimeout: 5 * time.Second, Peers: true, PeerProbe: o.peerProbe, Batch: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agents.Stop)
+	if err := agents.WaitReports(ctx, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	err = h.RewriteConfig(func(c *v1alpha1.Config) {
+		c.Heartbeats = &v1alpha1.Heartbeats{KeyFile: agents.key, ProbeInterval: metav1.Duration{Duration: o.peerProbe},
+			KubeletTimeout: metav1.Duration{Duration: 500 * time.Millisecond}}
+		c.Watchdog.Isolation = metav1.Duration{Duration: o.agentIsolation}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seat, err := agents.SeatArgs("fence-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agents, seat
+}
+
+// waitHeartbeatsReady waits until the leader's seat sees every agent and it has measured
+// every node's renewal cadence: before then heartbeat evidence cannot act.
+func waitHeartbeatsReady(t *testing.T, ctx context.Context, leader *Replica, nodes int) {
+	t.Helper()
+	url := metricsURL(t, ctx, leader)
+	var agents, measured float64
+	err := pollUntil(ctx, 500*time.Millisecond, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		m := scrape(ctx, url)
+		agents, measured = metricValue(m, "kubefence_heartbeat_agents"), metricValue(m, "kubefence_heartbeat_measured_nodes")
+		return int(agents) == nodes && int(measured) == nodes, nil
+	})
+	if err != nil {
+		t.Fatalf("heartbeats not ready for %d nodes: the seat sees %.0f agents, %.0f cadences measured: %v", nodes, agents, measured, err)
+	}
+}
+
+// name is the profile's name in the report.
+func (r *benchResult) name() string {
+	if r.heartbeats {
+		return r.profile + " profile with heartbeats"
+	}
+	return r.profile + " profile"
 }
 
 func labelNode(t *testing.T, ctx context.Context, c *Cluster, node, key, value string) {
@@ -209,14 +320,14 @@ func pickVictims(t *testing.T, ctx context.Context, c *Cluster, n int, disturbed
 	return victims
 }
 
-// crashAndMeasure crashes every victim (kubelet dead, machine on) at once and waits until
+// crashAndMeasure kills every victim at once and waits until
 // each one's pod runs elsewhere.
-func crashAndMeasure(t *testing.T, ctx context.Context, c *Cluster, rec *Recorder, victims map[string]string, disturbed map[string]bool) []Recovery {
+func crashAndMeasure(t *testing.T, ctx context.Context, c *Cluster, rec *Recorder, victims map[string]string, disturbed map[string]bool, kill func(node string)) []Recovery {
 	t.Helper()
 	crashed := map[string]time.Time{}
 	for node := range victims {
 		disturbed[node] = true
-		c.Node(node).Crash()
+		kill(node)
 		crashed[node] = time.Now()
 	}
 	err := pollUntil(ctx, 250*time.Millisecond, 6*time.Minute, func(ctx context.Context) (bool, error) {
@@ -247,54 +358,165 @@ func crashAndMeasure(t *testing.T, ctx context.Context, c *Cluster, rec *Recorde
 	return out
 }
 
-func benchDoc(def, fast *benchResult, nodes, singles, batch int, window time.Duration, fastNodes int) string {
+func benchDoc(def, fast, hb *benchResult, only string) string {
 	var b strings.Builder
-	cmd := fmt.Sprintf("KUBEFENCE_BENCH_REPORT=docs/benchmarks.md KUBEFENCE_BENCH_NODES=%d KUBEFENCE_BENCH_SINGLES=%d KUBEFENCE_BENCH_BATCH=%d KUBEFENCE_BENCH_WINDOW_MIN=%d KUBEFENCE_BENCH_FAST_NODES=%d KUBEFENCE_BENCH_FAST_SINGLES=%d go test -count=1 -timeout 90m -run TestBenchmarkReport ./test/sim",
-		nodes, singles, batch, int(window.Minutes()), fastNodes, len(fast.singles))
+	env := []string{"KUBEFENCE_BENCH_REPORT=docs/benchmarks.md"}
+	if only != "" {
+		env = append(env, "KUBEFENCE_BENCH_PROFILES="+only)
+	}
+	if def != nil {
+		env = append(env, fmt.Sprintf("KUBEFENCE_BENCH_NODES=%d KUBEFENCE_BENCH_SINGLES=%d KUBEFENCE_BENCH_BATCH=%d KUBEFENCE_BENCH_WINDOW_MIN=%d",
+			def.nodes, len(def.singles), def.batchSize, int(def.window.Minutes())))
+	}
+	if f := cmp.Or(fast, hb); f != nil {
+		env = append(env, fmt.Sprintf("KUBEFENCE_BENCH_FAST_NODES=%d KUBEFENCE_BENCH_FAST_SINGLES=%d", f.nodes, len(f.singles)))
+	}
+	if hb != nil {
+		env = append(env, fmt.Sprintf("KUBEFENCE_BENCH_HEARTBEAT_BATCH=%d", hb.batchSize))
+	}
 	fmt.Fprintf(&b, `# kubefence benchmarks
 
 Generated by the benchmark test on %s; do not edit by hand. Regenerate with `+"`make bench-report`"+`,
 which runs:
 
-    %s
+    %s go test -count=1 -timeout 90m -run TestBenchmarkReport ./test/sim
 
 Machine: %s.
 
-What is measured: the time from a node's death (its kubelet stops; the machine keeps
-running, so its BMC still says on) to its StatefulSet pod Running and Ready on another node,
-on the simulated cluster of test/sim: real etcd, kube-apiserver, kube-controller-manager and
-kube-scheduler (v1.36.3), one simulated kubelet per node, one real ipmi_sim BMC per node, and
-one fence-controller replica. Each StatefulSet pod has a read-write-once CSI volume, so
-without a verified fence it cannot start elsewhere (Multi-Attach). Phases: **detect**
-(death → incident Detected), **decide** (→ FenceStarted), **fence** (→ the IPMI agent
-returned from power off), **verify** (→ power read back off, Verified), **remediate**
-(→ the pod deleted, seen by an independent watcher), **reschedule** (→ the new pod Running on
-another node, seen by that watcher). The first four ends come from the NodeFence timeline,
-the last two from the watcher (test/sim/recorder.go); all clocks are the same machine's.
+What is measured: the time from a node's death to its StatefulSet pod Running and Ready on
+another node, on the simulated cluster of test/sim: real etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler (v1.36.3), one simulated kubelet per node, one
+real ipmi_sim BMC per node, and one fence-controller replica. A death is the kubelet stopping
+while the machine keeps running, so its BMC still says on; with node agents, the whole
+machine stopping, its agent with it (the BMC still says on). Each StatefulSet pod has a
+read-write-once CSI volume, so without a verified fence it cannot start elsewhere
+(Multi-Attach). Phases: **detect** (death → incident Detected), **decide** (→ FenceStarted),
+**fence** (→ the IPMI agent returned from power off), **verify** (→ power read back off,
+Verified), **remediate** (→ the pod deleted, seen by an independent watcher: the pod is
+released), **reschedule** (→ the new pod Running on another node, seen by that watcher). The
+first four ends come from the NodeFence timeline, the last two from the watcher
+(test/sim/recorder.go); all clocks are the same machine's.
 
-`, time.Now().UTC().Format("2006-01-02 15:04 UTC"), cmd, MachineInfo())
-	fmt.Fprintf(&b, "## Default settings, %d-node simulated cluster\n\nSettings: %s. The %d-node cluster with %d ipmi_sim BMCs started in %s.\n\n",
-		def.nodes, def.settings, def.nodes, def.nodes, def.startup.Round(time.Second))
-	fmt.Fprintf(&b, "### 1 failure (%d runs, one after another on the same cluster, each on a different node)\n\n%s\n%s\n",
-		len(def.singles), SummaryTable(def.singles), RecoveryRows(def.singles))
-	if len(def.batch) > 0 {
-		fmt.Fprintf(&b, "### %d simultaneous failures (1 run: %d nodes, each running one StatefulSet pod, crashed together)\n\n%s\n%s\n",
-			def.batchSize, len(def.batch), SummaryTable(def.batch), RecoveryRows(def.batch))
+`, time.Now().UTC().Format("2006-01-02 15:04 UTC"), strings.Join(env, " "), MachineInfo())
+	if def != nil {
+		fmt.Fprintf(&b, "## Default settings, %d-node simulated cluster\n\nSettings: %s. The %d-node cluster with %d ipmi_sim BMCs started in %s.\n\n",
+			def.nodes, def.settings, def.nodes, def.nodes, def.startup.Round(time.Second))
+		fmt.Fprintf(&b, "### 1 failure (%d runs, one after another on the same cluster, each on a different node)\n\n%s\n%s\n",
+			len(def.singles), SummaryTable(def.singles), RecoveryRows(def.singles))
+		if len(def.batch) > 0 {
+			fmt.Fprintf(&b, "### %d simultaneous failures (1 run: %d nodes, each running one StatefulSet pod, crashed together)\n\n%s\n%s\n",
+				def.batchSize, len(def.batch), SummaryTable(def.batch), RecoveryRows(def.batch))
+		}
+		if a := def.alone; a != nil {
+			writeAlone(&b, a)
+		}
 	}
-	if a := def.alone; a != nil {
-		verdict := "stayed **stuck**"
-		if a.RunningElsewhere {
-			verdict = "ran elsewhere"
+	for _, r := range []*benchResult{fast, hb} {
+		if r == nil {
+			continue
 		}
-		marked := "never marked for deletion"
-		if a.MarkedAfter > 0 {
-			marked = fmt.Sprintf("marked for deletion (DisruptionTarget / deletionTimestamp by taint eviction) %s after the death", fmtSecs(a.MarkedAfter))
+		title := "Fast profile"
+		if r.heartbeats {
+			title = "Fast profile with node agents and heartbeats"
 		}
-		term := ""
-		if a.Terminating {
-			term = ", Terminating"
+		fmt.Fprintf(&b, "## %s, %d-node simulated cluster\n\nSettings: %s. Started in %s.\n\n### 1 failure (%d runs)\n\n%s\n%s\n",
+			title, r.nodes, r.settings, r.startup.Round(time.Second), len(r.singles), SummaryTable(r.singles), RecoveryRows(r.singles))
+		if len(r.batch) > 0 {
+			fmt.Fprintf(&b, "### %d simultaneous failures (1 run)\n\n%s\n%s\n", r.batchSize, SummaryTable(r.batch), RecoveryRows(r.batch))
 		}
-		fmt.Fprintf(&b, `### Kubernetes alone, same cluster, same time
+	}
+	if fast != nil && hb != nil {
+		b.WriteString(heartbeatRatio(fast, hb))
+	}
+	b.WriteString(`## Notes
+
+- Percentiles are nearest-rank over the runs listed: with 10 runs or fewer, p99 is the
+  slowest run; with simultaneous failures, the slowest node of one run.
+- Without heartbeats detection dominates: it is leaseStaleAfter minus the time since the
+  node's last Lease renewal, plus the detector's tick. Everything kubefence does after
+  detection (decide, fence, verify, remediate) takes about 1–3s even for 20 nodes at once.
+- With heartbeats, detection is the later of the agent declared gone by its peers (SWIM:
+  probe, indirect probes, then a suspicion that shortens as more peers confirm it) and the
+  Lease silent for 1.5 of its measured renewal gaps, then one probe of the kubelet's port
+  (docs/safety-model.md section 10).
+- The single-failure runs follow one another, so their crash times are not spread uniformly
+  over the kubelets' renewal cycle; the figures are indicative, not a distribution.
+
+`)
+	b.WriteString("## Safety during the runs\n\n")
+	var all []string
+	for _, r := range []*benchResult{def, fast, hb} {
+		if r != nil {
+			all = append(all, r.violations...)
+		}
+	}
+	if len(all) == 0 {
+		b.WriteString("The invariant checker (test/sim/invariants.go) watched every run: no pod deleted, no volume attachment removed and no out-of-service taint added before the node's BMC logged the power off; no StatefulSet pod running on two powered machines at once; no healthy node touched; no power action on a node whose kubelet was renewing; at most one open incident per node.\n")
+	} else {
+		b.WriteString("The invariant checker found violations:\n\n")
+		for _, v := range all {
+			fmt.Fprintf(&b, "- %s\n", v)
+		}
+	}
+	return b.String()
+}
+
+// heartbeatRatio compares the fast profile with and without heartbeats: crash to the pod
+// released (deleted from the dead node) and to the pod running elsewhere.
+func heartbeatRatio(fast, hb *benchResult) string {
+	var b strings.Builder
+	leaseRuns, hbRuns := fast.singles, append(slices.Clone(hb.singles), hb.batch...)
+	fmt.Fprintf(&b, `### Heartbeats against the Lease-only detector, same run
+
+Both clusters had %d nodes and the same fast profile, one after the other in the same run
+of the benchmark; the heartbeat figures pool the single failures and the simultaneous ones
+(%d deaths), the Lease-only ones are its %d single failures.
+
+| | Lease only | heartbeats | ratio |
+|---|---|---|---|
+`, hb.nodes, len(hbRuns), len(leaseRuns))
+	for _, row := range []struct {
+		what string
+		of   func(Recovery) time.Duration
+	}{{"released", Released}, {"running elsewhere", func(r Recovery) time.Duration { return r.Total }}} {
+		for _, p := range []float64{50, 99} {
+			l, h := Percentile(durations(leaseRuns, row.of), p), Percentile(durations(hbRuns, row.of), p)
+			ratio := "n/a"
+			if h > 0 {
+				ratio = fmt.Sprintf("%.1f×", l.Seconds()/h.Seconds())
+			}
+			fmt.Fprintf(&b, "| crash → %s, p%.0f | %s | **%s** | %s |\n", row.what, p, fmtSecs(l), fmtSecs(h), ratio)
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// durations is of applied to every measured recovery.
+func durations(rs []Recovery, of func(Recovery) time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, r := range rs {
+		if r.Missing == "" {
+			out = append(out, of(r))
+		}
+	}
+	return out
+}
+
+func writeAlone(b *strings.Builder, a *StuckPod) {
+	verdict := "stayed **stuck**"
+	if a.RunningElsewhere {
+		verdict = "ran elsewhere"
+	}
+	marked := "never marked for deletion"
+	if a.MarkedAfter > 0 {
+		marked = fmt.Sprintf("marked for deletion (DisruptionTarget / deletionTimestamp by taint eviction) %s after the death", fmtSecs(a.MarkedAfter))
+	}
+	term := ""
+	if a.Terminating {
+		term = ", Terminating"
+	}
+	fmt.Fprintf(b, `### Kubernetes alone, same cluster, same time
 
 One more node (%s, running %s) was labelled %s, so kubefence leaves it alone, and crashed the
 same way at the start of the runs above. Kubernetes (kube-controller-manager at its defaults)
@@ -303,32 +525,4 @@ marked the node NotReady %s after the death and the pod was %s. After a window o
 volume on a node that may still run is never force-deleted by Kubernetes itself.
 
 `, a.Node, a.Pod, "`"+v1alpha1.DefaultExcludeLabel+"`", fmtSecs(a.NotReadyAfter), marked, a.Window.Round(time.Second), verdict, a.NodeAtClose, a.Phase, term)
-	}
-	fmt.Fprintf(&b, "## Fast profile, %d-node simulated cluster\n\nSettings: %s.\n\n### 1 failure (%d runs)\n\n%s\n%s\n",
-		fast.nodes, fast.settings, len(fast.singles), SummaryTable(fast.singles), RecoveryRows(fast.singles))
-	fmt.Fprintf(&b, `## Notes
-
-- Percentiles are nearest-rank over the runs listed: with %d single-failure runs (default) and
-  %d (fast), p99 is the slowest run; with %d simultaneous failures, the slowest node of one run.
-  More runs need more nodes or more time (each default run waits about 30s for detection).
-- Detection dominates: it is leaseStaleAfter minus the time since the node's last Lease
-  renewal, plus the detector's tick. Everything kubefence does after detection (decide, fence,
-  verify, remediate) takes about 1–3s even for %d nodes at once.
-- The single-failure runs follow one another, so their crash times are not spread uniformly
-  over the kubelets' 10s renewal cycle; the figures are indicative, not a distribution.
-- The fast profile ran on a smaller cluster (%d nodes) to keep the report within the time
-  the machine had; 100 nodes with 100 ipmi_sim BMCs start in under 20s here and were not the limit.
-
-`, len(def.singles), len(fast.singles), len(def.batch), len(def.batch), fast.nodes)
-	b.WriteString("## Safety during the runs\n\n")
-	all := append(append([]string{}, def.violations...), fast.violations...)
-	if len(all) == 0 {
-		b.WriteString("The invariant checker (test/sim/invariants.go) watched every run: no pod deleted, no volume attachment removed and no out-of-service taint added before the node's BMC logged the power off; no StatefulSet pod running on two powered machines at once; no healthy node touched; at most one open incident per node.\n")
-	} else {
-		b.WriteString("The invariant checker found violations:\n\n")
-		for _, v := range all {
-			fmt.Fprintf(&b, "- %s\n", v)
-		}
-	}
-	return b.String()
 }

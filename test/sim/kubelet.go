@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -33,10 +34,13 @@ const (
 // Node is one simulated kubelet. It heartbeats and runs pods only while it is not crashed
 // and its Power reports on.
 type Node struct {
-	c     *Cluster
-	spec  NodeSpec
-	index int
-	ip    string
+	c *Cluster
+	// client is the kubelet's own, with the kubelet's own request budget (kubeAPIQPS 50,
+	// kubeAPIBurst 100): kubelets do not share one.
+	client kubernetes.Interface
+	spec   NodeSpec
+	index  int
+	ip     string
 	// kubelet is the kubelet's port, on loopback.
 	kubelet *kubeletPort
 	// apiCut: the kubelet runs (its port answers, its pods run) but reaches no API server.
@@ -60,9 +64,16 @@ type Node struct {
 	kick        chan struct{}
 }
 
-func newNode(c *Cluster, index int, spec NodeSpec) *Node {
+func newNode(c *Cluster, index int, spec NodeSpec) (*Node, error) {
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: client: %w", spec.Name, err)
+	}
 	return &Node{
 		c:           c,
+		client:      client,
 		spec:        spec,
 		index:       index,
 		ip:          fmt.Sprintf("10.1.0.%d", 10+index),
@@ -70,7 +81,7 @@ func newNode(c *Cluster, index int, spec NodeSpec) *Node {
 		running:     map[types.UID]string{},
 		podsChanged: make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
-	}
+	}, nil
 }
 
 // Name is the Node object's name.
@@ -296,7 +307,7 @@ func (n *Node) register(ctx context.Context) error {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: n.Name(), Labels: labels, Annotations: n.spec.Annotations,
 	}}
-	created, err := n.c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	created, err := n.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", n.Name(), err)
 	}
@@ -325,7 +336,7 @@ func leaseDuration(interval time.Duration) int32 {
 func (n *Node) renewLease(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	leases := n.c.Client.CoordinationV1().Leases(NodeLeaseNamespace)
+	leases := n.client.CoordinationV1().Leases(NodeLeaseNamespace)
 	now := metav1.NewMicroTime(time.Now())
 	holder, duration := n.Name(), leaseDuration(n.c.opts.LeaseRenewInterval)
 	l, err := leases.Get(ctx, n.Name(), metav1.GetOptions{})
@@ -358,7 +369,7 @@ func (n *Node) renewLease(ctx context.Context) error {
 func (n *Node) updateStatus(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
-	nodes := n.c.Client.CoreV1().Nodes()
+	nodes := n.client.CoreV1().Nodes()
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		node, err := nodes.Get(ctx, n.Name(), metav1.GetOptions{})
 		if err != nil {

@@ -30,8 +30,14 @@ type NodeAgentOptions struct {
 	// Unarmed are the nodes whose agent runs without a watchdog.
 	Unarmed map[string]bool
 	// Peers makes the agents answer each other (--peer-bind-address), through a switch
-	// that a partition cuts.
-	Peers bool
+	// that a partition cuts; PeerProbe is their --peer-probe-interval, zero for the
+	// agent's default.
+	Peers     bool
+	PeerProbe time.Duration
+	// Batch starts the agents that many at a time, each batch once the one before has
+	// reported, as a DaemonSet rollout with maxUnavailable does; 0 starts them all at
+	// once. Two cores do not start 100 agents at once and serve their API server too.
+	Batch int
 }
 
 // NodeAgents are fence-node-agent processes, one per simulated node, each reaching the
@@ -75,10 +81,16 @@ func StartNodeAgents(ctx context.Context, h *Harness, o NodeAgentOptions) (*Node
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range h.Cluster.Nodes() {
+	for i, n := range h.Cluster.Nodes() {
 		if err := a.start(n, target.Host); err != nil {
 			a.Stop()
 			return nil, err
+		}
+		if o.Batch > 0 && (i+1)%o.Batch == 0 {
+			if err := a.WaitReports(ctx, time.Minute); err != nil {
+				a.Stop()
+				return nil, err
+			}
 		}
 	}
 	return a, nil
@@ -116,6 +128,9 @@ func (a *NodeAgents) start(n *Node, apiserver string) error {
 			return err
 		}
 		args = append(args, "--peer-bind-address", fmt.Sprintf("127.0.0.1:%d", port), "--peer-advertise-address", relay, "--peer-key-file", a.key)
+		if a.o.PeerProbe > 0 {
+			args = append(args, "--peer-probe-interval", a.o.PeerProbe.String())
+		}
 	}
 	if !a.o.Unarmed[n.Name()] {
 		s.emu = &watchdog.Emulator{Path: filepath.Join(dir, "watchdog.sock"), Expired: func() { a.reset(n) }}

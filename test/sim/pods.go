@@ -20,8 +20,10 @@ func (c *Cluster) startKubelets(ctx context.Context) error {
 	c.cancel = cancel
 	c.nodeByNm = map[string]*Node{}
 	for i, spec := range c.opts.Nodes {
-		n := newNode(c, i, spec)
-		var err error
+		n, err := newNode(c, i, spec)
+		if err != nil {
+			return err
+		}
 		if n.kubelet, err = startKubeletPort(n); err != nil {
 			return fmt.Errorf("node %s: kubelet port: %w", spec.Name, err)
 		}
@@ -162,7 +164,7 @@ func (n *Node) killPod(ctx context.Context, pod *corev1.Pod) error {
 	delete(n.running, pod.UID)
 	n.mu.Unlock()
 	zero := int64(0)
-	err := n.c.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+	err := n.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete: %w", err)
@@ -205,7 +207,7 @@ func (n *Node) markRunning(ctx context.Context, pod *corev1.Pod) error {
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 		})
 	}
-	if _, err := n.c.Client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+	if _, err := n.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("mark running: %w", err)
 	}
 	n.c.logf("sim: node %s: pod %s/%s running, ip %s", n.Name(), p.Namespace, p.Name, p.Status.PodIP)
@@ -224,7 +226,7 @@ func (n *Node) reportBlocked(ctx context.Context, pod *corev1.Pod, reason, msg s
 	for _, t := range []corev1.PodConditionType{corev1.ContainersReady, corev1.PodReady} {
 		setPodCondition(p, t, corev1.ConditionFalse, reason, msg, now)
 	}
-	if _, err := n.c.Client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+	if _, err := n.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("report %s: %w", reason, err)
 	}
 	n.c.logf("sim: node %s: pod %s/%s blocked: %s", n.Name(), p.Namespace, p.Name, msg)
@@ -236,7 +238,7 @@ func (n *Node) reportBlocked(ctx context.Context, pod *corev1.Pod, reason, msg s
 		Source:         corev1.EventSource{Component: "kubelet", Host: n.Name()},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	if _, err := n.c.Client.CoreV1().Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	if _, err := n.client.CoreV1().Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("record %s event: %w", reason, err)
 	}
 	return nil
