@@ -229,8 +229,8 @@ func (p *Peers) Forget(fenced []string, began time.Time) {
 	}
 }
 
-// askMsg asks a peer for its answer now, outside the probes' turn; answerMsg is the
-// answer, with the nonce of the round it answers. Both travel as memberlist user
+// askMsg is a question (Ask: a peer's answer now, outside the probes' turn) or its answer
+// (Answer, with the nonce of the round it answers). Both travel as memberlist user
 // messages, encrypted and authenticated with the peers' key like every packet.
 type askMsg struct {
 	Ask  bool   `json:"a,omitempty"`
