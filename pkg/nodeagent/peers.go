@@ -279,11 +279,12 @@ func (p *Peers) answerAsk(q askMsg) {
 	to := p.member(q.From)
 	if to == nil {
 		host, port, err := SplitAddress(q.Addr)
-		if ip := net.ParseIP(host); err != nil || ip == nil || port == 0 {
+		ip := net.ParseIP(host)
+		if err != nil || ip == nil || port == 0 {
 			klog.V(2).InfoS("A question from a peer with no address to answer", "peer", q.From, "address", q.Addr)
 			return
 		}
-		to = &memberlist.Node{Name: q.From, Addr: net.ParseIP(host), Port: uint16(port)}
+		to = &memberlist.Node{Name: q.From, Addr: ip, Port: uint16(port)}
 	}
 	a := p.answer()
 	b, err := json.Marshal(askMsg{From: p.ml.LocalNode().Name, Nonce: q.Nonce, Answer: &a})
