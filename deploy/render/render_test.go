@@ -194,8 +194,8 @@ func TestRenderEverything(t *testing.T) {
 	}
 	byKind := decode(t, out)
 	for kind, n := range map[string]int{
-		"CustomResourceDefinition": 1, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
-		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 3, "ClusterRoleBinding": 3, "Role": 3, "PodDisruptionBudget": 0,
+		"CustomResourceDefinition": 3, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
+		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 4, "ClusterRoleBinding": 3, "Role": 3, "PodDisruptionBudget": 0,
 		"DaemonSet": 1, "ValidatingAdmissionPolicy": 3,
 	} {
 		if got := len(byKind[kind]); got != n {
@@ -208,6 +208,9 @@ func TestRenderEverything(t *testing.T) {
 		"serverName: ipmi-dc3.fencing-dc3.svc",
 		`resourceNames: ["bmc-credentials","bmc-dc2","bmc-dc3"]`,
 		"conditionType: kubefence.io/leader",
+		`rbac.ext-remediation/aggregate-to-ext-remediation: "true"`,
+		`cluster.x-k8s.io/aggregate-to-manager: "true"`,
+		"externalRemediation:\n      enabled: true",
 		`- "--kube-api-qps=2"`,
 		"- --leader-pod-condition",
 		"- serve",

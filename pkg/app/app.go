@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -104,10 +105,11 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err := o.heartbeatAddresses(cfg); err != nil {
 		return err
 	}
-	fencing, client, err := clients(o)
+	cs, err := clients(o)
 	if err != nil {
 		return err
 	}
+	fencing, client := cs.fencing, cs.kube
 	host, err := newAgentHost(cfg)
 	if err != nil {
 		return err
@@ -125,7 +127,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	recorder, stopEvents := controller.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
 	c, err := controller.New(controller.Options{
-		Config: cfg, Client: client, Fencing: fencing, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
+		Config: cfg, Client: client, Fencing: fencing, Dynamic: cs.dynamic, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
 		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
 		PauseAt: os.Getenv(controller.PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder,
 	})
@@ -172,11 +174,19 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	return awaitEnd(ctx, cfg.LeaderElection, elected, errc)
 }
 
-// clients returns the NodeFence client and the Kubernetes one, with o's request budget.
-func clients(o AppOptions) (versioned.Interface, kubernetes.Interface, error) {
+// apiClients are the controller's API clients, sharing one request budget.
+type apiClients struct {
+	fencing versioned.Interface
+	kube    kubernetes.Interface
+	// dynamic reads Cluster API Machines for MachineHealthCheck's requests.
+	dynamic dynamic.Interface
+}
+
+// clients returns the controller's API clients, with o's request budget.
+func clients(o AppOptions) (apiClients, error) {
 	rc, err := restConfig(o.Kubeconfig)
 	if err != nil {
-		return nil, nil, err
+		return apiClients{}, err
 	}
 	rc.QPS, rc.Burst = o.QPS, o.Burst
 	if rc.QPS <= 0 {
@@ -191,15 +201,17 @@ func clients(o AppOptions) (versioned.Interface, kubernetes.Interface, error) {
 	// One budget for both clients, as --kube-api-qps says: each would otherwise get a
 	// rate limiter of its own, and the controller twice the requests it was given.
 	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(rc.QPS, rc.Burst)
-	fencing, err := versioned.NewForConfig(rc)
-	if err != nil {
-		return nil, nil, fmt.Errorf("NodeFence client: %w", err)
+	var cs apiClients
+	if cs.fencing, err = versioned.NewForConfig(rc); err != nil {
+		return cs, fmt.Errorf("NodeFence client: %w", err)
 	}
-	client, err := kubernetes.NewForConfig(Protobuf(rc))
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	if cs.kube, err = kubernetes.NewForConfig(Protobuf(rc)); err != nil {
+		return cs, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return fencing, client, nil
+	if cs.dynamic, err = dynamic.NewForConfig(rc); err != nil {
+		return cs, fmt.Errorf("dynamic client: %w", err)
+	}
+	return cs, nil
 }
 
 // checkAgents has every agent validate its parameters: an agent that refuses them cannot

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -39,8 +40,10 @@ const NodeLeaseNamespace = "kube-node-lease"
 type Options struct {
 	Config *v1alpha1.Config
 	Client kubernetes.Interface
-	// Fencing is the typed client of NodeFences.
-	Fencing  versioned.Interface
+	// Fencing is the typed client of NodeFences and KubefenceRemediations.
+	Fencing versioned.Interface
+	// Dynamic reads Cluster API Machines (config externalRemediation); may be nil.
+	Dynamic  dynamic.Interface
 	Agents   AgentSource
 	Recorder record.EventRecorder
 	// Identity names this replica (hostname_PID_suffix).
@@ -101,6 +104,8 @@ type Controller struct {
 	watchdogs      *watchdogs
 	// heartbeats is this replica's seat among the agents' peers; nil when off.
 	heartbeats *heartbeats
+	// requests carries health checkers' KubefenceRemediations; nil when off.
+	requests *requests
 
 	// guard checks the Lease before irreversible actions; nil without leader election.
 	guard *leader.LeaseGuard
@@ -243,6 +248,11 @@ func (c *Controller) newCaches(opts Options) error {
 			return err
 		}
 	}
+	if cfg.ExternalRemediation.Enabled {
+		if err := c.watchRequests(opts); err != nil {
+			return err
+		}
+	}
 	return c.watch(nodeInf.Informer(), leaseInf.Informer(), nfInf.Informer(), idInf)
 }
 
@@ -381,6 +391,7 @@ func (c *Controller) onIdentityLease(obj any) {
 func (c *Controller) onNodeFence(obj any) {
 	if nf, ok := obj.(*v1alpha1.NodeFence); ok && nf.Spec.NodeName != "" {
 		c.queue.Add(nf.Spec.NodeName)
+		c.onRequestIncident(nf)
 	}
 }
 
@@ -429,6 +440,9 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	go c.monitorTargets(ctx, c.opts.TargetInterval)
 	// At take-over and then regularly, find what a dead predecessor left behind.
 	go wait.UntilWithContext(ctx, c.reconcileOrphans, time.Minute)
+	if c.requests != nil {
+		go c.runRequests(ctx)
+	}
 	// Ended incidents are kept as history, within the configured retention.
 	go wait.UntilWithContext(ctx, c.pruneHistory, historyInterval)
 	// Leases that stop changing produce no events: look at every node regularly.

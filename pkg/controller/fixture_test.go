@@ -12,7 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -86,6 +89,8 @@ type fixture struct {
 	c    *Controller
 	kube *fake.Clientset
 	dyn  *fencingfake.Clientset
+	// machines serves Cluster API Machines (unstructured objects given to newFixture).
+	machines *dynamicfake.FakeDynamicClient
 	bmc  *bmc
 	now  time.Time
 	rec  *record.FakeRecorder
@@ -105,18 +110,22 @@ func fixtureConfig() *v1alpha1.Config {
 }
 
 // newFixture is a controller over objs (Nodes, Leases, Pods, VolumeAttachments,
-// NodeFences), each both in its fake API server and in its caches, at f0. A Lease is
+// NodeFences, KubefenceRemediations, and Cluster API Machines as unstructured objects),
+// each both in its fake API server and in its caches, at f0. A Lease is
 // seen renewed at f0.
 func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fixture {
 	t.Helper()
 	f := &fixture{t: t, now: f0, bmc: &bmc{on: true}, rec: record.NewFakeRecorder(100)}
-	var kubeObjs, nfObjs []runtime.Object
+	var kubeObjs, nfObjs, machines []runtime.Object
 	for _, o := range objs {
-		if nf, ok := o.(*v1alpha1.NodeFence); ok {
-			nfObjs = append(nfObjs, nf)
-			continue
+		switch o.(type) {
+		case *v1alpha1.NodeFence, *v1alpha1.KubefenceRemediation:
+			nfObjs = append(nfObjs, o)
+		case *unstructured.Unstructured:
+			machines = append(machines, o)
+		default:
+			kubeObjs = append(kubeObjs, o)
 		}
-		kubeObjs = append(kubeObjs, o)
 	}
 	f.kube = fake.NewClientset(kubeObjs...)
 	f.dyn = fencingfake.NewSimpleClientset(nfObjs...)
@@ -128,7 +137,9 @@ func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 		return false, nil, nil
 	})
 	f.enforceResourceVersions()
-	c, err := New(Options{Config: cfg, Client: f.kube, Fencing: f.dyn, Agents: oneAgent{f.bmc}, Recorder: f.rec, Identity: "me"})
+	f.machines = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{machinesV1beta2: "MachineList"}, machines...)
+	c, err := New(Options{Config: cfg, Client: f.kube, Fencing: f.dyn, Dynamic: f.machines, Agents: oneAgent{f.bmc}, Recorder: f.rec, Identity: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,10 +148,8 @@ func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 	for _, o := range kubeObjs {
 		f.cache(o)
 	}
-	for _, nf := range nfObjs {
-		if err := c.store.indexer.Add(nf.(*v1alpha1.NodeFence).DeepCopy()); err != nil {
-			t.Fatal(err)
-		}
+	for _, o := range nfObjs {
+		f.cache(o)
 	}
 	f.kube.ClearActions()
 	f.dyn.ClearActions()
@@ -161,6 +170,13 @@ func (f *fixture) cache(o runtime.Object) {
 	case *coordinationv1.Lease:
 		err = f.c.leaseInformer.Coordination().V1().Leases().Informer().GetIndexer().Add(o)
 		f.c.detector.ObserveLease(o, f.now)
+	case *v1alpha1.NodeFence:
+		err = f.c.store.indexer.Update(o.DeepCopy())
+	case *v1alpha1.KubefenceRemediation:
+		if f.c.requests == nil {
+			f.t.Fatal("fixture: a KubefenceRemediation needs externalRemediation.enabled")
+		}
+		err = f.c.requests.informer.GetIndexer().Update(o.DeepCopy())
 	default:
 		f.t.Fatalf("fixture: no cache for %T", o)
 	}

@@ -51,8 +51,17 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		case fencer.ActCancel:
 			return 0, c.cancel(ctx, nf, node, a.Life)
 		case fencer.ActNotYet:
+			// A health checker's request is withdrawn when it deletes it or times out; the
+			// cache is enough while nothing is done.
+			if gone, err := c.standsOrWithdraw(ctx, nf, node, false); gone || err != nil {
+				return 0, err
+			}
 			return a.After, c.notYet(ctx, nf, node, a)
 		case fencer.ActStartFencing:
+			// Before the first agent call the request is read from the API server.
+			if gone, err := c.standsOrWithdraw(ctx, nf, node, true); gone || err != nil {
+				return 0, err
+			}
 			return c.startFencing(ctx, nf, node, pol, a)
 		case fencer.ActFence:
 			return c.fence(ctx, nf, node, pol)

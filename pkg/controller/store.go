@@ -47,6 +47,21 @@ func (s *store) fresh(nf *v1alpha1.NodeFence) *v1alpha1.NodeFence {
 	return w.DeepCopy()
 }
 
+// get returns the named incident from the cache or this replica's newer write of it,
+// nil when neither holds it.
+func (s *store) get(name string) *v1alpha1.NodeFence {
+	obj, ok, err := s.indexer.GetByKey(name)
+	if nf, isNF := obj.(*v1alpha1.NodeFence); err == nil && ok && isNF {
+		return s.fresh(nf)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, ok := s.written[name]; ok {
+		return w.DeepCopy()
+	}
+	return nil
+}
+
 func (s *store) remember(nf *v1alpha1.NodeFence) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

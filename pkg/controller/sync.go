@@ -66,6 +66,9 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		return 0, err
 	}
 	if inc == nil {
+		if opened, requeue, err := c.openRequested(ctx, node, pol, pn, obs); opened || err != nil {
+			return requeue, err
+		}
 		if pol == nil {
 			return 0, nil
 		}

@@ -195,22 +195,27 @@ func BuildBinaries(ctx context.Context, dir string) error {
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// InstallCRD creates the NodeFence CRD and waits until it is established.
+// InstallCRD creates kubefence's CRDs (NodeFence, KubefenceRemediation and its
+// template) and waits until they are established.
 func InstallCRD(ctx context.Context, c *Cluster) error {
 	dyn, err := dynamicClient(c)
 	if err != nil {
 		return err
 	}
-	obj := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(v1alpha1.NodeFenceCRD, &obj.Object); err != nil {
-		return fmt.Errorf("decode NodeFence CRD: %w", err)
-	}
-	if _, err := dyn.Resource(crdGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create NodeFence CRD: %w", err)
+	for _, data := range v1alpha1.CRDs() {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(data, &obj.Object); err != nil {
+			return fmt.Errorf("decode CRD: %w", err)
+		}
+		if _, err := dyn.Resource(crdGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create CRD %s: %w", obj.GetName(), err)
+		}
 	}
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if _, err := dyn.Resource(v1alpha1.NodeFenceResource).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-			return false, nil
+		for _, gvr := range []schema.GroupVersionResource{v1alpha1.NodeFenceResource, v1alpha1.RemediationResource, v1alpha1.RemediationTemplateResource} {
+			if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+				return false, nil
+			}
 		}
 		return true, nil
 	})

@@ -248,8 +248,9 @@ func clientFor(kubeconfig string) (kubernetes.Interface, error) {
 
 // chartConfig writes the configuration the chart renders into its ConfigMap, completed
 // as kubefence-config-init completes it in the pod (the agent's checksum), with the
-// plugin directory of this test and the fast harness's detection timings.
-func chartConfig(t *testing.T, h *Harness, objs []*unstructured.Unstructured) string {
+// plugin directory of this test and the fast harness's detection timings; tweaks change
+// it further.
+func chartConfig(t *testing.T, h *Harness, objs []*unstructured.Unstructured, tweaks ...func(map[string]any)) string {
 	t.Helper()
 	var raw string
 	for _, o := range objs {
@@ -275,6 +276,9 @@ func chartConfig(t *testing.T, h *Harness, objs []*unstructured.Unstructured) st
 	}
 	cfg["pluginDir"] = plugins
 	cfg["detection"] = map[string]any{"leaseStaleAfter": "5s", "notReadyAfter": "5s"}
+	for _, tweak := range tweaks {
+		tweak(cfg)
+	}
 	agents, _ := cfg["agents"].([]any)
 	for _, a := range agents {
 		if m, ok := a.(map[string]any); ok && m["binary"] == renderedAgentBinary {

@@ -131,6 +131,7 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- if not (and .Values.nodeAgent.enabled .Values.nodeAgent.peers.enabled) }}{{ fail "heartbeats.enabled needs nodeAgent.enabled and nodeAgent.peers.enabled: the controller sits among the agents' peers" }}{{ end -}}
 {{- $_ := set $cfg "heartbeats" (dict "keyFile" "/etc/kubefence/peer/key" "bindAddress" (printf "0.0.0.0:%v" .Values.heartbeats.port) "kubeletTimeout" .Values.heartbeats.kubeletTimeout) -}}
 {{- end -}}
+{{- if .Values.externalRemediation.enabled }}{{ $_ := set $cfg "externalRemediation" (dict "enabled" true) }}{{ end -}}
 {{- if .Values.config.paused }}{{ $_ := set $cfg "paused" true }}{{ end -}}
 {{- if .Values.config.dryRun }}{{ $_ := set $cfg "dryRun" true }}{{ end -}}
 {{- toYaml $cfg -}}

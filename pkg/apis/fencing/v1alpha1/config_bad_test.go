@@ -114,7 +114,7 @@ var badConfigs = map[string]struct {
 	"huge value quoted short": {"- name: default", "- name: " + strings.Repeat("x", 10<<20),
 		`config: policies[0].name: Invalid value: "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx... (10485760 bytes)": must be no more than 63 characters`},
 	"unknown top-level field": {"agents:", "agent: []\nagents:",
-		"config: agent: Forbidden: unknown field; the fields here are agents, apiVersion, detection, dryRun, heartbeats, history, kind, leaderElection, paused, pluginDir, policies, watchdog"},
+		"config: agent: Forbidden: unknown field; the fields here are agents, apiVersion, detection, dryRun, externalRemediation, heartbeats, history, kind, leaderElection, paused, pluginDir, policies, watchdog"},
 	"field with the wrong case": {"maxConcurrent: 10", "maxconcurrent: 10",
 		`config: policies[0].budget.maxconcurrent: Forbidden: unknown field; did you mean "maxConcurrent"?`},
 	"wrong apiVersion": {"config.kubefence.io/v1alpha1", "kubefence.io/v1",

@@ -38,6 +38,17 @@ type Config struct {
 	// silent for one and a half renewal periods is unhealthy without waiting for the
 	// Lease threshold (docs/safety-model.md, section 10). Off when left out.
 	Heartbeats *Heartbeats `json:"heartbeats,omitempty"`
+	// ExternalRemediation lets NodeHealthCheck (medik8s) and Cluster API's
+	// MachineHealthCheck choose kubefence as their remediator: each KubefenceRemediation
+	// they create opens a NodeFence, under the node's policy, and mirrors it
+	// (docs/health-checks.md). Needs the KubefenceRemediation CRDs.
+	ExternalRemediation ExternalRemediation `json:"externalRemediation,omitempty"`
+}
+
+// ExternalRemediation is the external remediation contract's switch.
+type ExternalRemediation struct {
+	// Enabled watches KubefenceRemediations in every namespace. Off when left out.
+	Enabled bool `json:"enabled,omitempty"`
 }
 
 // Heartbeats is the controller's seat among the node agents' peers.

@@ -6,3 +6,15 @@ import _ "embed"
 //
 //go:embed crd/fencing.kubefence.io_nodefences.yaml
 var NodeFenceCRD []byte
+
+// RemediationCRD and RemediationTemplateCRD are the CustomResourceDefinitions of the
+// external remediation contract's KubefenceRemediation and KubefenceRemediationTemplate.
+var (
+	//go:embed crd/fencing.kubefence.io_kubefenceremediations.yaml
+	RemediationCRD []byte
+	//go:embed crd/fencing.kubefence.io_kubefenceremediationtemplates.yaml
+	RemediationTemplateCRD []byte
+)
+
+// CRDs are every CustomResourceDefinition of the group, NodeFence's first.
+func CRDs() [][]byte { return [][]byte{NodeFenceCRD, RemediationCRD, RemediationTemplateCRD} }

@@ -14,6 +14,10 @@ var (
 	SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
 	// NodeFenceResource is the NodeFence resource, for dynamic and REST clients.
 	NodeFenceResource = SchemeGroupVersion.WithResource("nodefences")
+	// RemediationResource and RemediationTemplateResource are the external remediation
+	// contract's resources (NodeHealthCheck, MachineHealthCheck).
+	RemediationResource         = SchemeGroupVersion.WithResource("kubefenceremediations")
+	RemediationTemplateResource = SchemeGroupVersion.WithResource("kubefenceremediationtemplates")
 
 	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	AddToScheme   = SchemeBuilder.AddToScheme
@@ -25,7 +29,9 @@ func Resource(resource string) schema.GroupResource {
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &NodeFence{}, &NodeFenceList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &NodeFence{}, &NodeFenceList{},
+		&KubefenceRemediation{}, &KubefenceRemediationList{},
+		&KubefenceRemediationTemplate{}, &KubefenceRemediationTemplateList{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

@@ -9,6 +9,8 @@ const (
 	StepEvidenceStarted = "EvidenceStarted"
 	// StepDetected: the node stayed unhealthy past its threshold; the incident opened.
 	StepDetected = "Detected"
+	// StepRequested: a health checker's KubefenceRemediation opened the incident.
+	StepRequested = "Requested"
 )
 
 // Decision: policy lets fencing start, or not yet.
@@ -19,7 +21,8 @@ const (
 	StepHold = "Hold"
 	// StepForced: the force annotation overrode a budget's hold or wait.
 	StepForced = "Forced"
-	// StepCancelled: the node showed a sign of life before fencing started; the incident ended.
+	// StepCancelled: the node showed a sign of life before fencing started, or the
+	// KubefenceRemediation that asked was deleted or timed out; the incident ended.
 	StepCancelled = "Cancelled"
 	// StepFenceStarted: fencing started; the rate limit and the cooldown count from it.
 	StepFenceStarted = "FenceStarted"

@@ -39,6 +39,10 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=fencing.kubefence.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("kubefenceremediations"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Fencing().V1alpha1().KubefenceRemediations().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("kubefenceremediationtemplates"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Fencing().V1alpha1().KubefenceRemediationTemplates().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("nodefences"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Fencing().V1alpha1().NodeFences().Informer()}, nil
 

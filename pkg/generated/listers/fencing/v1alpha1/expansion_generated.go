@@ -4,6 +4,22 @@
 
 package v1alpha1
 
+// KubefenceRemediationListerExpansion allows custom methods to be added to
+// KubefenceRemediationLister.
+type KubefenceRemediationListerExpansion interface{}
+
+// KubefenceRemediationNamespaceListerExpansion allows custom methods to be added to
+// KubefenceRemediationNamespaceLister.
+type KubefenceRemediationNamespaceListerExpansion interface{}
+
+// KubefenceRemediationTemplateListerExpansion allows custom methods to be added to
+// KubefenceRemediationTemplateLister.
+type KubefenceRemediationTemplateListerExpansion interface{}
+
+// KubefenceRemediationTemplateNamespaceListerExpansion allows custom methods to be added to
+// KubefenceRemediationTemplateNamespaceLister.
+type KubefenceRemediationTemplateNamespaceListerExpansion interface{}
+
 // NodeFenceListerExpansion allows custom methods to be added to
 // NodeFenceLister.
 type NodeFenceListerExpansion interface{}

@@ -10,6 +10,10 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// KubefenceRemediations returns a KubefenceRemediationInformer.
+	KubefenceRemediations() KubefenceRemediationInformer
+	// KubefenceRemediationTemplates returns a KubefenceRemediationTemplateInformer.
+	KubefenceRemediationTemplates() KubefenceRemediationTemplateInformer
 	// NodeFences returns a NodeFenceInformer.
 	NodeFences() NodeFenceInformer
 }
@@ -23,6 +27,16 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// KubefenceRemediations returns a KubefenceRemediationInformer.
+func (v *version) KubefenceRemediations() KubefenceRemediationInformer {
+	return &kubefenceRemediationInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// KubefenceRemediationTemplates returns a KubefenceRemediationTemplateInformer.
+func (v *version) KubefenceRemediationTemplates() KubefenceRemediationTemplateInformer {
+	return &kubefenceRemediationTemplateInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // NodeFences returns a NodeFenceInformer.

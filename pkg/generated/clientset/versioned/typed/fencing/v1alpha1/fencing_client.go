@@ -14,12 +14,22 @@ import (
 
 type FencingV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	KubefenceRemediationsGetter
+	KubefenceRemediationTemplatesGetter
 	NodeFencesGetter
 }
 
 // FencingV1alpha1Client is used to interact with features provided by the fencing.kubefence.io group.
 type FencingV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *FencingV1alpha1Client) KubefenceRemediations(namespace string) KubefenceRemediationInterface {
+	return newKubefenceRemediations(c, namespace)
+}
+
+func (c *FencingV1alpha1Client) KubefenceRemediationTemplates(namespace string) KubefenceRemediationTemplateInterface {
+	return newKubefenceRemediationTemplates(c, namespace)
 }
 
 func (c *FencingV1alpha1Client) NodeFences() NodeFenceInterface {

@@ -4,4 +4,8 @@
 
 package v1alpha1
 
+type KubefenceRemediationExpansion interface{}
+
+type KubefenceRemediationTemplateExpansion interface{}
+
 type NodeFenceExpansion interface{}

@@ -14,6 +14,14 @@ type FakeFencingV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeFencingV1alpha1) KubefenceRemediations(namespace string) v1alpha1.KubefenceRemediationInterface {
+	return newFakeKubefenceRemediations(c, namespace)
+}
+
+func (c *FakeFencingV1alpha1) KubefenceRemediationTemplates(namespace string) v1alpha1.KubefenceRemediationTemplateInterface {
+	return newFakeKubefenceRemediationTemplates(c, namespace)
+}
+
 func (c *FakeFencingV1alpha1) NodeFences() v1alpha1.NodeFenceInterface {
 	return newFakeNodeFences(c)
 }

@@ -1,0 +1,299 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/healthcheck"
+)
+
+var machinesV1beta2 = schema.GroupVersionResource{Group: healthcheck.ClusterAPIGroup, Version: "v1beta2", Resource: "machines"}
+
+// requestConfig is fixtureConfig with the external remediation contract on.
+func requestConfig() *v1alpha1.Config {
+	cfg := fixtureConfig()
+	cfg.ExternalRemediation.Enabled = true
+	return cfg
+}
+
+// nhcRequest is a KubefenceRemediation as NodeHealthCheck "workers" makes it for node.
+func nhcRequest(node string) *v1alpha1.KubefenceRemediation {
+	return &v1alpha1.KubefenceRemediation{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "nhc", Name: node, UID: types.UID("9f8e7d6c-0000-4000-8000-" + strings.Repeat("a", 12)), ResourceVersion: "1",
+		Labels: map[string]string{"app.kubernetes.io/part-of": "node-healthcheck-controller"},
+		Annotations: map[string]string{v1alpha1.RemediationNodeNameAnnotation: node,
+			v1alpha1.RemediationTemplateNameAnnotation: "kubefence"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "remediation.medik8s.io/v1alpha1", Kind: "NodeHealthCheck", Name: "workers", UID: "nhc-uid"}},
+	}}
+}
+
+// machine is a Cluster API Machine in namespace capi whose status.nodeRef names node
+// ("" for none yet).
+func machine(name, node string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+		"metadata": map[string]any{"namespace": "capi", "name": name, "uid": name + "-uid"},
+		"spec":     map[string]any{"clusterName": "c1"},
+	}}
+	if node != "" {
+		u.Object["status"] = map[string]any{"nodeRef": map[string]any{"name": node}}
+	}
+	return u
+}
+
+// mhcRequest is a KubefenceRemediation as a MachineHealthCheck makes it: named after
+// the Machine, owned by it, no node annotation.
+func mhcRequest(machineName string) *v1alpha1.KubefenceRemediation {
+	return &v1alpha1.KubefenceRemediation{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "capi", Name: machineName, UID: "11111111-2222-4333-8444-555555555555", ResourceVersion: "1",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: machineName, UID: "m-uid"}},
+	}}
+}
+
+// syncRequest runs one sync of the request with key at the fixture's clock.
+func (f *fixture) syncRequest(key string) time.Duration {
+	f.t.Helper()
+	d, err := f.c.syncRequest(context.Background(), key)
+	if err != nil {
+		f.t.Fatalf("sync request %s: %v", key, err)
+	}
+	return d
+}
+
+// request reads a request back from the fake API server and caches it, as its watch
+// would.
+func (f *fixture) request(ns, name string) *v1alpha1.KubefenceRemediation {
+	f.t.Helper()
+	kr, err := f.dyn.FencingV1alpha1().KubefenceRemediations(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.dyn.ClearActions()
+	f.cache(kr)
+	return kr
+}
+
+// cacheIncidents puts node's incidents, as the fake API server has them, in the cache.
+func (f *fixture) cacheIncidents(node string) {
+	f.t.Helper()
+	for _, nf := range f.incidents(node) {
+		f.cache(nf)
+	}
+}
+
+// expectConditions checks the request's Processing and Succeeded conditions (status
+// and reason) and that PermanentNodeDeletionExpected is False.
+func expectConditions(t *testing.T, kr *v1alpha1.KubefenceRemediation, processing, succeeded metav1.ConditionStatus, reason string) {
+	t.Helper()
+	for typ, want := range map[string]metav1.ConditionStatus{v1alpha1.ConditionProcessing: processing,
+		v1alpha1.ConditionSucceeded: succeeded, v1alpha1.ConditionPermanentNodeDeletionExpected: metav1.ConditionFalse} {
+		c := meta.FindStatusCondition(kr.Status.Conditions, typ)
+		switch {
+		case c == nil:
+			t.Errorf("%s: no %s condition", kr.Name, typ)
+		case c.Status != want:
+			t.Errorf("%s: %s=%s (%s: %s), want %s", kr.Name, typ, c.Status, c.Reason, c.Message, want)
+		case typ == v1alpha1.ConditionSucceeded && reason != "" && c.Reason != reason:
+			t.Errorf("%s: Succeeded reason %s (%s), want %s", kr.Name, c.Reason, c.Message, reason)
+		}
+	}
+}
+
+// TestFixtureRequestFences: NodeHealthCheck's request for a node opens one incident, in
+// the node's own sync, named for the request and requested by its caller; the node is
+// fenced and released under its policy, and the request shows Processing, then
+// Succeeded. The node's own detection (its Lease is stale too) opens no second incident.
+func TestFixtureRequestFences(t *testing.T) {
+	kr := nhcRequest("node-1")
+	f := newFixture(t, requestConfig(), append(threeNodes(), kr)...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+
+	if d := f.syncRequest("nhc/node-1"); d != 0 {
+		t.Errorf("requeue %s before the incident opens, want 0 (the incident's events bring it back)", d)
+	}
+	f.expectRequests("update kubefenceremediations/status")
+	got := f.request("nhc", "node-1")
+	expectConditions(t, got, metav1.ConditionTrue, metav1.ConditionUnknown, "Opening")
+	if got.Status.NodeName != "node-1" {
+		t.Errorf("status.nodeName %q, want node-1", got.Status.NodeName)
+	}
+
+	f.sync("node-1")
+	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+	nf := f.incident("node-1")
+	if want := healthcheck.NodeFenceName("node-1", kr.UID); nf.Name != want {
+		t.Errorf("incident %s, want %s (named for the request)", nf.Name, want)
+	}
+	if !strings.HasPrefix(nf.Spec.RequestedBy, v1alpha1.RequestedByRemediationPrefix+"NodeHealthCheck workers") {
+		t.Errorf("requestedBy %q, want the remediation prefix and the caller", nf.Spec.RequestedBy)
+	}
+	if nf.Status.Phase != v1alpha1.PhaseRemediated {
+		t.Fatalf("phase %s, want Remediated (%s)", nf.Status.Phase, nf.Status.Message)
+	}
+
+	f.cacheIncidents("node-1")
+	f.requests()
+	if d := f.syncRequest("nhc/node-1"); d != requestRecheck {
+		t.Errorf("requeue %s while the incident is open, want %s", d, requestRecheck)
+	}
+	got = f.request("nhc", "node-1")
+	expectConditions(t, got, metav1.ConditionFalse, metav1.ConditionTrue, string(v1alpha1.PhaseRemediated))
+	if got.Status.NodeFence != nf.Name || got.Status.Phase != v1alpha1.PhaseRemediated {
+		t.Errorf("status nodeFence=%q phase=%s, want %s Remediated", got.Status.NodeFence, got.Status.Phase, nf.Name)
+	}
+	// Nothing changed: nothing is written.
+	f.syncRequest("nhc/node-1")
+	f.expectRequests()
+}
+
+// TestFixtureRequestJoinsOpenIncident: a request for a node whose own incident is open
+// is carried by that incident; no second one opens.
+func TestFixtureRequestJoinsOpenIncident(t *testing.T) {
+	open := fencedIncident(v1alpha1.PhaseFencing, v1alpha1.AttemptFencing)
+	f := newFixture(t, requestConfig(), append(threeNodes(), open, nhcRequest("node-1"))...)
+	f.syncRequest("nhc/node-1")
+	f.expectRequests("update kubefenceremediations/status")
+	got := f.request("nhc", "node-1")
+	if got.Status.NodeFence != open.Name || got.Status.Phase != v1alpha1.PhaseFencing {
+		t.Errorf("status nodeFence=%q phase=%s, want %s Fencing", got.Status.NodeFence, got.Status.Phase, open.Name)
+	}
+	expectConditions(t, got, metav1.ConditionTrue, metav1.ConditionUnknown, "")
+	if w := f.c.requests.wantedFor("node-1"); w != "" {
+		t.Errorf("node-1's sync asked to open an incident for %s, want none", w)
+	}
+}
+
+// TestFixtureRequestTimedOut: NodeHealthCheck's timeout stops kubefence. An incident held
+// by the budget (nothing called yet) is cancelled, with no agent call, and the request
+// says Succeeded=False; a fence already under way is finished and verified, never left
+// half done.
+func TestFixtureRequestTimedOut(t *testing.T) {
+	for name, tc := range map[string]struct {
+		attempt   v1alpha1.AttemptState
+		phase     v1alpha1.Phase
+		calls     []string
+		succeeded metav1.ConditionStatus
+	}{
+		"held, nothing called": {phase: v1alpha1.PhaseCancelled, succeeded: metav1.ConditionFalse},
+		"fence under way":      {attempt: v1alpha1.AttemptFencing, phase: v1alpha1.PhaseRemediated, calls: []string{"Fence bmc-node-1", "Status bmc-node-1"}, succeeded: metav1.ConditionTrue},
+	} {
+		t.Run(name, func(t *testing.T) {
+			kr := nhcRequest("node-1")
+			kr.Annotations[v1alpha1.RemediationTimedOutAnnotation] = f0.Add(30 * time.Second).Format(time.RFC3339)
+			nf := fencedIncident(v1alpha1.PhaseHeld, tc.attempt)
+			nf.Name = healthcheck.NodeFenceName("node-1", kr.UID)
+			if tc.attempt != "" {
+				nf.Status.Phase = v1alpha1.PhaseFencing
+			}
+			req := healthcheck.Request(kr, "node-1")
+			nf.Labels, nf.Annotations, nf.Spec = req.Labels, req.Annotations, req.Spec
+			kr.Status.NodeFence = nf.Name
+			f := newFixture(t, requestConfig(), append(threeNodes(), nf, kr)...)
+			// Two nodes dead: a storm the budget holds.
+			f.now = f0.Add(time.Minute)
+			f.renewAllBut("node-1", "node-2")
+			f.sync("node-1")
+			f.expectCalls(tc.calls...)
+			got := f.incident("node-1")
+			if got.Status.Phase != tc.phase {
+				t.Fatalf("phase %s, want %s (%s)", got.Status.Phase, tc.phase, got.Status.Message)
+			}
+			f.cacheIncidents("node-1")
+			f.syncRequest("nhc/node-1")
+			expectConditions(t, f.request("nhc", "node-1"), metav1.ConditionFalse, tc.succeeded, "")
+		})
+	}
+}
+
+// TestFixtureRequestWithdrawnKeepsTheFence: a request deleted after its node was fenced
+// undoes nothing: the incident stays Remediated while the node is down, and recovers,
+// with the fence undone, only on the node's new boot.
+func TestFixtureRequestWithdrawnKeepsTheFence(t *testing.T) {
+	kr := nhcRequest("node-1")
+	nf := fencedIncident(v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified)
+	req := healthcheck.Request(kr, "node-1")
+	nf.Name, nf.Labels, nf.Annotations, nf.Spec = req.Name, req.Labels, req.Annotations, req.Spec
+	f := newFixture(t, requestConfig(), append(threeNodes(), nf)...) // the request is gone
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectCalls()
+	f.expectRequests()
+	if got := f.incident("node-1"); got.Status.Phase != v1alpha1.PhaseRemediated {
+		t.Fatalf("phase %s after the request was deleted, want Remediated", got.Status.Phase)
+	}
+	// Back on a new boot: recovered, the fence undone.
+	f.now = f.now.Add(time.Minute)
+	back := fixtureNode("node-1", "boot-2", true)
+	back.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.now)
+	f.cache(back)
+	f.renewAllBut()
+	f.sync("node-1")
+	f.expectCalls("Unfence bmc-node-1")
+	if got := f.incident("node-1"); got.Status.Phase != v1alpha1.PhaseRecovered {
+		t.Errorf("phase %s on the new boot, want Recovered (%s)", got.Status.Phase, got.Status.Message)
+	}
+}
+
+// TestFixtureRequestProblems: a request that names no node kubefence can fence says why,
+// with Succeeded=False so that the health checker escalates at once, and opens nothing.
+func TestFixtureRequestProblems(t *testing.T) {
+	unlabelled := fixtureConfig()
+	unlabelled.ExternalRemediation.Enabled = true
+	unlabelled.Policies[0].NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"fencing": "on"}}
+	for name, tc := range map[string]struct {
+		cfg    *v1alpha1.Config
+		req    *v1alpha1.KubefenceRemediation
+		objs   []runtime.Object
+		reason string
+	}{
+		"no such node":                  {cfg: requestConfig(), req: nhcRequest("node-9"), reason: "NodeNotFound"},
+		"no policy governs the node":    {cfg: unlabelled, req: nhcRequest("node-1"), reason: "NoPolicy"},
+		"no such Machine":               {cfg: requestConfig(), req: mhcRequest("m-1"), reason: "MachineNotFound"},
+		"the Machine has no node (yet)": {cfg: requestConfig(), req: mhcRequest("m-1"), objs: []runtime.Object{machine("m-1", "")}, reason: "MachineHasNoNode"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, tc.cfg, append(append(threeNodes(), tc.req), tc.objs...)...)
+			key := tc.req.Namespace + "/" + tc.req.Name
+			f.syncRequest(key)
+			f.expectRequests("update kubefenceremediations/status")
+			expectConditions(t, f.request(tc.req.Namespace, tc.req.Name), metav1.ConditionFalse, metav1.ConditionFalse, tc.reason)
+			for _, n := range []string{"node-1", "node-9"} {
+				if w := f.c.requests.wantedFor(n); w != "" {
+					t.Errorf("%s's sync asked to open an incident for %s", n, w)
+				}
+			}
+		})
+	}
+}
+
+// TestFixtureMachineRequest: MachineHealthCheck's request names a Machine; its node is
+// the Machine's status.nodeRef, and that node's sync opens the incident.
+func TestFixtureMachineRequest(t *testing.T) {
+	f := newFixture(t, requestConfig(), append(threeNodes(), mhcRequest("m-2"), machine("m-2", "node-2"))...)
+	f.syncRequest("capi/m-2")
+	got := f.request("capi", "m-2")
+	if got.Status.NodeName != "node-2" {
+		t.Errorf("status.nodeName %q, want node-2 (the Machine's nodeRef)", got.Status.NodeName)
+	}
+	if w := f.c.requests.wantedFor("node-2"); w != "capi/m-2" {
+		t.Errorf("node-2's sync asked for %q, want capi/m-2", w)
+	}
+	f.sync("node-2")
+	nf := f.incident("node-2")
+	if !strings.HasPrefix(nf.Spec.RequestedBy, v1alpha1.RequestedByRemediationPrefix+"MachineHealthCheck of Machine capi/m-2") {
+		t.Errorf("requestedBy %q, want the MachineHealthCheck of capi/m-2", nf.Spec.RequestedBy)
+	}
+	f.expectCalls("Fence bmc-node-2", "Status bmc-node-2")
+}
