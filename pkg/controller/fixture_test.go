@@ -91,9 +91,9 @@ type fixture struct {
 	dyn  *fencingfake.Clientset
 	// machines serves Cluster API Machines (unstructured objects given to newFixture).
 	machines *dynamicfake.FakeDynamicClient
-	bmc  *bmc
-	now  time.Time
-	rec  *record.FakeRecorder
+	bmc      *bmc
+	now      time.Time
+	rec      *record.FakeRecorder
 	// reports counts the node agent reports given (their resourceVersions).
 	reports int
 }
