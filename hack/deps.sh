@@ -55,3 +55,39 @@ if [ ! -x "$attacher" ]; then
   )
   mv "$attacher.tmp" "$attacher"
 fi
+# The peers of the external remediation and NetworkFence tests (test/sim), from the Go
+# module proxy at pinned versions: the CustomResourceDefinitions of Cluster API's
+# Machine, Cluster and MachineHealthCheck (what a MachineHealthCheck's request names),
+# and of csi-addons; and the csi-addons controller itself, built in a throw-away module
+# as the attacher is.
+CAPI_VERSION=${CAPI_VERSION:-v1.11.3}
+CSI_ADDONS_VERSION=${CSI_ADDONS_VERSION:-v0.12.0}
+module_dir() { (cd "$(mktemp -d)" && GOFLAGS=-mod=mod GOWORK=off go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'); }
+capi_crds=$root/.cache/crds/cluster-api-$CAPI_VERSION
+if [ ! -d "$capi_crds" ]; then
+  dir=$(module_dir "sigs.k8s.io/cluster-api@$CAPI_VERSION")
+  mkdir -p "$capi_crds.tmp"
+  cp "$dir"/config/crd/bases/cluster.x-k8s.io_{machines,clusters,machinehealthchecks}.yaml "$capi_crds.tmp/"
+  mv "$capi_crds.tmp" "$capi_crds"
+fi
+addons_crds=$root/.cache/crds/csi-addons-$CSI_ADDONS_VERSION
+if [ ! -d "$addons_crds" ]; then
+  dir=$(module_dir "github.com/csi-addons/kubernetes-csi-addons@$CSI_ADDONS_VERSION")
+  mkdir -p "$addons_crds.tmp"
+  cp "$dir"/config/crd/bases/*.yaml "$addons_crds.tmp/"
+  mv "$addons_crds.tmp" "$addons_crds"
+fi
+addons=$root/.cache/bin/csi-addons-manager-$CSI_ADDONS_VERSION
+if [ ! -x "$addons" ]; then
+  echo "csi-addons controller $CSI_ADDONS_VERSION: building (once; about 4 minutes cold)"
+  src=$root/.cache/csi-addons-src
+  mkdir -p "$src" "$root/.cache/bin"
+  (
+    cd "$src"
+    printf 'module kubefence.local/csiaddons\n\ngo 1.23.0\n' >go.mod
+    GOFLAGS=-mod=mod GOWORK=off go get "github.com/csi-addons/kubernetes-csi-addons/cmd/manager@$CSI_ADDONS_VERSION"
+    GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$addons.tmp" \
+      github.com/csi-addons/kubernetes-csi-addons/cmd/manager
+  )
+  mv "$addons.tmp" "$addons"
+fi

@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
@@ -197,29 +196,7 @@ var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version:
 
 // InstallCRD creates kubefence's CRDs (NodeFence, KubefenceRemediation and its
 // template) and waits until they are established.
-func InstallCRD(ctx context.Context, c *Cluster) error {
-	dyn, err := dynamicClient(c)
-	if err != nil {
-		return err
-	}
-	for _, data := range v1alpha1.CRDs() {
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(data, &obj.Object); err != nil {
-			return fmt.Errorf("decode CRD: %w", err)
-		}
-		if _, err := dyn.Resource(crdGVR).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create CRD %s: %w", obj.GetName(), err)
-		}
-	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		for _, gvr := range []schema.GroupVersionResource{v1alpha1.NodeFenceResource, v1alpha1.RemediationResource, v1alpha1.RemediationTemplateResource} {
-			if _, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-}
+func InstallCRD(ctx context.Context, c *Cluster) error { return InstallCRDs(ctx, c, v1alpha1.CRDs()) }
 
 func (h *Harness) installCredentials(ctx context.Context) error {
 	cs := h.Cluster.Client
