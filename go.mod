@@ -11,6 +11,7 @@ require (
 	github.com/aws/smithy-go v1.28.8
 	github.com/bmc-toolbox/bmclib/v2 v2.3.5
 	github.com/container-storage-interface/spec v1.13.0
+	github.com/csi-addons/spec v0.2.1-0.20241104111131-27825f744db5
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-containerregistry v0.22.1
 	github.com/gophercloud/gophercloud/v2 v2.15.0

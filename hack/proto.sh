@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates pkg/plugin/agentpb from pkg/plugin/proto/agent.proto.
+# Regenerates pkg/plugin/agentpb from pkg/plugin/proto/agent.proto, and
+# test/sim/csiaddons/sidecarpb from test/sim/csiaddons/proto/sidecar.proto.
 # The code generators are pinned so that regenerating on any machine gives
 # byte-identical output; they live in .cache/bin, outside GOPATH/bin.
 set -euo pipefail
@@ -39,3 +40,10 @@ PATH="${BIN}:${PATH}" protoc \
 	agent.proto
 
 gofmt -l pkg/plugin/agentpb
+
+# The csi-addons sidecar's NetworkFence service, for test/sim's test CSI driver.
+PATH="${BIN}:${PATH}" protoc \
+	--proto_path=test/sim/csiaddons/proto \
+	--go_out=test/sim/csiaddons/sidecarpb --go_opt=paths=source_relative \
+	--go-grpc_out=test/sim/csiaddons/sidecarpb --go-grpc_opt=paths=source_relative \
+	sidecar.proto

@@ -341,3 +341,37 @@ func TestRenderHeartbeats(t *testing.T) {
 		t.Errorf("peers without a key: err = %v", err)
 	}
 }
+
+// TestRenderNetworkFence: a NetworkFence agent goes into the configuration as the
+// controller's own (networkFence, no binary), and the controller's ClusterRole gains
+// NetworkFences only when there is one.
+func TestRenderNetworkFence(t *testing.T) {
+	values := map[string]any{"networkFenceAgents": []any{map[string]any{
+		"name": "ceph-rbd", "driver": "rbd.csi.ceph.com", "parameters": map[string]any{"clusterID": "rook-ceph"},
+		"secret": map[string]any{"namespace": "rook-ceph", "name": "rook-csi-rbd-provisioner"}, "addressTypes": []any{"ExternalIP"},
+		"timeout": "2m",
+	}}}
+	out, err := Render(chartDir, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"- name: ceph-rbd\n      networkFence:\n        addressTypes:\n        - ExternalIP\n        driver: rbd.csi.ceph.com",
+		"clusterID: rook-ceph", "name: rook-csi-rbd-provisioner", "timeout: 2m",
+		"resources: [networkfences]\n    verbs: [get, list, create, patch, delete]",
+	} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("rendered with a NetworkFence agent: no %q", want)
+		}
+	}
+	plain, err := Render(chartDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(plain, []byte("networkfences")) {
+		t.Error("rendered without NetworkFence agents: the ClusterRole still grants NetworkFences")
+	}
+	if _, err := Render(chartDir, map[string]any{"networkFenceAgents": []any{map[string]any{"name": "x", "driver": "d", "binary": "fence-agent-ipmi"}}}); err == nil {
+		t.Error("a NetworkFence agent with a binary rendered: the values schema should refuse it")
+	}
+}

@@ -36,6 +36,7 @@ var rules = []rule{
 	{Dir: "pkg/leader", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/(apis|coalesce)(/|$)`, Why: "leadership knows nothing of fencing"},
 	{Dir: "pkg/coalesce", Forbidden: `^$MOD/`, Why: "shared reads know nothing of what they read"},
 	{Dir: "pkg/healthcheck", Forbidden: `^(k8s\.io/client-go|$MOD/pkg/(controller|fencer|remediate|plugin|detector|policy|app))(/|$)`, Why: "the remediation contract is pure: what a request names and what its status shows"},
+	{Dir: "pkg/netfence", Forbidden: `^$MOD/pkg/(controller|fencer|remediate|detector|policy|app|agent)(/|$)`, Why: "a NetworkFence agent acts on what it is asked, as any agent"},
 	{Dir: "pkg/selffence", Forbidden: `^(k8s\.io|$MOD)/`, Why: "the self-fencing rules are pure: what each side knows, and a time"},
 	{Dir: "pkg/watchdog", Forbidden: `^(k8s\.io/(client-go|api|apimachinery)|$MOD)/`, Why: "the watchdog only counts down; the agent decides when the node may live"},
 	{Dir: "pkg/nodeagent", Forbidden: `^$MOD/pkg/(controller|fencer|remediate|plugin|agent|detector|policy|app)(/|$)`, Why: "the node agent follows its rule and reports; it decides nothing about other nodes"},

@@ -115,7 +115,8 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		return err
 	}
 	defer host.Close()
-	if err := checkAgents(ctx, cfg, host); err != nil {
+	agents := newAgentSource(cfg, host, cs.dynamic)
+	if err := checkAgents(ctx, cfg, agents); err != nil {
 		return err
 	}
 
@@ -127,7 +128,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	recorder, stopEvents := controller.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
 	c, err := controller.New(controller.Options{
-		Config: cfg, Client: client, Fencing: fencing, Dynamic: cs.dynamic, Agents: host, Identity: identity, OnDeposed: deposed, Guard: guard,
+		Config: cfg, Client: client, Fencing: fencing, Dynamic: cs.dynamic, Agents: agents, Identity: identity, OnDeposed: deposed, Guard: guard,
 		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
 		PauseAt: os.Getenv(controller.PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder,
 	})
@@ -217,8 +218,8 @@ func clients(o AppOptions) (apiClients, error) {
 // checkAgents has every agent validate its parameters: an agent that refuses them cannot
 // fence, and is refused now, not at the first incident. A remote agent that is down may
 // come up later.
-func checkAgents(ctx context.Context, cfg *v1alpha1.Config, host *plugin.Host) error {
-	problems := controller.ValidateAgents(ctx, cfg, host)
+func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents controller.AgentSource) error {
+	problems := controller.ValidateAgents(ctx, cfg, agents)
 	for _, u := range problems.Unreachable {
 		klog.FromContext(ctx).Info("Agent did not answer at start; its parameters are checked at its first call", "error", u)
 	}
@@ -276,18 +277,6 @@ func newAgentHost(cfg *v1alpha1.Config) (*plugin.Host, error) {
 	return host, nil
 }
 
-func agentSpecs(cfg *v1alpha1.Config) map[string]plugin.AgentSpec {
-	specs := map[string]plugin.AgentSpec{}
-	for _, a := range cfg.Agents {
-		spec := plugin.AgentSpec{Binary: a.Binary, SHA256: a.SHA256, Address: a.Address}
-		if a.TLS != nil {
-			spec.CertFile, spec.KeyFile, spec.CAFile, spec.ServerName = a.TLS.CertFile, a.TLS.KeyFile, a.TLS.CAFile, a.TLS.ServerName
-		}
-		specs[a.Name] = spec
-	}
-	return specs
-}
-
 // Protobuf returns a copy of rc that speaks protobuf, as Kubernetes' own controllers do:
 // it costs the API server less than JSON to encode and decode. Only for the built-in
 // types; custom resources (NodeFences) are JSON only.
@@ -323,6 +312,10 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("kubernetes client: %w", err)
 	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return false, fmt.Errorf("dynamic client: %w", err)
+	}
 	host, err := newAgentHost(cfg)
 	if err != nil {
 		return false, err
@@ -336,7 +329,7 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 	for i := range list.Items {
 		nodes[i] = &list.Items[i]
 	}
-	checks, err := controller.CheckTargets(ctx, cfg, host, client, nodes)
+	checks, err := controller.CheckTargets(ctx, cfg, newAgentSource(cfg, host, dyn), client, nodes)
 	if err != nil {
 		return false, err
 	}

@@ -25,7 +25,7 @@ func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]strin
 		return warnings, fmt.Errorf("config: agents: %w", err)
 	}
 	defer host.Close()
-	problems := controller.ValidateAgents(ctx, cfg, host)
+	problems := controller.ValidateAgents(ctx, cfg, newAgentSource(cfg, host, nil))
 	for _, u := range problems.Unreachable {
 		warnings = append(warnings, fmt.Sprintf("%v (agent not checked)", u))
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/netfence"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -136,6 +137,12 @@ func (a *agentCaller) targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, e
 		target, from = node.Labels[cfg.Target.Label], "label "+cfg.Target.Label
 	case cfg.Target.ProviderID:
 		target, from = node.Spec.ProviderID, "spec.providerID"
+	case cfg.NetworkFence != nil:
+		t, err := netfence.NodeTarget(node, cfg.NetworkFence.AddressTypes)
+		if err != nil {
+			return "", plugin.Errorf(plugin.KindPermanent, "agent %s: %v", cfg.Name, err)
+		}
+		return t, nil
 	}
 	if target == "" {
 		return "", plugin.Errorf(plugin.KindPermanent, "agent %s: node %s has no %s to name its target", cfg.Name, node.Name, from)

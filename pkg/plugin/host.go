@@ -5,10 +5,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -160,12 +162,18 @@ func NewHost(cfg HostConfig) (*Host, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("plugin host config: %w", err)
 	}
-	dir, err := filepath.Abs(cfg.Dir)
-	if err == nil {
-		dir, err = filepath.EvalSymlinks(dir)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("plugin dir %s: %w", cfg.Dir, err)
+	dir := cfg.Dir
+	// Only local agents need the directory: a configuration of remote agents alone (or
+	// of agents the controller carries out itself) may name one that is not there.
+	if slices.ContainsFunc(slices.Collect(maps.Values(cfg.Agents)), func(s AgentSpec) bool { return s.Address == "" }) {
+		var err error
+		dir, err = filepath.Abs(cfg.Dir)
+		if err == nil {
+			dir, err = filepath.EvalSymlinks(dir)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("plugin dir %s: %w", cfg.Dir, err)
+		}
 	}
 	logger := cfg.Logger
 	if logger == nil {

@@ -31,6 +31,9 @@ type NodeSpec struct {
 	Annotations map[string]string
 	// Power is read at every kubelet tick; nil means always on.
 	Power Power
+	// ExternalIP, when set, is reported among the node's addresses: an address no test
+	// sends anything to, which storage fencing (NetworkFence) cuts off.
+	ExternalIP string
 }
 
 // Options configures Start.

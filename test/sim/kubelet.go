@@ -397,6 +397,9 @@ func (n *Node) applyStatus(s *corev1.NodeStatus, now metav1.Time) {
 		{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
 		{Type: corev1.NodeHostName, Address: n.Name()},
 	}
+	if ip := n.spec.ExternalIP; ip != "" {
+		s.Addresses = append(s.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: ip})
+	}
 	sum := sha256.Sum256([]byte(n.Name()))
 	s.NodeInfo = corev1.NodeSystemInfo{
 		BootID: n.BootID(), MachineID: hex.EncodeToString(sum[:16]),

@@ -121,6 +121,20 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- $_ := set $a "tls" (dict "certFile" (printf "%s/tls.crt" $dir) "keyFile" (printf "%s/tls.key" $dir) "caFile" (printf "%s/ca.crt" $dir) "serverName" $host) -}}
 {{- $agents = append $agents $a -}}
 {{- end -}}
+{{- range .Values.networkFenceAgents -}}
+{{- $a := dict "name" .name -}}
+{{- with .target }}{{ $_ := set $a "target" . }}{{ end -}}
+{{- with .timeout }}{{ $_ := set $a "timeout" . }}{{ end -}}
+{{- with .onTimeout }}{{ $_ := set $a "onTimeout" . }}{{ end -}}
+{{- $nf := dict -}}
+{{- with .driver }}{{ $_ := set $nf "driver" . }}{{ end -}}
+{{- with .className }}{{ $_ := set $nf "className" . }}{{ end -}}
+{{- with .parameters }}{{ $_ := set $nf "parameters" . }}{{ end -}}
+{{- with .secret }}{{ $_ := set $nf "secret" . }}{{ end -}}
+{{- with .addressTypes }}{{ $_ := set $nf "addressTypes" . }}{{ end -}}
+{{- $_ := set $a "networkFence" $nf -}}
+{{- $agents = append $agents $a -}}
+{{- end -}}
 {{- $le := merge (dict "namespace" .Release.Namespace) (deepCopy (.Values.config.leaderElection | default dict)) -}}
 {{- $cfg := dict "apiVersion" "config.kubefence.io/v1alpha1" "kind" "FenceControllerConfiguration" "pluginDir" .Values.pluginDir "leaderElection" $le "agents" $agents "policies" .Values.policies -}}
 {{- with .Values.config.detection }}{{ $_ := set $cfg "detection" . }}{{ end -}}

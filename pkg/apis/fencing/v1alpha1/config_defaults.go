@@ -101,6 +101,9 @@ func (c *Config) Default() {
 	for i := range c.Agents {
 		defaultDuration(&c.Agents[i].Timeout, DefaultAgentTimeout)
 		defaultDuration(&c.Agents[i].OnTimeout, c.Agents[i].Timeout.Duration)
+		if nf := c.Agents[i].NetworkFence; nf != nil && len(nf.AddressTypes) == 0 {
+			nf.AddressTypes = []string{AddressInternalIP}
+		}
 	}
 	for i := range c.Policies {
 		c.Policies[i].Default()
@@ -248,6 +251,9 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 	case !agentName.MatchString(a.Name):
 		errs = append(errs, field.Invalid(p.Child("name"), a.Name, "must match "+agentName.String()))
 	}
+	if a.NetworkFence != nil {
+		return append(errs, a.validateNetworkFence(p)...)
+	}
 	if a.Binary != "" && !agentName.MatchString(a.Binary) {
 		errs = append(errs, field.Invalid(p.Child("binary"), a.Binary, "must be a file name in pluginDir matching "+agentName.String()))
 	}
@@ -262,16 +268,33 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 	if a.SecretRef != nil && (a.SecretRef.Namespace == "" || a.SecretRef.Name == "") {
 		errs = append(errs, field.Required(p.Child("secretRef"), "namespace and name"))
 	}
+	if a.Target.sources() == 0 {
+		errs = append(errs, field.Required(p.Child("target"), "one of annotation, label, providerID or template: where the node's target is found"))
+	}
+	errs = append(errs, a.validateCommon(p)...)
+	if a.SecretRef != nil && a.SecretRef.Namespace != "" && a.SecretRef.Name != "" {
+		errs = append(errs, dnsLabel(p.Child("secretRef", "namespace"), a.SecretRef.Namespace)...)
+		errs = append(errs, dnsSubdomain(p.Child("secretRef", "name"), a.SecretRef.Name)...)
+	}
+	return errs
+}
+
+// sources counts the ways of finding the target that are set.
+func (t TargetSource) sources() int {
 	set := 0
-	for _, on := range []bool{a.Target.Annotation != "", a.Target.Label != "", a.Target.ProviderID, a.Target.Template != ""} {
+	for _, on := range []bool{t.Annotation != "", t.Label != "", t.ProviderID, t.Template != ""} {
 		if on {
 			set++
 		}
 	}
-	switch {
-	case set == 0:
-		errs = append(errs, field.Required(p.Child("target"), "one of annotation, label, providerID or template: where the node's target is found"))
-	case set > 1:
+	return set
+}
+
+// validateCommon checks what every kind of agent has: at most one target source, well
+// formed, and the call timeouts.
+func (a *Agent) validateCommon(p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if set := a.Target.sources(); set > 1 {
 		errs = append(errs, field.Invalid(p.Child("target"), set, "exactly one of annotation, label, providerID, template must be set"))
 	}
 	errs = append(errs, within(p.Child("timeout"), a.Timeout, MinCallTimeout, MaxCallTimeout)...)
@@ -288,10 +311,6 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 		if _, err := a.Target.TargetTemplate(); err != nil {
 			errs = append(errs, field.Invalid(p.Child("target", "template"), a.Target.Template, err.Error()))
 		}
-	}
-	if a.SecretRef != nil && a.SecretRef.Namespace != "" && a.SecretRef.Name != "" {
-		errs = append(errs, dnsLabel(p.Child("secretRef", "namespace"), a.SecretRef.Namespace)...)
-		errs = append(errs, dnsSubdomain(p.Child("secretRef", "name"), a.SecretRef.Name)...)
 	}
 	return errs
 }

@@ -165,12 +165,45 @@ type Agent struct {
 	Target TargetSource `json:"target"`
 	// Timeout bounds each call to this agent. From 100ms to 1h; default 30s.
 	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// NetworkFence makes this agent a csi-addons NetworkFence that the controller itself
+	// creates and reads back, instead of a plugin (docs/networkfence.md): the node's
+	// addresses are cut off from the storage a CSI driver serves (Ceph RBD and CephFS,
+	// IBM block storage). With it, binary, sha256, address, tls, params and secretRef
+	// are not set, and target is optional.
+	NetworkFence *NetworkFence `json:"networkFence,omitempty"`
 	// OnTimeout bounds each Unfence call (power on, storage access restored), as
 	// Pacemaker's pcmk_on_timeout does: a server can take longer to power on than off.
 	// Default: Timeout. An Unfence that fails or times out is read back with Status
 	// before anything else happens, so its outcome is recorded, never assumed. From 100ms
 	// to 1h.
 	OnTimeout metav1.Duration `json:"onTimeout,omitempty"`
+}
+
+// NetworkFence is a csi-addons NetworkFence (csiaddons.openshift.io/v1alpha1) as a
+// fencing method. Fence creates one for the node, Fenced, with the node's CIDRs, and it
+// holds once csi-addons reports result Succeeded; unfence, only after the node's new
+// boot, sets it Unfenced, waits for csi-addons to report that done, then deletes it
+// (deleting alone does not unfence). The object is named kubefence-<node> and labelled
+// as kubefence's: one Rook or a person made is never touched.
+type NetworkFence struct {
+	// Driver is the CSI driver that fences (the NetworkFence's spec.driver), e.g.
+	// rbd.csi.ceph.com. Exactly one of driver and className is set.
+	Driver string `json:"driver,omitempty"`
+	// ClassName is a NetworkFenceClass (spec.networkFenceClassName), for csi-addons
+	// releases whose NetworkFence has that field; the class names the driver, its
+	// parameters and its Secret.
+	ClassName string `json:"className,omitempty"`
+	// Parameters are the driver's parameters (spec.parameters), e.g. clusterID for
+	// Ceph. Only with driver.
+	Parameters map[string]string `json:"parameters,omitempty"`
+	// Secret names the Secret the csi-addons controller hands the driver (spec.secret),
+	// e.g. Ceph's provisioner Secret. kubefence never reads it. Only with driver.
+	Secret *SecretRef `json:"secret,omitempty"`
+	// AddressTypes are the types of the node's status.addresses that are fenced, each
+	// address as a CIDR of one address (/32, /128): InternalIP, ExternalIP. Default
+	// [InternalIP]. A target mapping (an annotation, say, for a storage network's
+	// address) replaces them: its value is a comma-separated list of CIDRs or addresses.
+	AddressTypes []string `json:"addressTypes,omitempty"`
 }
 
 // AgentTLS are the PEM files the controller uses to reach a remote agent.

@@ -1,0 +1,352 @@
+package netfence
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kubefence/kubefence/pkg/plugin"
+)
+
+// Resource is csi-addons' NetworkFence, cluster-scoped.
+var Resource = schema.GroupVersionResource{Group: "csiaddons.openshift.io", Version: "v1alpha1", Resource: "networkfences"}
+
+// What csi-addons writes and reads (kubernetes-csi-addons, api/csiaddons/v1alpha1).
+const (
+	stateFenced   = "Fenced"
+	stateUnfenced = "Unfenced"
+	resultOK      = "Succeeded"
+	resultFailed  = "Failed"
+	// unfencedMessage is the message csi-addons writes once the driver unfenced: result
+	// stays Succeeded from the fence before it, so the message is what tells them apart.
+	unfencedMessage = "unfencing operation successful"
+)
+
+// Labels on every NetworkFence kubefence creates: whose it is, and for which node.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedBy      = "kubefence"
+	NodeLabel      = "fencing.kubefence.io/node"
+)
+
+// Config is one NetworkFence agent, as configured (v1alpha1.NetworkFence).
+type Config struct {
+	// Name is the agent's name in policies.
+	Name string
+	// Driver, Parameters and SecretNamespace/SecretName fill spec.driver,
+	// spec.parameters and spec.secret; ClassName fills spec.networkFenceClassName.
+	Driver, ClassName           string
+	Parameters                  map[string]string
+	SecretNamespace, SecretName string
+	// PollInterval is how often Unfence reads the object back while csi-addons works;
+	// default 500ms.
+	PollInterval time.Duration
+}
+
+// Agent is a plugin.Agent whose device is the API server's NetworkFence objects.
+type Agent struct {
+	client dynamic.NamespaceableResourceInterface
+	cfg    Config
+}
+
+// New is the NetworkFence agent cfg, writing through client. With a nil client (a
+// configuration checked with no cluster) Validate has nothing to ask and every other
+// call fails.
+func New(client dynamic.Interface, cfg Config) *Agent {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 500 * time.Millisecond
+	}
+	a := &Agent{cfg: cfg}
+	if client != nil {
+		a.client = client.Resource(Resource)
+	}
+	return a
+}
+
+// errNoClient is every call's answer from an agent made without an API client.
+func (a *Agent) errNoClient() error {
+	return plugin.Errorf(plugin.KindPermanent, "agent %s: no API client: a NetworkFence agent runs in the controller", a.cfg.Name)
+}
+
+// ObjectName is the NetworkFence kubefence keeps for node and its CIDRs:
+// kubefence-<node>-<hash of the CIDRs>, the node's name cut when it is too long. One
+// object per set of CIDRs: csi-addons' status has no generation, so an object whose
+// CIDRs changed could not tell its new result from its old one.
+func ObjectName(node string, cidrs []string) string {
+	const prefix, maxName = "kubefence-", 253
+	sorted := slices.Sorted(slices.Values(cidrs))
+	sum := sha256.Sum256([]byte(strings.Join(sorted, ",")))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	if len(prefix)+len(node)+len(suffix) > maxName {
+		node = strings.TrimRight(node[:maxName-len(prefix)-len(suffix)], ".-")
+	}
+	return prefix + node + suffix
+}
+
+func (a *Agent) Describe(context.Context) (plugin.Description, error) {
+	return plugin.Description{Name: a.cfg.Name, Version: "csiaddons.openshift.io/v1alpha1 NetworkFence", Actions: []plugin.Action{plugin.ActionOff}}, nil
+}
+
+// Validate checks that the API server serves NetworkFences: without csi-addons'
+// CRD nothing could ever be fenced.
+func (a *Agent) Validate(ctx context.Context, params map[string]string) error {
+	if len(params) > 0 {
+		return plugin.Errorf(plugin.KindPermanent, "agent %s: a NetworkFence agent takes no params", a.cfg.Name)
+	}
+	if a.client == nil {
+		return nil
+	}
+	if _, err := a.client.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return plugin.Errorf(plugin.KindRetryable, "agent %s: list %s: %v (is csi-addons installed, and may kubefence's ClusterRole use NetworkFences?)", a.cfg.Name, Resource.GroupResource(), err)
+	}
+	return nil
+}
+
+// Fence creates node's NetworkFence, Fenced, for the CIDRs req.Target names, or finds
+// it there. It returns what the object says now: fenced only once csi-addons says so.
+func (a *Agent) Fence(ctx context.Context, req plugin.Request, _ plugin.Action) (plugin.Result, error) {
+	if a.client == nil {
+		return plugin.Result{}, a.errNoClient()
+	}
+	cidrs, err := ParseTarget(req.Target)
+	if err != nil {
+		return plugin.Result{}, plugin.Errorf(plugin.KindPermanent, "agent %s: node %s: %v", a.cfg.Name, req.Node, err)
+	}
+	name := ObjectName(req.Node, cidrs)
+	obj, err := a.client.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		created, err := a.client.Create(ctx, a.object(name, req.Node, cidrs), metav1.CreateOptions{})
+		if err != nil {
+			return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "create NetworkFence %s: %v", name, err)
+		}
+		return read(created), nil
+	}
+	if err != nil {
+		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "get NetworkFence %s: %v", name, err)
+	}
+	if err := ours(obj, req.Node); err != nil {
+		return plugin.Result{}, err
+	}
+	switch state := specOf(obj).state; {
+	case obj.GetDeletionTimestamp() != nil:
+		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "NetworkFence %s of an earlier incident is being deleted; a new one is created once it is gone", name)
+	case state != stateFenced:
+		// An earlier unfence stopped between its two steps. Its status cannot tell a new
+		// fence from the old one: it is deleted and a fresh one made on the next try.
+		err := a.client.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptrUID(obj.GetUID())}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "delete NetworkFence %s left %s by an earlier unfence: %v", name, state, err)
+		}
+		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "NetworkFence %s was left %s by an earlier unfence; deleted, a new one is created on the next try", name, state)
+	}
+	return read(obj), nil
+}
+
+// Status reads node's NetworkFence back: off (fenced) when it is Fenced for every CIDR
+// of req.Target and csi-addons reports the driver succeeded; on when there is none, or
+// it was unfenced; unknown while csi-addons has not answered.
+func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	if a.client == nil {
+		return plugin.Result{}, a.errNoClient()
+	}
+	cidrs, err := ParseTarget(req.Target)
+	if err != nil {
+		return plugin.Result{}, plugin.Errorf(plugin.KindPermanent, "agent %s: node %s: %v", a.cfg.Name, req.Node, err)
+	}
+	name := ObjectName(req.Node, cidrs)
+	obj, err := a.client.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return plugin.Result{State: plugin.StateOn, Evidence: fmt.Sprintf("no NetworkFence %s: node %s's storage access is not fenced", name, req.Node)}, nil
+	}
+	if err != nil {
+		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "get NetworkFence %s: %v", name, err)
+	}
+	if err := ours(obj, req.Node); err != nil {
+		return plugin.Result{}, err
+	}
+	res := read(obj)
+	if st := statusOf(obj); st.result == resultFailed && specOf(obj).state == stateFenced {
+		// csi-addons retries with a backoff; until the level's deadline this is not final.
+		return res, plugin.Errorf(plugin.KindRetryable, "%s", res.Evidence)
+	}
+	return res, nil
+}
+
+// Unfence sets every NetworkFence kubefence keeps for node Unfenced, waits until
+// csi-addons reports the driver unfenced each, then deletes them. Called only after the
+// node's new boot. One it did not create is not listed, so never touched.
+func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
+	if a.client == nil {
+		return plugin.Result{}, a.errNoClient()
+	}
+	list, err := a.client.List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy + "," + NodeLabel + "=" + labelValue(req.Node)})
+	if err != nil {
+		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "list NetworkFences of node %s: %v", req.Node, err)
+	}
+	if len(list.Items) == 0 {
+		return plugin.Result{State: plugin.StateOn, Evidence: fmt.Sprintf("no NetworkFence of node %s: nothing to unfence", req.Node)}, nil
+	}
+	var evidence []string
+	for i := range list.Items {
+		ev, err := a.unfence(ctx, &list.Items[i])
+		evidence = append(evidence, ev)
+		if err != nil {
+			return plugin.Result{State: plugin.StateUnknown, Evidence: strings.Join(evidence, "; ")}, err
+		}
+	}
+	return plugin.Result{State: plugin.StateOn, Evidence: strings.Join(evidence, "; ")}, nil
+}
+
+// unfence sets obj Unfenced, waits for csi-addons to report it done, and deletes it.
+func (a *Agent) unfence(ctx context.Context, obj *unstructured.Unstructured) (string, error) {
+	name := obj.GetName()
+	if obj.GetDeletionTimestamp() == nil && specOf(obj).state != stateUnfenced {
+		// A merge patch: an update would send spec.secret, which csi-addons' CRD holds
+		// immutable even when empty.
+		patch := []byte(`{"spec":{"fenceState":"` + stateUnfenced + `"}}`)
+		var err error
+		if obj, err = a.client.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return describe(obj), plugin.Errorf(plugin.KindRetryable, "set NetworkFence %s Unfenced: %v", name, err)
+		}
+	}
+	var last statusFields
+	err := wait.PollUntilContextCancel(ctx, a.cfg.PollInterval, true, func(ctx context.Context) (bool, error) {
+		cur, err := a.client.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			last = statusFields{message: unfencedMessage}
+			return true, nil
+		}
+		if err != nil {
+			return false, nil
+		}
+		obj, last = cur, statusOf(cur)
+		return last.message == unfencedMessage || last.result == resultFailed, nil
+	})
+	switch {
+	case err != nil:
+		return describe(obj), plugin.Errorf(plugin.KindRetryable, "NetworkFence %s: csi-addons has not reported the unfence (%s): %v", name, describe(obj), err)
+	case last.result == resultFailed:
+		return describe(obj), plugin.Errorf(plugin.KindRetryable, "NetworkFence %s: the driver failed to unfence: %s", name, last.message)
+	}
+	err = a.client.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptrUID(obj.GetUID())}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return describe(obj), plugin.Errorf(plugin.KindRetryable, "delete unfenced NetworkFence %s: %v", name, err)
+	}
+	return describe(obj) + "; deleted", nil
+}
+
+// object is node's NetworkFence, Fenced for cidrs.
+func (a *Agent) object(name, node string, cidrs []string) *unstructured.Unstructured {
+	spec := map[string]any{"fenceState": stateFenced, "cidrs": toAny(cidrs)}
+	if a.cfg.ClassName != "" {
+		spec["networkFenceClassName"] = a.cfg.ClassName
+	} else {
+		spec["driver"] = a.cfg.Driver
+	}
+	if len(a.cfg.Parameters) > 0 {
+		params := map[string]any{}
+		for k, v := range a.cfg.Parameters {
+			params[k] = v
+		}
+		spec["parameters"] = params
+	}
+	if a.cfg.SecretName != "" {
+		spec["secret"] = map[string]any{"namespace": a.cfg.SecretNamespace, "name": a.cfg.SecretName}
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetAPIVersion(Resource.GroupVersion().String())
+	u.SetKind("NetworkFence")
+	u.SetName(name)
+	u.SetLabels(map[string]string{ManagedByLabel: ManagedBy, NodeLabel: labelValue(node)})
+	return u
+}
+
+// ours refuses a NetworkFence kubefence did not create (the name is taken by someone
+// else's), or one made for another node whose name was cut alike.
+func ours(obj *unstructured.Unstructured, node string) error {
+	l := obj.GetLabels()
+	if l[ManagedByLabel] != ManagedBy || l[NodeLabel] != labelValue(node) {
+		return plugin.Errorf(plugin.KindPermanent, "NetworkFence %s is not kubefence's for node %s (labels %v): kubefence never changes a NetworkFence it did not create",
+			obj.GetName(), node, l)
+	}
+	return nil
+}
+
+// read says what obj shows: fenced once csi-addons reports the driver fenced its CIDRs,
+// which its name says are the ones asked for.
+func read(obj *unstructured.Unstructured) plugin.Result {
+	spec, st := specOf(obj), statusOf(obj)
+	res := plugin.Result{State: plugin.StateUnknown, Evidence: describe(obj)}
+	switch {
+	case spec.state == stateFenced && st.result == resultOK && obj.GetDeletionTimestamp() == nil:
+		res.State = plugin.StateOff
+	case spec.state == stateUnfenced && st.message == unfencedMessage:
+		res.State = plugin.StateOn
+	}
+	return res
+}
+
+type specFields struct {
+	state string
+	cidrs []string
+}
+
+type statusFields struct{ result, message string }
+
+func specOf(obj *unstructured.Unstructured) specFields {
+	state, _, _ := unstructured.NestedString(obj.Object, "spec", "fenceState")
+	cidrs, _, _ := unstructured.NestedStringSlice(obj.Object, "spec", "cidrs")
+	return specFields{state: state, cidrs: cidrs}
+}
+
+func statusOf(obj *unstructured.Unstructured) statusFields {
+	result, _, _ := unstructured.NestedString(obj.Object, "status", "result")
+	message, _, _ := unstructured.NestedString(obj.Object, "status", "message")
+	return statusFields{result: result, message: message}
+}
+
+// describe is the evidence a NetworkFence gives, in words a person can check.
+func describe(obj *unstructured.Unstructured) string {
+	spec, st := specOf(obj), statusOf(obj)
+	driver, _, _ := unstructured.NestedString(obj.Object, "spec", "driver")
+	if class, _, _ := unstructured.NestedString(obj.Object, "spec", "networkFenceClassName"); class != "" {
+		driver = "class " + class
+	}
+	s := fmt.Sprintf("NetworkFence %s (uid %s, %s) %s for %s", obj.GetName(), obj.GetUID(), driver, spec.state, strings.Join(spec.cidrs, ","))
+	if st.result == "" {
+		return s + ": no result from csi-addons yet"
+	}
+	return fmt.Sprintf("%s: csi-addons result %s: %s", s, st.result, st.message)
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func ptrUID(u types.UID) *types.UID { return &u }
+
+// labelValue is node as a label value: node names longer than 63 characters are cut
+// and given a hash.
+func labelValue(node string) string {
+	if len(node) <= 63 {
+		return node
+	}
+	sum := sha256.Sum256([]byte(node))
+	return strings.TrimRight(node[:54], ".-_") + "-" + hex.EncodeToString(sum[:4])
+}
