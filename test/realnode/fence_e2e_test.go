@@ -228,22 +228,24 @@ func nextChart(t *testing.T, dir string) string {
 	if err := copyRegular(dir, next); err != nil {
 		t.Fatal(err)
 	}
-	edit := func(file, old, new string) {
+	// edit replaces the first old after the first after (from the start when empty).
+	edit := func(file, after, old, new string) {
 		p := filepath.Join(next, file)
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(string(b), old) {
-			t.Fatalf("%s has no %q to change for the next chart version", p, old)
+		head, rest, ok := strings.Cut(string(b), after)
+		if !ok || !strings.Contains(rest, old) {
+			t.Fatalf("%s has no %q after %q to change for the next chart version", p, old, after)
 		}
-		if err := os.WriteFile(p, []byte(strings.Replace(string(b), old, new, 1)), 0o600); err != nil {
+		if err := os.WriteFile(p, []byte(head+after+strings.Replace(rest, old, new, 1)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	edit("Chart.yaml", "\nversion: ", "\nversion: 99.0.0-next.")
-	// The first nodeName property is the spec's, as controller-gen writes it.
-	edit("templates/crds.yaml", "\n              nodeName:\n", "\n              "+nextField+
+	edit("Chart.yaml", "", "\nversion: ", "\nversion: 99.0.0-next.")
+	// The NodeFence CRD's first nodeName property is its spec's, as controller-gen writes it.
+	edit("templates/crds.yaml", "name: nodefences.fencing.kubefence.io\n", "\n              nodeName:\n", "\n              "+nextField+
 		":\n                description: Only the next chart version's CRD has this field (test/realnode).\n                type: string\n              nodeName:\n")
 	return next
 }

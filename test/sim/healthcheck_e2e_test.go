@@ -362,7 +362,7 @@ func machineHealthCheck(t *testing.T, ctx context.Context, c *Cluster, node stri
 	}
 	m := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-		"metadata": map[string]any{"namespace": capiNamespace, "name": "m-1", "labels": map[string]any{"cluster.x-k8s.io/cluster-name": capiCluster}},
+		"metadata": map[string]any{"namespace": capiNamespace, "name": "m-1", "labels": map[string]any{"cluster.x-k8s.io/cluster-name": capiCluster, "pool": "workers"}},
 		"spec": map[string]any{"clusterName": capiCluster, "bootstrap": map[string]any{"dataSecretName": "m-1-bootstrap"},
 			"infrastructureRef": map[string]any{"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "SimMachine", "name": "m-1"}},
 	}}
@@ -404,8 +404,12 @@ func remediateMachine(t *testing.T, ctx context.Context, client dynamic.Interfac
 	cr.SetAnnotations(map[string]string{"cluster.x-k8s.io/cloned-from-name": tmpl.GetName(),
 		"cluster.x-k8s.io/cloned-from-groupkind": "KubefenceRemediationTemplate." + v1alpha1.GroupName})
 	cr.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: m.GetName(), UID: m.GetUID()}})
-	if _, err := client.Resource(v1alpha1.RemediationResource).Namespace(capiNamespace).Create(ctx, cr, metav1.CreateOptions{}); err != nil {
+	created, err := client.Resource(v1alpha1.RemediationResource).Namespace(capiNamespace).Create(ctx, cr, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatalf("MachineHealthCheck creates its request: %v", err)
+	}
+	if created.GetLabels()["team"] != "storage" {
+		t.Errorf("request labels %v: the template's spec.template.metadata was not kept", created.GetLabels())
 	}
 }
 

@@ -131,7 +131,19 @@ type KubefenceRemediationTemplateSpec struct {
 
 // KubefenceRemediationTemplateResource is the part of a request the template sets.
 type KubefenceRemediationTemplateResource struct {
-	Spec KubefenceRemediationSpec `json:"spec"`
+	// Metadata holds labels and annotations for each request made from the template:
+	// Cluster API's MachineHealthCheck copies them, NodeHealthCheck does not.
+	// +optional
+	Metadata TemplateMetadata `json:"metadata,omitempty"`
+	Spec     KubefenceRemediationSpec `json:"spec"`
+}
+
+// TemplateMetadata is the metadata a template gives the requests made from it.
+type TemplateMetadata struct {
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // +kubebuilder:object:root=true
