@@ -134,7 +134,7 @@ type KubefenceRemediationTemplateResource struct {
 	// Metadata holds labels and annotations for each request made from the template:
 	// Cluster API's MachineHealthCheck copies them, NodeHealthCheck does not.
 	// +optional
-	Metadata TemplateMetadata `json:"metadata,omitempty"`
+	Metadata TemplateMetadata         `json:"metadata,omitempty"`
 	Spec     KubefenceRemediationSpec `json:"spec"`
 }
 
