@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/coalesce"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
@@ -106,6 +107,8 @@ type Controller struct {
 	heartbeats *heartbeats
 	// requests carries health checkers' KubefenceRemediations; nil when off.
 	requests *requests
+	// nodeLeases reads node Leases live before incidents open, shared among them.
+	nodeLeases *coalesce.Batch[string, *coordinationv1.Lease]
 
 	// guard checks the Lease before irreversible actions; nil without leader election.
 	guard *leader.LeaseGuard
@@ -188,6 +191,7 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.nodeLeases = nodeLeaseReads(opts.Client)
 	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client),
 		Node: func(name string) (*corev1.Node, bool) {
 			n, err := c.nodes.Get(name)
@@ -239,7 +243,8 @@ func (c *Controller) newCaches(opts Options) error {
 		return fmt.Errorf("index incidents: %w", err)
 	}
 	c.nodes = nodeInf.Lister()
-	c.store = &store{client: opts.Fencing.FencingV1alpha1().NodeFences(), indexer: nfInf.Informer().GetIndexer()}
+	nfClient := opts.Fencing.FencingV1alpha1().NodeFences()
+	c.store = &store{client: nfClient, indexer: nfInf.Informer().GetIndexer(), openReads: sharedOpenReads(nfClient)}
 	idInf := c.idInformer.Coordination().V1().Leases().Informer()
 	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced,
 		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced, idInf.HasSynced}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/coalesce"
 	fencingclient "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/typed/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/leader"
 )
@@ -22,6 +23,8 @@ import (
 type store struct {
 	client  fencingclient.NodeFenceInterface
 	indexer cache.Indexer
+	// openReads is the live list of open incidents that incidents opened at once share.
+	openReads *coalesce.Read[[]v1alpha1.NodeFence]
 
 	// written holds this replica's last write of each incident until the cache shows it.
 	// The leader is the only writer of status, so a cached copy with another
@@ -131,26 +134,49 @@ func (s *store) forNode(node string) ([]*v1alpha1.NodeFence, error) {
 }
 
 // openLive lists the node's open incidents from the API server itself, so that a cache
-// that has not yet seen a fresh incident cannot lead to a second one (invariant 3). It
-// selects by spec.nodeName, a selectable field of the CRD (a person's request carries no
-// label); an API server without selectable fields (before Kubernetes 1.31) refuses the
-// selector, and then every incident is listed.
+// that has not yet seen a fresh incident cannot lead to a second one (invariant 3).
+// Incidents opened at once share one read, sent after each of them asked (issue 24): it
+// selects the open incidents of every node by status.phase, a selectable field of the
+// CRD, and each caller keeps its node's. An API server that refuses the selector (a
+// CRD from before status.phase was selectable, or Kubernetes before 1.31) gets a list of
+// every incident instead.
 func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFence, error) {
-	list, err := s.client.List(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
-	if apierrors.IsBadRequest(err) {
-		list, err = s.client.List(ctx, metav1.ListOptions{})
-	}
+	res, err := s.openReads.Get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list incidents of node %s: %w", node, err)
 	}
 	var out []*v1alpha1.NodeFence
-	for i := range list.Items {
-		if nf := &list.Items[i]; nf.Spec.NodeName == node && nf.Status.Phase.Open() {
-			out = append(out, nf)
+	for i := range res.Value {
+		if nf := &res.Value[i]; nf.Spec.NodeName == node && nf.Status.Phase.Open() {
+			out = append(out, nf.DeepCopy())
 		}
 	}
 	return out, nil
+}
+
+// openSelector selects the incidents that are not over, new ones (no phase yet)
+// included.
+var openSelector = fields.AndSelectors(
+	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseRecovered)),
+	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseFailed)),
+	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseCancelled))).String()
+
+// openReadTimeout bounds one shared list of open incidents.
+const openReadTimeout = 30 * time.Second
+
+// sharedOpenReads is the read of every open incident that openLive's callers share.
+func sharedOpenReads(client fencingclient.NodeFenceInterface) *coalesce.Read[[]v1alpha1.NodeFence] {
+	return &coalesce.Read[[]v1alpha1.NodeFence]{Timeout: openReadTimeout,
+		Do: func(ctx context.Context) ([]v1alpha1.NodeFence, error) {
+			list, err := client.List(ctx, metav1.ListOptions{FieldSelector: openSelector})
+			if apierrors.IsBadRequest(err) {
+				list, err = client.List(ctx, metav1.ListOptions{})
+			}
+			if err != nil {
+				return nil, err
+			}
+			return list.Items, nil
+		}}
 }
 
 // create creates the incident. Its status is not written yet: it is returned with nf's

@@ -174,16 +174,17 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 
 // confirmStale reads the node's Lease from the API server before an incident is opened
 // on the evidence of the cache: a replica that was paused, or whose watch lagged, may not
-// have seen the latest renewals. It reports whether the node is still unhealthy.
+// have seen the latest renewals. It reports whether the node is still unhealthy. Nodes
+// confirmed at once share the read (nodeLeaseReads), sent after each of them asked.
 //
 // Everything after the read is judged at the time the API server answered, not at the
 // sync's start: a read against an API server coming back from an outage can take
 // seconds, and an earlier time would count them as the nodes' silence.
 func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v1alpha1.Policy) (bool, error) {
-	lease, err := c.client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, node.Name, metav1.GetOptions{})
+	lease, found, err := c.nodeLeases.Get(ctx, node.Name)
 	now := c.now()
 	switch {
-	case apierrors.IsNotFound(err):
+	case err == nil && !found:
 		return true, nil
 	case err != nil:
 		c.apiUnreachable.Store(true)

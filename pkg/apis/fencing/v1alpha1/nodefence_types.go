@@ -100,6 +100,7 @@ const (
 // +kubebuilder:printcolumn:name="RequestedBy",type=string,JSONPath=`.spec.requestedBy`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
+// +kubebuilder:selectablefield:JSONPath=`.status.phase`
 
 // NodeFence is one fencing incident for one node, and its durable history.
 type NodeFence struct {
