@@ -192,7 +192,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c.nodeLeases = nodeLeaseReads(opts.Client)
-	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client),
+	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn,
 		Node: func(name string) (*corev1.Node, bool) {
 			n, err := c.nodes.Get(name)
 			if err != nil {

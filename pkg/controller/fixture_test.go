@@ -347,7 +347,7 @@ func TestFixtureFence(t *testing.T) {
 		// kube: the pod's NodeUnreachable condition, the live Lease read before opening,
 		// the release (fenced taint, pods, attachments, out-of-service taint)
 		"patch pods/status web-0", "get leases node-1",
-		"update nodes", "list pods", "update pods/status", "delete pods web-0",
+		"update nodes", "update pods/status", "delete pods web-0",
 		"list volumeattachments", "delete volumeattachments va-1", "update nodes",
 		// NodeFences: no open incident live, the create, the status before the Fence
 		// call, once verified (with the taints the release will add), and Remediated
@@ -389,7 +389,7 @@ func fencedIncident(phase v1alpha1.Phase, attempt v1alpha1.AttemptState) *v1alph
 // an agent, Remediated on a dead node does nothing.
 func TestFixtureResume(t *testing.T) {
 	// The release starts from the cached node: its first update proves the copy current.
-	release := []string{"update nodes", "list pods", "list volumeattachments", "update nodes"}
+	release := []string{"update nodes", "list volumeattachments", "update nodes"}
 	statuses := func(n int) []string {
 		var out []string
 		for range n {
@@ -508,7 +508,7 @@ func TestFixtureLateRelease(t *testing.T) {
 	f.sync("node-1")
 	f.expectRequests("patch pods/status late-0", "get pods late-0",
 		// the release again: this incident recorded no taints, so both are added
-		"update nodes", "list pods", "update pods/status", "delete pods late-0",
+		"update nodes", "update pods/status", "delete pods late-0",
 		"list volumeattachments", "update nodes", "update nodefences/status", "update nodefences/status")
 	f.expectCalls("Status bmc-node-1")
 	if nf := f.incident("node-1"); len(stepsOf(nf, v1alpha1.StepLateRelease)) == 0 {

@@ -112,7 +112,7 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 		t.Fatalf("sync: %v, want the refused deletion", err)
 	}
 	f.expectRequests("patch pods/status web-0", "get leases node-1",
-		"update nodes", "list pods", "update pods/status", "delete pods web-0",
+		"update nodes", "update pods/status", "delete pods web-0",
 		// before the Fence call, verified, and the partial release on record; no stale
 		// write of the detection follows (it would be refused on its resourceVersion)
 		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status", "update nodefences/status")
@@ -137,10 +137,12 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 	f.expectRequests(
 		// the pod's NodeUnreachable condition (the cached pod predates the first try)
 		"patch pods/status web-0",
-		// the release from where it stopped: the pod's DisruptionTarget condition was set
-		// by the first try, and the fenced taint too (so the cached node, which has it, is
-		// read live); one node update adds out-of-service, recorded by the first try already
-		"get nodes node-1", "list pods", "delete pods web-0", "list volumeattachments", "update nodes",
+		// the release from where it stopped: the fenced taint was added by the first try
+		// (so the cached node, which has it, is read live); the cached pod predates the
+		// first try's DisruptionTarget condition, so it is written again (refused on its
+		// resourceVersion by a real API server, which the release ignores); one node
+		// update adds out-of-service, recorded by the first try already
+		"get nodes node-1", "update pods/status", "delete pods web-0", "list volumeattachments", "update nodes",
 		"update nodefences/status", "update nodefences/status")
 	f.expectCalls()
 	if got := f.incident("node-1"); got.Status.Phase != v1alpha1.PhaseRemediated || len(got.Status.Remediation.PodsDeleted) != 1 {

@@ -100,11 +100,12 @@ func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	}
 }
 
-// releaseLate releases pods bound to a fenced node after its incident was remediated.
-// The fenced taint keeps the scheduler off the node, but a scheduler working from a
-// stale cache (after an API server restart, say) can still bind a pod there, where it
-// would wait for a machine that is off until kube-controller-manager's eviction gets to
-// it. Only a pod that does not tolerate the fenced taint sets this off, and the pods go
+// releaseLate releases pods bound to a fenced node that its release did not: pods the
+// release's cache did not show yet (it takes the node's pods from the informer), and
+// pods bound after it. The fenced taint keeps the scheduler off the node, but a
+// scheduler working from a stale cache (after an API server restart, say) can still bind
+// a pod there, where it would wait for a machine that is off until
+// kube-controller-manager's eviction gets to it. Only a pod that does not tolerate the fenced taint sets this off, and the pods go
 // only after every agent that fenced the node reads the fence back as still holding.
 func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	var late []string
@@ -134,7 +135,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 		step := fencer.Step{Kind: fencer.DoVerify, Level: at.Level, Agent: at.Agent, Try: at.Try}
 		ev := c.callStep(ctx, nf, node, step, c.now().Add(time.Minute))
 		if ev.Err != nil || ev.State != fencer.StateFenced {
-			msg := fmt.Sprintf("pods %v were bound to the node after its release and are left alone: agent %s does not read the fence back (state %q, error %v)",
+			msg := fmt.Sprintf("pods %v are bound to the node but were not released with it, and are left alone: agent %s does not read the fence back (state %q, error %v)",
 				late, at.Agent, ev.State, ev.Err)
 			if lastStepIs(nf, v1alpha1.StepLateReleaseRefused, msg) {
 				return 0, nil
@@ -145,7 +146,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 		}
 		reads = append(reads, fmt.Sprintf("agent %s reads %s", at.Agent, ev.State))
 	}
-	msg := fmt.Sprintf("pods %v were bound to the fenced node after its release; %s", late, strings.Join(reads, ", "))
+	msg := fmt.Sprintf("pods %v are bound to the fenced node but were not released with it; %s", late, strings.Join(reads, ", "))
 	c.step(ctx, nf, c.now(), v1alpha1.StepLateRelease, msg)
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateRelease, "%s", msg)
 	r := c.remediator(ctx, nf)

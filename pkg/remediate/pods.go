@@ -20,13 +20,12 @@ import (
 // deletePods marks each pod of the node with a DisruptionTarget condition and phase
 // Failed, as PodGC does for out-of-service nodes, then deletes it with grace period 0.
 func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
-	pods, err := podsOn(ctx, r.Client, nodeName)
+	pods, err := r.podsOn(ctx, nodeName)
 	if err != nil {
 		return err
 	}
 	deleted := 0
-	for i := range pods {
-		pod := &pods[i]
+	for _, pod := range pods {
 		if pod.Spec.NodeName != nodeName {
 			// Never trust the field selector alone with a force delete.
 			continue
