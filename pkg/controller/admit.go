@@ -99,6 +99,14 @@ func (a *admission) fencingFacts(cached []any, window time.Duration, now time.Ti
 	return fencing, starts
 }
 
+// fencingNow is how many nodes are fencing now, from the cached incidents and the claims.
+func (a *admission) fencingNow(cached []any, now time.Time) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fencing, _ := a.fencingFacts(cached, 0, now)
+	return len(fencing)
+}
+
 // unclaim ends the claim of a deleted incident.
 func (a *admission) unclaim(incident string) {
 	a.mu.Lock()

@@ -131,6 +131,63 @@ func (s *countingSink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) {
 	return e, nil
 }
 
+// TestEventsFoldInAStorm: with eventStormAt nodes fencing at once, an incident's start
+// is no Event of its own: it waits through the fence and opens the Event that ends it,
+// Remediated or FenceFailed. Below it, the start goes out at the save before the agent
+// call, as an operator watching one node needs it.
+func TestEventsFoldInAStorm(t *testing.T) {
+	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
+	c := testController(t, nf)
+	rec := c.recorder.(*record.FakeRecorder)
+	save := func(phase v1alpha1.Phase) []string {
+		t.Helper()
+		nf.Status.Phase = phase
+		if err := c.save(context.Background(), nf); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for len(rec.Events) > 0 {
+			got = append(got, <-rec.Events)
+		}
+		return got
+	}
+	expect := func(got []string, want ...string) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Errorf("events %q, want %q", got, want)
+		}
+	}
+	start := func() {
+		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "unhealthy")
+		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceStarted, "fencing")
+	}
+	// Calm: the start is told before the agent is called.
+	start()
+	expect(save(v1alpha1.PhaseFencing), "Warning FenceStarted unhealthy. fencing")
+
+	for i := range eventStormAt {
+		c.admission.claimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), c.now())
+	}
+	start()
+	expect(save(v1alpha1.PhaseFencing)) // before the agent call
+	expect(save(v1alpha1.PhaseFencing)) // the call's outcome
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
+	expect(save(v1alpha1.PhaseFenced)) // the release's first checkpoint
+	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "released")
+	expect(save(v1alpha1.PhaseRemediated), "Normal Remediated unhealthy. fencing. verified. released")
+
+	start()
+	expect(save(v1alpha1.PhaseFencing))
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceFailed, "every level failed")
+	expect(save(v1alpha1.PhaseFailed), "Warning FenceFailed unhealthy. fencing. every level failed")
+
+	// Another Event during the fence goes out at once, the held start before it.
+	start()
+	expect(save(v1alpha1.PhaseFencing))
+	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "level 1 skipped")
+	expect(save(v1alpha1.PhaseFencing), "Warning FenceStarted unhealthy. fencing", "Warning AgentDown level 1 skipped")
+}
+
 // TestConfirmedSinkDropsUnconfirmed: the broadcaster's queue may hold an event while the
 // process is paused; on waking it goes out only if a Lease check passed within the renew
 // deadline, and the refusal is one the broadcaster does not retry.

@@ -350,26 +350,38 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 		c.emit(e)
 		return
 	}
+	// In a storm the start of a fence is told with its end (issue 24).
+	e.holdWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.admission.fencingNow(c.store.indexer.List(), c.now()) >= eventStormAt
+	e.holdOnce = reason == v1alpha1.ReasonFenced
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	queued := c.pendingEvents[nf.Name]
-	if n := len(queued); n > 0 && eventFolds[reason] != "" && queued[n-1].reason == eventFolds[reason] {
+	if n := len(queued); n > 0 && slices.Contains(eventFolds[reason], queued[n-1].reason) {
 		// One Event says both, the earlier message first, rather than two a moment apart.
 		e.message = queued[n-1].message + ". " + e.message
 		queued[n-1] = e
 		return
 	}
-	e.holdOnce = reason == v1alpha1.ReasonFenced
 	c.pendingEvents[nf.Name] = append(queued, e)
 }
 
-// eventFolds: an Event of the key's reason absorbs one of the value's reason still
-// waiting right before it (issue 24: two Events per incident instead of four). Most
-// incidents are opened and fenced before their first save, and released right after
-// the fence is verified.
-var eventFolds = map[string]string{
-	v1alpha1.ReasonFenceStarted: v1alpha1.ReasonDetected,
-	v1alpha1.ReasonRemediated:   v1alpha1.ReasonFenced,
+// eventStormAt is how many nodes fencing at once make a storm for Events: from then on
+// an incident's start is not an Event of its own but opens the one that ends its
+// fencing (Remediated, or FenceFailed). Below it, an operator watching one node sees
+// its fence start while the BMC works; in a storm, one Event per node says it all, and
+// client-go's broadcaster drops what its queue of 1,000 cannot hold anyway.
+const eventStormAt = 10
+
+// eventFolds: an Event of the key's reason absorbs one of the values' reasons still
+// waiting right before it (issue 24: one or two Events per incident instead of four).
+// Most incidents are opened and fenced before their first save, and released right
+// after the fence is verified; a start held through a storm's fence (holdWhileFencing)
+// goes into its end.
+var eventFolds = map[string][]string{
+	v1alpha1.ReasonFenceStarted: {v1alpha1.ReasonDetected},
+	v1alpha1.ReasonFenced:       {v1alpha1.ReasonFenceStarted},
+	v1alpha1.ReasonFenceFailed:  {v1alpha1.ReasonFenceStarted},
+	v1alpha1.ReasonRemediated:   {v1alpha1.ReasonFenced},
 }
 
 // pendingEvent is an Event waiting for its incident's next save.
@@ -382,6 +394,9 @@ type pendingEvent struct {
 	// checkpoint saves a Fenced incident; its end saves it Remediated, or a failure saves
 	// what was done). A save that leaves Fenced sends it.
 	holdOnce bool
+	// holdWhileFencing: a fence's start in a storm (eventStormAt) waits at every save
+	// while the incident is Fencing, for the Event that ends the fence to absorb it.
+	holdWhileFencing bool
 }
 
 func (c *Controller) emit(e pendingEvent) {
@@ -393,7 +408,8 @@ func (c *Controller) emit(e pendingEvent) {
 }
 
 // flushEvents sends the events the save of nf has just made legitimate. The last one
-// waits for the next save if it is held once and nf is still Fenced (its release goes on).
+// waits for the next save if it is held once and nf is still Fenced (its release goes
+// on), or is a storm's fence start and nf is still Fencing.
 func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
 	c.mu.Lock()
 	pending := c.pendingEvents[nf.Name]
@@ -402,6 +418,9 @@ func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
 		last := pending[n-1]
 		last.holdOnce = false
 		c.pendingEvents[nf.Name] = []pendingEvent{last}
+		pending = pending[:n-1]
+	} else if n > 0 && pending[n-1].holdWhileFencing && nf.Status.Phase == v1alpha1.PhaseFencing {
+		c.pendingEvents[nf.Name] = []pendingEvent{pending[n-1]}
 		pending = pending[:n-1]
 	}
 	c.mu.Unlock()
