@@ -9,6 +9,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -193,6 +194,10 @@ func New(opts Options) (*Controller, error) {
 	}
 	c.nodeLeases = nodeLeaseReads(opts.Client)
 	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn,
+		CachedAttachments: func() []*storagev1.VolumeAttachment {
+			vas, _ := c.attachments.List(everything()) // a cache read fails only on a selector it cannot use
+			return vas
+		},
 		Node: func(name string) (*corev1.Node, bool) {
 			n, err := c.nodes.Get(name)
 			if err != nil {

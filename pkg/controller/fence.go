@@ -68,11 +68,16 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			c.step(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, node, step))
 			// The one fresh read of the leader Lease an incident needs: a power-off is
 			// the act a deposed replica must never send, so it does not ride on an
-			// earlier confirmation.
-			if err := c.checkLease(ctx); err != nil {
+			// earlier confirmation. It goes out together with the write of the issued
+			// attempt (a write of its own epoch, after a confirmation within the renew
+			// deadline); the call waits for both (issue 24).
+			checked := make(chan error, 1)
+			go func() { checked <- c.checkLease(ctx) }()
+			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
+				<-checked
 				return 0, err
 			}
-			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
+			if err := <-checked; err != nil {
 				return 0, err
 			}
 			c.pause.at(PauseBeforeFenceCall)

@@ -329,16 +329,24 @@ func (f *fixture) renewAllBut(dead ...string) {
 	}
 }
 
-// TestFixtureFence: a node whose Lease goes stale is fenced and released in one sync.
-// The requests are the path's whole cost: a live read of the Lease before the incident
-// opens, the open-incident check, the create, a status write before the agent call and
-// after each step, the pod's condition, the taints, the pod and attachment deletions.
-func TestFixtureFence(t *testing.T) {
+// fixturePodAndAttachment are web-0 on node-1 and its volume's attachment there.
+func fixturePodAndAttachment() (*corev1.Pod, *storagev1.VolumeAttachment) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0", UID: "u1"},
 		Spec: corev1.PodSpec{NodeName: "node-1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	pv := "pv-1"
 	va := &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-1"},
 		Spec: storagev1.VolumeAttachmentSpec{NodeName: "node-1", Attacher: "csi.example.com", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}}}
+	return pod, va
+}
+
+// TestFixtureFence: a node whose Lease goes stale is fenced and released in one sync.
+// The requests are the path's whole cost: a live read of the Lease before the incident
+// opens, the open-incident check, the create, a status write before the agent call and
+// after each step, the pod's condition, the taints, the pod and attachment deletions.
+// The pods and attachments released come from the caches: the out-of-service taint
+// that follows makes kube-controller-manager clean up what a cache missed.
+func TestFixtureFence(t *testing.T) {
+	pod, va := fixturePodAndAttachment()
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), pod, va)...)
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
@@ -348,7 +356,7 @@ func TestFixtureFence(t *testing.T) {
 		// the release (fenced taint, pods, attachments, out-of-service taint)
 		"patch pods/status web-0", "get leases node-1",
 		"update nodes", "update pods/status", "delete pods web-0",
-		"list volumeattachments", "delete volumeattachments va-1", "update nodes",
+		"delete volumeattachments va-1", "update nodes",
 		// NodeFences: no open incident live, the create, the status before the Fence
 		// call, once verified (with the taints the release will add), and Remediated
 		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status",
@@ -359,6 +367,22 @@ func TestFixtureFence(t *testing.T) {
 		t.Errorf("phase %s, want Remediated (%s)", nf.Status.Phase, nf.Status.Message)
 	}
 	f.expectEvents(v1alpha1.ReasonFenceStarted, v1alpha1.ReasonRemediated)
+}
+
+// TestFixtureDirectReadsAttachmentsLive: with strategy Direct no out-of-service taint
+// follows, and nothing else would detach a volume the cache missed: the release lists
+// the VolumeAttachments from the API server.
+func TestFixtureDirectReadsAttachmentsLive(t *testing.T) {
+	pod, va := fixturePodAndAttachment()
+	cfg := fixtureConfig()
+	cfg.Policies[0].Remediation = v1alpha1.StrategyDirect
+	f := newFixture(t, cfg, append(threeNodes(), pod, va)...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectRequests("patch pods/status web-0", "get leases node-1",
+		"update nodes", "update pods/status", "delete pods web-0", "list volumeattachments", "delete volumeattachments va-1",
+		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status", "update nodefences/status")
 }
 
 // fencedIncident is node-1's incident as a replica left it at phase: verified fenced by
@@ -389,7 +413,7 @@ func fencedIncident(phase v1alpha1.Phase, attempt v1alpha1.AttemptState) *v1alph
 // an agent, Remediated on a dead node does nothing.
 func TestFixtureResume(t *testing.T) {
 	// The release starts from the cached node: its first update proves the copy current.
-	release := []string{"update nodes", "list volumeattachments", "update nodes"}
+	release := []string{"update nodes", "update nodes"}
 	statuses := func(n int) []string {
 		var out []string
 		for range n {
@@ -509,7 +533,7 @@ func TestFixtureLateRelease(t *testing.T) {
 	f.expectRequests("patch pods/status late-0", "get pods late-0",
 		// the release again: this incident recorded no taints, so both are added
 		"update nodes", "update pods/status", "delete pods late-0",
-		"list volumeattachments", "update nodes", "update nodefences/status", "update nodefences/status")
+		"update nodes", "update nodefences/status", "update nodefences/status")
 	f.expectCalls("Status bmc-node-1")
 	if nf := f.incident("node-1"); len(stepsOf(nf, v1alpha1.StepLateRelease)) == 0 {
 		t.Errorf("no %s step in %+v", v1alpha1.StepLateRelease, nf.Status.Timeline)

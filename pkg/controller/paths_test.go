@@ -142,7 +142,7 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 		// first try's DisruptionTarget condition, so it is written again (refused on its
 		// resourceVersion by a real API server, which the release ignores); one node
 		// update adds out-of-service, recorded by the first try already
-		"get nodes node-1", "update pods/status", "delete pods web-0", "list volumeattachments", "update nodes",
+		"get nodes node-1", "update pods/status", "delete pods web-0", "update nodes",
 		"update nodefences/status", "update nodefences/status")
 	f.expectCalls()
 	if got := f.incident("node-1"); got.Status.Phase != v1alpha1.PhaseRemediated || len(got.Status.Remediation.PodsDeleted) != 1 {

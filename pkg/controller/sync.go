@@ -123,17 +123,31 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		klog.FromContext(ctx).V(2).Info("No new incident", "reason", why)
 		return fencer.HoldRecheck, nil
 	}
-	if fresh, err := c.confirmStale(ctx, node, pol); err != nil || !fresh {
+	// The node's Lease and its open incidents are both read live before an incident
+	// opens; the two reads go out together, not one after the other (issue 24).
+	type openRead struct {
+		live []*v1alpha1.NodeFence
+		err  error
+	}
+	opened := make(chan openRead, 1)
+	go func() {
+		live, err := c.store.openLive(ctx, node.Name)
+		opened <- openRead{live, err}
+	}()
+	fresh, err := c.confirmStale(ctx, node, pol)
+	open := <-opened
+	if err != nil || !fresh {
 		return fencer.HoldRecheck, err
 	}
-	if err := c.checkLease(ctx); err != nil {
+	// The create follows a Lease check passed within the renew deadline, as every write
+	// that carries no epoch (invariant 2).
+	if err := c.leaseConfirmed(ctx); err != nil {
 		return 0, err
 	}
-	live, err := c.store.openLive(ctx, node.Name)
-	if err != nil {
-		return 0, err
+	if open.err != nil {
+		return 0, open.err
 	}
-	if len(live) > 0 {
+	if len(open.live) > 0 {
 		// The cache is behind the API server; the informer event will bring it.
 		return time.Second, nil
 	}

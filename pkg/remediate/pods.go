@@ -100,20 +100,33 @@ func SharedAttachments(client kubernetes.Interface) *coalesce.Read[[]storagev1.V
 // attachmentsTimeout bounds one shared list of VolumeAttachments.
 const attachmentsTimeout = 30 * time.Second
 
-// volumeAttachments lists every VolumeAttachment with a read sent after the call (the
-// API server cannot select them by node), shared with the releases asking at once.
-func (r *Remediator) volumeAttachments(ctx context.Context) ([]storagev1.VolumeAttachment, error) {
+// volumeAttachments lists every VolumeAttachment: from the cache when the caller has
+// one and the out-of-service taint follows (kube-controller-manager's attach-detach
+// controller force-detaches what the cache missed from an out-of-service node), else
+// with a read sent after the call (the API server cannot select them by node), shared
+// with the releases asking at once.
+func (r *Remediator) volumeAttachments(ctx context.Context, taintFollows bool) ([]*storagev1.VolumeAttachment, error) {
+	if taintFollows && r.CachedAttachments != nil {
+		return r.CachedAttachments(), nil
+	}
 	reads := r.Attachments
 	if reads == nil {
 		reads = SharedAttachments(r.Client)
 	}
 	res, err := reads.Get(ctx)
-	return res.Value, err
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*storagev1.VolumeAttachment, len(res.Value))
+	for i := range res.Value {
+		out[i] = &res.Value[i]
+	}
+	return out, nil
 }
 
 // deleteVolumeAttachments deletes every VolumeAttachment of the node.
-func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
-	vas, err := r.volumeAttachments(ctx)
+func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName string, rem *v1alpha1.Remediation, taintFollows bool) error {
+	vas, err := r.volumeAttachments(ctx, taintFollows)
 	if err != nil {
 		return fmt.Errorf("list volume attachments of node %s: %w", nodeName, err)
 	}

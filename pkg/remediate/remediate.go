@@ -65,6 +65,13 @@ type Remediator struct {
 	// release would otherwise list every attachment of the cluster. Each release still
 	// gets a list sent after it asked, as fresh as one of its own.
 	Attachments *coalesce.Read[[]storagev1.VolumeAttachment]
+	// CachedAttachments, if set, returns every VolumeAttachment from the caller's
+	// informer cache (shared, not to be changed). A release uses it instead of
+	// Attachments when the out-of-service taint follows: an attachment the cache missed
+	// is force-detached by kube-controller-manager's attach-detach controller once the
+	// taint is on the node (issue 24). Without the taint (strategy Direct) nothing else
+	// would detach it, and the release reads them live.
+	CachedAttachments func() []*storagev1.VolumeAttachment
 	// Pods, if set, returns the pods bound to a node from the caller's informer cache
 	// (shared, not to be changed); a release then deletes those instead of listing the
 	// node's pods from the API server (issue 24). A pod the cache does not show yet is not
@@ -169,7 +176,7 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	if err := r.deletePods(ctx, nf.Spec.NodeName, rem); err != nil {
 		return err
 	}
-	if err := r.deleteVolumeAttachments(ctx, nf.Spec.NodeName, rem); err != nil {
+	if err := r.deleteVolumeAttachments(ctx, nf.Spec.NodeName, rem, strategy == v1alpha1.StrategyBoth && node != nil); err != nil {
 		return err
 	}
 	// The out-of-service taint comes last: kube-controller-manager's taint eviction queues

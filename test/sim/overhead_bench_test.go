@@ -204,6 +204,7 @@ func incidentCost(b *testing.B, nodes int) {
 		floors = append(floors, took...)
 		floorRequests += sent
 		r := incidentRound(b, ctx, c, rec, fmt.Sprintf("r%d-", i), nodes)
+		logSteps(b, i, r.steps)
 		all = append(all, r.overheads...)
 		lags = append(lags, r.lags...)
 		cpu += r.cpu
@@ -234,6 +235,41 @@ type roundResult struct {
 	overheads, lags []time.Duration
 	requests        map[string]int
 	cpu             time.Duration
+	// steps are, per step type, when each incident first took it after the threshold:
+	// where an incident's time goes.
+	steps map[string][]time.Duration
+}
+
+func (r *roundResult) addSteps(nf v1alpha1.NodeFence, crossed time.Time) {
+	if r.steps == nil {
+		r.steps = map[string][]time.Duration{}
+	}
+	seen := map[string]bool{}
+	for _, st := range nf.Status.Timeline {
+		if !seen[st.Type] && st.Type != v1alpha1.StepEvidenceStarted {
+			seen[st.Type] = true
+			r.steps[st.Type] = append(r.steps[st.Type], st.Time.Sub(crossed))
+		}
+	}
+}
+
+// logSteps logs when, after the threshold, the incidents took each step (p50 and p99),
+// in the order of the medians.
+func logSteps(b *testing.B, round int, steps map[string][]time.Duration) {
+	type at struct {
+		step     string
+		p50, p99 time.Duration
+	}
+	var all []at
+	for step, ds := range steps {
+		all = append(all, at{step, Percentile(ds, 50), Percentile(ds, 99)})
+	}
+	slices.SortFunc(all, func(x, y at) int { return int(x.p50 - y.p50) })
+	var parts []string
+	for _, a := range all {
+		parts = append(parts, fmt.Sprintf("%s %d/%dms", a.step, a.p50.Milliseconds(), a.p99.Milliseconds()))
+	}
+	b.Logf("round %d: steps after the threshold, p50/p99: %s", round, strings.Join(parts, ", "))
 }
 
 // countingRecorder counts the Events the controller records, so that a round can wait
@@ -382,6 +418,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 			done, _ := stepAt(nf, v1alpha1.StepRemediated)
 			res.overheads = append(res.overheads, done.Sub(crossed))
 			res.lags = append(res.lags, detected.Sub(crossed))
+			res.addSteps(nf, crossed)
 		}
 		return len(perNode) == nodes, nil
 	})
