@@ -82,24 +82,8 @@ func TestEventOnNodeOnly(t *testing.T) {
 func TestEventsFold(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
-	rec := c.recorder.(*record.FakeRecorder)
-	save := func() []string {
-		t.Helper()
-		if err := c.save(context.Background(), nf); err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for len(rec.Events) > 0 {
-			got = append(got, <-rec.Events)
-		}
-		return got
-	}
-	expect := func(got []string, want ...string) {
-		t.Helper()
-		if !slices.Equal(got, want) {
-			t.Errorf("events %q, want %q", got, want)
-		}
-	}
+	save := func() []string { t.Helper(); return saveAndDrain(t, c, nf) }
+	expect := func(got []string, want ...string) { t.Helper(); expectStrings(t, "events", got, want) }
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy", node.Name)
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceStarted, "Fencing node %s", node.Name)
 	expect(save(), "Warning FenceStarted Node "+node.Name+" is unhealthy. Fencing node "+node.Name)
@@ -138,25 +122,12 @@ func (s *countingSink) Patch(e *corev1.Event, _ []byte) (*corev1.Event, error) {
 func TestEventsFoldInAStorm(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
-	rec := c.recorder.(*record.FakeRecorder)
 	save := func(phase v1alpha1.Phase) []string {
 		t.Helper()
 		nf.Status.Phase = phase
-		if err := c.save(context.Background(), nf); err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for len(rec.Events) > 0 {
-			got = append(got, <-rec.Events)
-		}
-		return got
+		return saveAndDrain(t, c, nf)
 	}
-	expect := func(got []string, want ...string) {
-		t.Helper()
-		if !slices.Equal(got, want) {
-			t.Errorf("events %q, want %q", got, want)
-		}
-	}
+	expect := func(got []string, want ...string) { t.Helper(); expectStrings(t, "events", got, want) }
 	start := func() {
 		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "unhealthy")
 		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceStarted, "fencing")
@@ -339,5 +310,27 @@ func TestCountersStartAtZero(t *testing.T) {
 		if !seen {
 			t.Errorf("%s not exported at 0", k)
 		}
+	}
+}
+
+// saveAndDrain saves nf and returns the Events the save sent, as the fake recorder has
+// them ("Type Reason message").
+func saveAndDrain(t *testing.T, c *Controller, nf *v1alpha1.NodeFence) []string {
+	t.Helper()
+	if err := c.save(context.Background(), nf); err != nil {
+		t.Fatal(err)
+	}
+	rec := c.recorder.(*record.FakeRecorder)
+	var got []string
+	for len(rec.Events) > 0 {
+		got = append(got, <-rec.Events)
+	}
+	return got
+}
+
+func expectStrings(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("%s %q, want %q", what, got, want)
 	}
 }

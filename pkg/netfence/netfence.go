@@ -117,27 +117,16 @@ func (a *Agent) Validate(ctx context.Context, params map[string]string) error {
 // Fence creates node's NetworkFence, Fenced, for the CIDRs req.Target names, or finds
 // it there. It returns what the object says now: fenced only once csi-addons says so.
 func (a *Agent) Fence(ctx context.Context, req plugin.Request, _ plugin.Action) (plugin.Result, error) {
-	if a.client == nil {
-		return plugin.Result{}, a.errNoClient()
-	}
-	cidrs, err := ParseTarget(req.Target)
+	name, cidrs, obj, err := a.lookup(ctx, req)
 	if err != nil {
-		return plugin.Result{}, plugin.Errorf(plugin.KindPermanent, "agent %s: node %s: %v", a.cfg.Name, req.Node, err)
+		return plugin.Result{}, err
 	}
-	name := ObjectName(req.Node, cidrs)
-	obj, err := a.client.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	if obj == nil {
 		created, err := a.client.Create(ctx, a.object(name, req.Node, cidrs), metav1.CreateOptions{})
 		if err != nil {
 			return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "create NetworkFence %s: %v", name, err)
 		}
 		return read(created), nil
-	}
-	if err != nil {
-		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "get NetworkFence %s: %v", name, err)
-	}
-	if err := ours(obj, req.Node); err != nil {
-		return plugin.Result{}, err
 	}
 	switch state := specOf(obj).state; {
 	case obj.GetDeletionTimestamp() != nil:
@@ -158,23 +147,12 @@ func (a *Agent) Fence(ctx context.Context, req plugin.Request, _ plugin.Action) 
 // of req.Target and csi-addons reports the driver succeeded; on when there is none, or
 // it was unfenced; unknown while csi-addons has not answered.
 func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
-	if a.client == nil {
-		return plugin.Result{}, a.errNoClient()
-	}
-	cidrs, err := ParseTarget(req.Target)
+	name, _, obj, err := a.lookup(ctx, req)
 	if err != nil {
-		return plugin.Result{}, plugin.Errorf(plugin.KindPermanent, "agent %s: node %s: %v", a.cfg.Name, req.Node, err)
-	}
-	name := ObjectName(req.Node, cidrs)
-	obj, err := a.client.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return plugin.Result{State: plugin.StateOn, Evidence: fmt.Sprintf("no NetworkFence %s: node %s's storage access is not fenced", name, req.Node)}, nil
-	}
-	if err != nil {
-		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "get NetworkFence %s: %v", name, err)
-	}
-	if err := ours(obj, req.Node); err != nil {
 		return plugin.Result{}, err
+	}
+	if obj == nil {
+		return plugin.Result{State: plugin.StateOn, Evidence: fmt.Sprintf("no NetworkFence %s: node %s's storage access is not fenced", name, req.Node)}, nil
 	}
 	res := read(obj)
 	if st := statusOf(obj); st.result == resultFailed && specOf(obj).state == stateFenced {
@@ -182,6 +160,31 @@ func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, 
 		return res, plugin.Errorf(plugin.KindRetryable, "%s", res.Evidence)
 	}
 	return res, nil
+}
+
+// lookup reads the NetworkFence kubefence keeps for req's node and CIDRs: its name, the
+// CIDRs, and the object (nil when there is none). One kubefence did not create is an
+// error.
+func (a *Agent) lookup(ctx context.Context, req plugin.Request) (string, []string, *unstructured.Unstructured, error) {
+	if a.client == nil {
+		return "", nil, nil, a.errNoClient()
+	}
+	cidrs, err := ParseTarget(req.Target)
+	if err != nil {
+		return "", nil, nil, plugin.Errorf(plugin.KindPermanent, "agent %s: node %s: %v", a.cfg.Name, req.Node, err)
+	}
+	name := ObjectName(req.Node, cidrs)
+	obj, err := a.client.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return name, cidrs, nil, nil
+	case err != nil:
+		return name, cidrs, nil, plugin.Errorf(plugin.KindRetryable, "get NetworkFence %s: %v", name, err)
+	}
+	if err := ours(obj, req.Node); err != nil {
+		return name, cidrs, nil, err
+	}
+	return name, cidrs, obj, nil
 }
 
 // Unfence sets every NetworkFence kubefence keeps for node Unfenced, waits until
