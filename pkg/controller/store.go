@@ -154,9 +154,9 @@ func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFenc
 	return out, nil
 }
 
-// openSelector selects the incidents that are not over, new ones (no phase yet)
+// OpenIncidentsSelector selects the incidents that are not over, new ones (no phase yet)
 // included.
-var openSelector = fields.AndSelectors(
+var OpenIncidentsSelector = fields.AndSelectors(
 	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseRecovered)),
 	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseFailed)),
 	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseCancelled))).String()
@@ -168,7 +168,7 @@ const openReadTimeout = 30 * time.Second
 func sharedOpenReads(client fencingclient.NodeFenceInterface) *coalesce.Read[[]v1alpha1.NodeFence] {
 	return &coalesce.Read[[]v1alpha1.NodeFence]{Timeout: openReadTimeout,
 		Do: func(ctx context.Context) ([]v1alpha1.NodeFence, error) {
-			list, err := client.List(ctx, metav1.ListOptions{FieldSelector: openSelector})
+			list, err := client.List(ctx, metav1.ListOptions{FieldSelector: OpenIncidentsSelector})
 			if apierrors.IsBadRequest(err) {
 				list, err = client.List(ctx, metav1.ListOptions{})
 			}

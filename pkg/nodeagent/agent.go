@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -172,13 +173,30 @@ func (a *Agent) setMembers(names []string) {
 	a.mu.Unlock()
 }
 
-// read lists the NodeFences with a quorum read (no resourceVersion), and on success
-// counts it from when it began. It says whether the read worked.
+// PastBudgetSelector selects the NodeFences past their budget (PastBudget) on the API
+// server: every agent reads every read interval, and the incidents that ended (the
+// history, kept for days) are most of what there is to send.
+var PastBudgetSelector = fields.AndSelectors(
+	fields.OneTermNotEqualSelector("status.phase", ""),
+	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhasePending)),
+	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseHeld)),
+	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseRecovered)),
+	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseFailed)),
+	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseCancelled))).String()
+
+// read lists the NodeFences past their budget with a quorum read (no resourceVersion),
+// and on success counts it from when it began. It says whether the read worked. An API
+// server that refuses the selector (a CRD from before status.phase was selectable) gets
+// a list of them all.
 func (a *Agent) read(ctx context.Context) bool {
 	began := a.Clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, a.ReadEvery)
 	defer cancel()
-	list, err := a.Fencing.FencingV1alpha1().NodeFences().List(rctx, metav1.ListOptions{})
+	nfs := a.Fencing.FencingV1alpha1().NodeFences()
+	list, err := nfs.List(rctx, metav1.ListOptions{FieldSelector: PastBudgetSelector})
+	if apierrors.IsBadRequest(err) {
+		list, err = nfs.List(rctx, metav1.ListOptions{})
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.loopedAt = a.Clock.Now()
