@@ -266,6 +266,29 @@ func (a *agentCaller) withDeadline(ctx context.Context, deadline time.Time) (con
 	return context.WithTimeout(ctx, deadline.Sub(a.now()))
 }
 
+// notPowering says why agent is not one to power a node on for the Reboot action, ""
+// when it is: it must offer reboot (power agents do; storage agents offer off and on,
+// and a NetworkFence off alone). The node's own watchdog powers nothing.
+func (a *agentCaller) notPowering(ctx context.Context, name string) string {
+	if name == v1alpha1.WatchdogAgent {
+		return "the node's own watchdog reset it"
+	}
+	agent, err := a.agents.Agent(name)
+	if err != nil {
+		return fmt.Sprintf("agent not available: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.config[name].Timeout.Duration)
+	defer cancel()
+	d, err := agent.Describe(ctx)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("it did not say what it does: %v", err)
+	case !slices.Contains(d.Actions, plugin.ActionReboot):
+		return fmt.Sprintf("it fences without powering the node off (actions %v); recovery undoes it on the node's new boot", d.Actions)
+	}
+	return ""
+}
+
 // unfence undoes what an agent's verified attempt did: powers the node on, restores
 // storage access.
 func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *corev1.Node, epoch int64) (plugin.Result, error) {

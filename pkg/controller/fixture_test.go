@@ -44,10 +44,17 @@ type bmc struct {
 	// status, when set, fails Status for the targets it returns an error for (a BMC
 	// that does not answer).
 	status func(target string) error
+	// actions, when set, is what Describe offers (a storage fence offers no reboot);
+	// default a power agent's.
+	actions []plugin.Action
 }
 
 func (b *bmc) Describe(context.Context) (plugin.Description, error) {
-	return plugin.Description{Name: "bmc"}, nil
+	actions := b.actions
+	if actions == nil {
+		actions = []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}
+	}
+	return plugin.Description{Name: "bmc", Actions: actions}, nil
 }
 func (b *bmc) Validate(context.Context, map[string]string) error { return nil }
 func (b *bmc) record(call string, on bool, set bool) plugin.Result {

@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 // More controller paths on the fixture (fixture_test.go), each with the requests it sends.
@@ -72,6 +73,24 @@ func TestFixtureRebootPowersOnAfterRelease(t *testing.T) {
 	}
 	if want := []string{v1alpha1.StepPodsDeleted, v1alpha1.StepRemediated, v1alpha1.StepPoweredOn}; strings.Join(order, ",") != strings.Join(want, ",") {
 		t.Errorf("steps %v, want %v: power on only after the release", order, want)
+	}
+}
+
+// TestFixtureRebootLeavesStorageFenced: the Reboot action powers on only what powered
+// the node off. An agent that fences storage (no reboot among its actions: iSCSI, a
+// NetworkFence) keeps its fence through the release; it is undone on the node's new boot.
+func TestFixtureRebootLeavesStorageFenced(t *testing.T) {
+	cfg := fixtureConfig()
+	cfg.Policies[0].Action = v1alpha1.ActionReboot
+	f := newFixture(t, cfg, threeNodes()...)
+	f.bmc.actions = []plugin.Action{plugin.ActionOff, plugin.ActionOn}
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+	nf := f.incident("node-1")
+	if skipped := stepsOf(nf, v1alpha1.StepUnfenceSkipped); len(skipped) != 1 || !strings.Contains(skipped[0], "fences without powering the node off") {
+		t.Errorf("UnfenceSkipped steps %q, want one saying the storage fence stays", skipped)
 	}
 }
 

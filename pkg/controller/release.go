@@ -83,10 +83,17 @@ func action(nf *v1alpha1.NodeFence, pol *v1alpha1.Policy) v1alpha1.FenceAction {
 	return pol.Action
 }
 
-// powerOn asks the agents that fenced the node to undo it, for the Reboot action. A
-// failure is recorded, not retried: the node stays off, which is safe, until a person acts.
+// powerOn asks the agents that powered the node off to power it on again, for the
+// Reboot action. Only agents that power machines (their Describe offers reboot) are
+// asked: a storage fence (iSCSI ACLs, a NetworkFence) must hold until the node is back
+// on a new boot (invariant 8), and recovery undoes it then. A failure is recorded, not
+// retried: the node stays off, which is safe, until a person acts.
 func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) {
 	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
+		if why := c.caller.notPowering(ctx, at.Agent); why != "" {
+			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceSkipped, fmt.Sprintf("agent %s not asked to power the node on: %s", at.Agent, why))
+			continue
+		}
 		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
 		if err != nil {
 			_, msg := unfenceFailure(at.Agent, "power on", res, err)

@@ -228,13 +228,8 @@ func (c *Controller) requestNode(ctx context.Context, kr *v1alpha1.KubefenceReme
 // request and the node's own detection never open two. A request that timed out opens
 // nothing.
 func (c *Controller) requestIncident(kr *v1alpha1.KubefenceRemediation, node string) (*v1alpha1.NodeFence, error) {
-	if name := kr.Status.NodeFence; name != "" {
-		if nf := c.store.get(name); nf != nil && (nf.Status.Phase != v1alpha1.PhaseCancelled || healthcheck.Carries(nf, kr)) {
-			// An incident of the node's own detection that a sign of life cancelled does
-			// not answer the request; one opened for it and cancelled (it was withdrawn)
-			// does.
-			return nf, nil
-		}
+	if nf := c.carrier(kr); nf != nil {
+		return nf, nil
 	}
 	if kr.Annotations[v1alpha1.RemediationTimedOutAnnotation] != "" {
 		return nil, nil
@@ -246,6 +241,20 @@ func (c *Controller) requestIncident(kr *v1alpha1.KubefenceRemediation, node str
 	c.requests.want(node, healthcheck.Key(kr))
 	c.queue.Add(node)
 	return nil, nil
+}
+
+// carrier is the incident kr's status names while it answers kr, else nil. An incident
+// of the node's own detection that a sign of life cancelled does not answer the request;
+// one opened for it and cancelled (it was withdrawn) does.
+func (c *Controller) carrier(kr *v1alpha1.KubefenceRemediation) *v1alpha1.NodeFence {
+	name := kr.Status.NodeFence
+	if name == "" {
+		return nil
+	}
+	if nf := c.store.get(name); nf != nil && (nf.Status.Phase != v1alpha1.PhaseCancelled || healthcheck.Carries(nf, kr)) {
+		return nf
+	}
+	return nil
 }
 
 // want asks node's sync to open an incident for the request with this key.
@@ -296,8 +305,13 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 	if err != nil {
 		return false, 0, err
 	}
-	if err := c.checkLease(ctx); err != nil {
-		return false, 0, err
+	if carried := c.carrier(kr); carried != nil {
+		// An incident already answers it (one that ended too: a request whose node was
+		// fenced and recovered must not fence it again while the health checker waits to
+		// see it healthy and delete the request).
+		c.requests.done(node.Name, key)
+		c.requests.queue.Add(key)
+		return false, 0, nil
 	}
 	live, err := c.store.openLive(ctx, node.Name)
 	if err != nil {
@@ -309,6 +323,11 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 		c.requests.done(node.Name, key)
 		c.requests.queue.Add(key)
 		return true, time.Second, nil
+	}
+	// The create follows a Lease check passed within the renew deadline, as every write
+	// that carries no epoch (invariant 2), after the reads.
+	if err := c.leaseConfirmed(ctx); err != nil {
+		return false, 0, err
 	}
 	req := healthcheck.Request(kr, node.Name)
 	c.step(ctx, req, c.now(), v1alpha1.StepRequested, req.Spec.Reason)

@@ -297,3 +297,47 @@ func TestFixtureMachineRequest(t *testing.T) {
 	}
 	f.expectCalls("Fence bmc-node-2", "Status bmc-node-2")
 }
+
+// TestFixtureRequestAskEndsWithTheIncident: a request asks its node's sync for an
+// incident while the node's own detection incident is not in the cache yet; the sync
+// then drives that incident, and the ask ends with it. Left standing, the ask opened an
+// incident for the request once the node had recovered (the health checker deletes its
+// request only after it sees the node healthy), and a request's incident is not cancelled
+// by a sign of life: a healthy node fenced again.
+func TestFixtureRequestAskEndsWithTheIncident(t *testing.T) {
+	f := newFixture(t, requestConfig(), append(threeNodes(), nhcRequest("node-1"))...)
+	f.syncRequest("nhc/node-1")
+	if w := f.c.requests.wantedFor("node-1"); w != "nhc/node-1" {
+		t.Fatalf("node-1's sync asked for %q, want nhc/node-1", w)
+	}
+	own, err := f.dyn.FencingV1alpha1().NodeFences().Create(context.Background(), fencedIncident(v1alpha1.PhasePending, ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cache(own)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+	if w := f.c.requests.wantedFor("node-1"); w != "" {
+		t.Errorf("the ask for %s outlived the incident that answers it", w)
+	}
+	// The node is back on a new boot and the incident recovered; the request stands.
+	done := f.incident("node-1")
+	done.Status.Phase = v1alpha1.PhaseRecovered
+	if _, err := f.dyn.FencingV1alpha1().NodeFences().UpdateStatus(context.Background(), done, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.c.store.forget(done.Name) // written here, not by the controller
+	f.cacheIncidents("node-1")
+	f.now = f.now.Add(time.Minute)
+	back := fixtureNode("node-1", "boot-2", true)
+	back.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.now)
+	f.cache(back)
+	f.renewAllBut()
+	f.sync("node-1")
+	f.expectCalls()
+	if n := len(f.incidents("node-1")); n != 1 {
+		t.Errorf("%d incidents for node-1 after its recovery, want 1", n)
+	}
+}

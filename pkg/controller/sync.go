@@ -65,6 +65,14 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if err != nil {
 		return 0, err
 	}
+	if inc != nil && c.requests != nil {
+		// A request that asked for an incident while this one was not in the cache yet
+		// joins this one; its ask must not outlive it and open another once it ends.
+		if key := c.requests.wantedFor(name); key != "" {
+			c.requests.done(name, key)
+			c.requests.queue.Add(key)
+		}
+	}
 	if inc == nil {
 		if opened, requeue, err := c.openRequested(ctx, node, pol, pn, obs); opened || err != nil {
 			return requeue, err

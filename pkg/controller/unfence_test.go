@@ -24,7 +24,7 @@ type funcAgent struct {
 }
 
 func (a *funcAgent) Describe(context.Context) (plugin.Description, error) {
-	return plugin.Description{Name: "func"}, nil
+	return plugin.Description{Name: "func", Actions: []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}}, nil
 }
 func (a *funcAgent) Validate(context.Context, map[string]string) error { return nil }
 func (a *funcAgent) Fence(context.Context, plugin.Request, plugin.Action) (plugin.Result, error) {

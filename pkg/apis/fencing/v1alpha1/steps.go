@@ -76,6 +76,9 @@ const (
 	StepUnfenceFailed = "UnfenceFailed"
 	// StepUnfenced: an agent undid its fence.
 	StepUnfenced = "Unfenced"
+	// StepUnfenceSkipped: the Reboot action's power on left an agent's fence in place (it
+	// fences storage, not power); recovery undoes it on the node's new boot.
+	StepUnfenceSkipped = "UnfenceSkipped"
 	// StepTaintsRemoved: the taints kubefence had added were removed.
 	StepTaintsRemoved = "TaintsRemoved"
 	// StepRecovered: the node is back with a new boot; the incident closed.
