@@ -62,9 +62,11 @@ func newAgentCaller(src AgentSource, cfg *v1alpha1.Config, client kubernetes.Int
 	return a, nil
 }
 
-// request builds the plugin request for agent on node, with its secrets.
-func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Node, epoch int64) (plugin.Request, v1alpha1.Agent, error) {
-	return a.requestOwned(ctx, name, node, epoch, nil)
+// request builds the plugin request for agent on node, for incident, with its secrets.
+func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Node, incident string, epoch int64) (plugin.Request, v1alpha1.Agent, error) {
+	req, cfg, err := a.requestOwned(ctx, name, node, epoch, nil)
+	req.Incident = incident
+	return req, cfg, err
 }
 
 // requestOwned is request with the agent's targetOwners already listed (nil: list them).
@@ -211,13 +213,13 @@ func (a *agentCaller) actsFor(agent string, node *corev1.Node) bool {
 // call carries out a DoFence or DoVerify step and returns the event to apply. Fencing
 // always asks for off: a Reboot policy powers the node on again only after its workloads
 // were released, never inside the fence, so that "verified off" is always read back.
-func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.Node, epoch int64, deadline time.Time) fencer.Event {
+func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.Node, incident string, epoch int64, deadline time.Time) fencer.Event {
 	kind, method := fencer.FenceReturned, method(step)
 	if step.Kind == fencer.DoVerify {
 		kind = fencer.StateRead
 	}
 	ev := fencer.Event{Kind: kind, Level: step.Level, Agent: step.Agent, Try: step.Try}
-	req, cfg, err := a.request(ctx, step.Agent, node, epoch)
+	req, cfg, err := a.request(ctx, step.Agent, node, incident, epoch)
 	if err == nil {
 		var res plugin.Result
 		if d := a.now().Add(cfg.Timeout.Duration); d.Before(deadline) {
@@ -291,12 +293,12 @@ func (a *agentCaller) notPowering(ctx context.Context, name string) string {
 
 // unfence undoes what an agent's verified attempt did: powers the node on, restores
 // storage access.
-func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *corev1.Node, epoch int64) (plugin.Result, error) {
+func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *corev1.Node, incident string, epoch int64) (plugin.Result, error) {
 	notCalled := plugin.Result{State: plugin.StateUnknown, Evidence: "nothing read back: the call was never made"}
 	if at.Agent == v1alpha1.WatchdogAgent {
 		return plugin.Result{State: plugin.StateUnknown, Evidence: "nothing to undo: the node's watchdog reset it, and it boots by itself"}, nil
 	}
-	req, cfg, err := a.request(ctx, at.Agent, node, epoch)
+	req, cfg, err := a.request(ctx, at.Agent, node, incident, epoch)
 	if err != nil {
 		return notCalled, err
 	}

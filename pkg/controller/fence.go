@@ -141,7 +141,7 @@ func (c *Controller) callStep(ctx context.Context, nf *v1alpha1.NodeFence, node 
 	if step.Agent == v1alpha1.WatchdogAgent {
 		return c.watchdogEvent(nf, node, step)
 	}
-	return c.caller.call(ctx, step, node, c.currentEpoch(), deadline)
+	return c.caller.call(ctx, step, node, nf.Name, c.currentEpoch(), deadline)
 }
 
 // callRecord describes the Fence call step is about to send; a re-issue (the outcome of

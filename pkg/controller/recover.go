@@ -47,7 +47,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		return 0, err
 	}
 	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
-		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
+		res, err := c.caller.unfence(ctx, at, node, nf.Name, c.currentEpoch())
 		if err != nil {
 			// Nothing is released on a failed Unfence, whatever was read back after it:
 			// the try is retried with backoff, and the timeline records each new state

@@ -94,7 +94,7 @@ func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceSkipped, fmt.Sprintf("agent %s not asked to power the node on: %s", at.Agent, why))
 			continue
 		}
-		res, err := c.caller.unfence(ctx, at, node, c.currentEpoch())
+		res, err := c.caller.unfence(ctx, at, node, nf.Name, c.currentEpoch())
 		if err != nil {
 			_, msg := unfenceFailure(at.Agent, "power on", res, err)
 			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)

@@ -160,7 +160,7 @@ func TestSharedTargetRefused(t *testing.T) {
 		{"ipmi", nodes[4], ""},
 		{"rack", a1, `agent rack: target template on node node-1: template: target:1:10: executing "target" at <.Labels.rack>: map has no entry for key "rack"`},
 	} {
-		_, _, err := a.request(context.Background(), tc.agent, tc.node, 1)
+		_, _, err := a.request(context.Background(), tc.agent, tc.node, "", 1)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s on %s: %v, want the target acted on", tc.agent, tc.node.Name, err)

@@ -11,6 +11,7 @@
 // and RBAC: a plugin would need a Kubernetes client and credentials of its own, and the
 // agent contract keeps plugins free of Kubernetes (docs/networkfence.md).
 //
-// Objects it creates are named kubefence-<node> and labelled managed-by kubefence; one
-// it did not create (Rook's, a person's) is never changed or deleted.
+// It keeps one object per agent, incident and set of CIDRs, named
+// kubefence-<incident>-<hash> and labelled managed-by kubefence with its node, agent and
+// incident; one it did not create (Rook's, a person's) is never changed or deleted.
 package netfence

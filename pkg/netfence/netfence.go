@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -34,11 +35,14 @@ const (
 	unfencedMessage = "unfencing operation successful"
 )
 
-// Labels on every NetworkFence kubefence creates: whose it is, and for which node.
+// Labels on every NetworkFence kubefence creates: whose it is, and for which node, agent
+// and incident. Values longer than a label allows are cut and given a hash.
 const (
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	ManagedBy      = "kubefence"
 	NodeLabel      = "fencing.kubefence.io/node"
+	AgentLabel     = "fencing.kubefence.io/agent"
+	IncidentLabel  = "fencing.kubefence.io/incident"
 )
 
 // Config is one NetworkFence agent, as configured (v1alpha1.NetworkFence).
@@ -80,19 +84,27 @@ func (a *Agent) errNoClient() error {
 	return plugin.Errorf(plugin.KindPermanent, "agent %s: no API client: a NetworkFence agent runs in the controller", a.cfg.Name)
 }
 
-// ObjectName is the NetworkFence kubefence keeps for node and its CIDRs:
-// kubefence-<node>-<hash of the CIDRs>, the node's name cut when it is too long. One
-// object per set of CIDRs: csi-addons' status has no generation, so an object whose
-// CIDRs changed could not tell its new result from its old one.
-func ObjectName(node string, cidrs []string) string {
+// ObjectName is the NetworkFence agent keeps for an incident of node and its CIDRs:
+// kubefence-<incident>-<hash of agent, incident and CIDRs>, the incident's name cut when
+// it is too long (the node's name when there is no incident). One object per agent, so
+// that two drivers fencing one node (RBD and CephFS) never read each other's result; per
+// incident, so that a fence an earlier incident left in place (its level not verified, its
+// node never recovered through kubefence) is never taken for this one's, since
+// csi-addons' status carries no generation to tell; per set of CIDRs, so that a node
+// whose addresses changed gets a fence for the new ones.
+func ObjectName(agent, node, incident string, cidrs []string) string {
 	const prefix, maxName = "kubefence-", 253
 	sorted := slices.Sorted(slices.Values(cidrs))
-	sum := sha256.Sum256([]byte(strings.Join(sorted, ",")))
+	sum := sha256.Sum256([]byte(agent + "\x00" + incident + "\x00" + strings.Join(sorted, ",")))
 	suffix := "-" + hex.EncodeToString(sum[:4])
-	if len(prefix)+len(node)+len(suffix) > maxName {
-		node = strings.TrimRight(node[:maxName-len(prefix)-len(suffix)], ".-")
+	base := incident
+	if base == "" {
+		base = node
 	}
-	return prefix + node + suffix
+	if len(prefix)+len(base)+len(suffix) > maxName {
+		base = strings.TrimRight(base[:maxName-len(prefix)-len(suffix)], ".-")
+	}
+	return prefix + base + suffix
 }
 
 func (a *Agent) Describe(context.Context) (plugin.Description, error) {
@@ -122,7 +134,7 @@ func (a *Agent) Fence(ctx context.Context, req plugin.Request, _ plugin.Action) 
 		return plugin.Result{}, err
 	}
 	if obj == nil {
-		created, err := a.client.Create(ctx, a.object(name, req.Node, cidrs), metav1.CreateOptions{})
+		created, err := a.client.Create(ctx, a.object(name, req.Node, req.Incident, cidrs), metav1.CreateOptions{})
 		if err != nil {
 			return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "create NetworkFence %s: %v", name, err)
 		}
@@ -162,9 +174,9 @@ func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, 
 	return res, nil
 }
 
-// lookup reads the NetworkFence kubefence keeps for req's node and CIDRs: its name, the
-// CIDRs, and the object (nil when there is none). One kubefence did not create is an
-// error.
+// lookup reads the NetworkFence this agent keeps for req's incident and CIDRs: its
+// name, the CIDRs, and the object (nil when there is none). One kubefence did not create
+// for them is an error.
 func (a *Agent) lookup(ctx context.Context, req plugin.Request) (string, []string, *unstructured.Unstructured, error) {
 	if a.client == nil {
 		return "", nil, nil, a.errNoClient()
@@ -173,7 +185,7 @@ func (a *Agent) lookup(ctx context.Context, req plugin.Request) (string, []strin
 	if err != nil {
 		return "", nil, nil, plugin.Errorf(plugin.KindPermanent, "agent %s: node %s: %v", a.cfg.Name, req.Node, err)
 	}
-	name := ObjectName(req.Node, cidrs)
+	name := ObjectName(a.cfg.Name, req.Node, req.Incident, cidrs)
 	obj, err := a.client.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -181,20 +193,22 @@ func (a *Agent) lookup(ctx context.Context, req plugin.Request) (string, []strin
 	case err != nil:
 		return name, cidrs, nil, plugin.Errorf(plugin.KindRetryable, "get NetworkFence %s: %v", name, err)
 	}
-	if err := ours(obj, req.Node); err != nil {
+	if err := a.ours(obj, req); err != nil {
 		return name, cidrs, nil, err
 	}
 	return name, cidrs, obj, nil
 }
 
-// Unfence sets every NetworkFence kubefence keeps for node Unfenced, waits until
-// csi-addons reports the driver unfenced each, then deletes them. Called only after the
-// node's new boot. One it did not create is not listed, so never touched.
+// Unfence sets every NetworkFence this agent keeps for the node Unfenced, those of
+// earlier incidents too, waits until csi-addons reports the driver unfenced each, then
+// deletes them. Called only after the node's new boot. One another agent, or not
+// kubefence, created is not listed, so never touched.
 func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
 	if a.client == nil {
 		return plugin.Result{}, a.errNoClient()
 	}
-	list, err := a.client.List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy + "," + NodeLabel + "=" + labelValue(req.Node)})
+	list, err := a.client.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
+		ManagedByLabel: ManagedBy, NodeLabel: labelValue(req.Node), AgentLabel: labelValue(a.cfg.Name)}).String()})
 	if err != nil {
 		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "list NetworkFences of node %s: %v", req.Node, err)
 	}
@@ -250,8 +264,8 @@ func (a *Agent) unfence(ctx context.Context, obj *unstructured.Unstructured) (st
 	return describe(obj) + "; deleted", nil
 }
 
-// object is node's NetworkFence, Fenced for cidrs.
-func (a *Agent) object(name, node string, cidrs []string) *unstructured.Unstructured {
+// object is the NetworkFence for an incident of node, Fenced for cidrs.
+func (a *Agent) object(name, node, incident string, cidrs []string) *unstructured.Unstructured {
 	spec := map[string]any{"fenceState": stateFenced, "cidrs": toAny(cidrs)}
 	if a.cfg.ClassName != "" {
 		spec["networkFenceClassName"] = a.cfg.ClassName
@@ -272,17 +286,19 @@ func (a *Agent) object(name, node string, cidrs []string) *unstructured.Unstruct
 	u.SetAPIVersion(Resource.GroupVersion().String())
 	u.SetKind("NetworkFence")
 	u.SetName(name)
-	u.SetLabels(map[string]string{ManagedByLabel: ManagedBy, NodeLabel: labelValue(node)})
+	u.SetLabels(map[string]string{ManagedByLabel: ManagedBy, NodeLabel: labelValue(node),
+		AgentLabel: labelValue(a.cfg.Name), IncidentLabel: labelValue(incident)})
 	return u
 }
 
-// ours refuses a NetworkFence kubefence did not create (the name is taken by someone
-// else's), or one made for another node whose name was cut alike.
-func ours(obj *unstructured.Unstructured, node string) error {
+// ours refuses a NetworkFence kubefence did not create for this agent and req's node
+// and incident (the name is taken by someone else's, or names were cut alike).
+func (a *Agent) ours(obj *unstructured.Unstructured, req plugin.Request) error {
 	l := obj.GetLabels()
-	if l[ManagedByLabel] != ManagedBy || l[NodeLabel] != labelValue(node) {
-		return plugin.Errorf(plugin.KindPermanent, "NetworkFence %s is not kubefence's for node %s (labels %v): kubefence never changes a NetworkFence it did not create",
-			obj.GetName(), node, l)
+	if l[ManagedByLabel] != ManagedBy || l[NodeLabel] != labelValue(req.Node) || l[AgentLabel] != labelValue(a.cfg.Name) ||
+		l[IncidentLabel] != labelValue(req.Incident) {
+		return plugin.Errorf(plugin.KindPermanent, "NetworkFence %s is not kubefence's agent %s's for node %s, incident %q (labels %v): kubefence never changes a NetworkFence it did not create",
+			obj.GetName(), a.cfg.Name, req.Node, req.Incident, l)
 	}
 	return nil
 }
@@ -344,12 +360,12 @@ func toAny(ss []string) []any {
 
 func ptrUID(u types.UID) *types.UID { return &u }
 
-// labelValue is node as a label value: node names longer than 63 characters are cut
-// and given a hash.
-func labelValue(node string) string {
-	if len(node) <= 63 {
-		return node
+// labelValue is v as a label value: values longer than 63 characters are cut and given
+// a hash.
+func labelValue(v string) string {
+	if len(v) <= 63 {
+		return v
 	}
-	sum := sha256.Sum256([]byte(node))
-	return strings.TrimRight(node[:54], ".-_") + "-" + hex.EncodeToString(sum[:4])
+	sum := sha256.Sum256([]byte(v))
+	return strings.TrimRight(v[:54], ".-_") + "-" + hex.EncodeToString(sum[:4])
 }

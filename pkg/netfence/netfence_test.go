@@ -19,9 +19,9 @@ import (
 )
 
 var (
-	req = plugin.Request{Node: "node-1", Target: "10.77.0.1/32"}
-	// name is node-1's NetworkFence for req's CIDRs.
-	name = ObjectName("node-1", []string{"10.77.0.1/32"})
+	req = plugin.Request{Node: "node-1", Target: "10.77.0.1/32", Incident: "node-1-abc"}
+	// name is agent ceph's NetworkFence for req's incident and CIDRs.
+	name = ObjectName("ceph", "node-1", "node-1-abc", []string{"10.77.0.1/32"})
 )
 
 func newAgent(objs ...runtime.Object) (*Agent, *dynamicfake.FakeDynamicClient) {
@@ -61,7 +61,7 @@ func networkFence(name string, labels map[string]string, state string, cidrs ...
 	return u
 }
 
-var oursLabels = map[string]string{ManagedByLabel: ManagedBy, NodeLabel: "node-1"}
+var oursLabels = map[string]string{ManagedByLabel: ManagedBy, NodeLabel: "node-1", AgentLabel: "ceph", IncidentLabel: "node-1-abc"}
 
 // TestFenceHoldsOnlyOnceCSIAddonsSaysSo: Fence creates the node's NetworkFence with the
 // configured driver, parameters and Secret reference; it reads as fenced only once
@@ -122,12 +122,12 @@ func TestNewAddressesNewObject(t *testing.T) {
 	old.Object["status"] = map[string]any{"result": resultOK, "message": "fencing operation successful"}
 	a, _ := newAgent(old)
 	ctx := context.Background()
-	moved := plugin.Request{Node: "node-1", Target: "10.77.0.9"}
+	moved := plugin.Request{Node: "node-1", Target: "10.77.0.9", Incident: "node-1-abc"}
 	res, err := a.Fence(ctx, moved, plugin.ActionOff)
 	if err != nil || res.State != plugin.StateUnknown {
 		t.Fatalf("Fence for new CIDRs: %v, %v; want a new object, unknown", res, err)
 	}
-	fresh := ObjectName("node-1", []string{"10.77.0.9/32"})
+	fresh := ObjectName("ceph", "node-1", "node-1-abc", []string{"10.77.0.9/32"})
 	if c, _, _ := unstructured.NestedStringSlice(a.get(t, fresh).Object, "spec", "cidrs"); strings.Join(c, ",") != "10.77.0.9/32" {
 		t.Errorf("new object's cidrs %v, want [10.77.0.9/32]", c)
 	}
@@ -299,17 +299,80 @@ func TestNodeTarget(t *testing.T) {
 
 func TestObjectName(t *testing.T) {
 	one, other := []string{"10.77.0.1/32"}, []string{"10.77.0.2/32"}
-	if got := ObjectName("node-1", one); !strings.HasPrefix(got, "kubefence-node-1-") || len(got) != len("kubefence-node-1-")+8 {
-		t.Errorf("ObjectName(node-1) = %s, want kubefence-node-1-<8 hex digits>", got)
+	if got := ObjectName("ceph", "node-1", "node-1-abc", one); !strings.HasPrefix(got, "kubefence-node-1-abc-") || len(got) != len("kubefence-node-1-abc-")+8 {
+		t.Errorf("ObjectName = %s, want kubefence-node-1-abc-<8 hex digits>", got)
 	}
-	if ObjectName("node-1", one) == ObjectName("node-1", other) {
-		t.Error("two sets of CIDRs share a name")
+	for what, pair := range map[string][2]string{
+		"two sets of CIDRs": {ObjectName("ceph", "node-1", "i", one), ObjectName("ceph", "node-1", "i", other)},
+		"two agents":        {ObjectName("ceph-rbd", "node-1", "i", one), ObjectName("ceph-fs", "node-1", "i", one)},
+		"two incidents":     {ObjectName("ceph", "node-1", "i1", one), ObjectName("ceph", "node-1", "i2", one)},
+	} {
+		if pair[0] == pair[1] {
+			t.Errorf("%s share the name %s", what, pair[0])
+		}
 	}
-	if ObjectName("node-1", []string{"a", "b"}) != ObjectName("node-1", []string{"b", "a"}) {
+	if ObjectName("ceph", "node-1", "i", []string{"a", "b"}) != ObjectName("ceph", "node-1", "i", []string{"b", "a"}) {
 		t.Error("the order of the CIDRs changes the name")
 	}
 	long := strings.Repeat("n", 250)
-	if a := ObjectName(long, one); len(a) > 253 || !strings.HasPrefix(a, "kubefence-") {
+	if a := ObjectName("ceph", long, long+"-x", one); len(a) > 253 || !strings.HasPrefix(a, "kubefence-") {
 		t.Errorf("ObjectName of a long node: %q, want at most 253 characters", a)
+	}
+}
+
+// TestOnlyThisIncidentsFenceCounts: a NetworkFence another incident of the node left
+// Fenced and Succeeded (its level was not verified, or the node never recovered through
+// kubefence) may no longer hold (Rook's unfence of the same addresses lifts Ceph's one
+// blocklist entry): this incident makes its own and counts only that; the node's
+// recovery unfences both.
+func TestOnlyThisIncidentsFenceCounts(t *testing.T) {
+	oldName := ObjectName("ceph", "node-1", "node-1-old", []string{"10.77.0.1/32"})
+	old := networkFence(oldName, map[string]string{ManagedByLabel: ManagedBy, NodeLabel: "node-1", AgentLabel: "ceph", IncidentLabel: "node-1-old"},
+		stateFenced, "10.77.0.1/32")
+	old.Object["status"] = map[string]any{"result": resultOK, "message": "fencing operation successful"}
+	a, _ := newAgent(old)
+	ctx := context.Background()
+	if res, err := a.Fence(ctx, req, plugin.ActionOff); err != nil || res.State != plugin.StateUnknown {
+		t.Fatalf("Fence with an earlier incident's fence in place: %v, %v; want a fresh one, unknown", res, err)
+	}
+	if res, _ := a.Status(ctx, req); res.State == plugin.StateOff {
+		t.Errorf("Status counted the earlier incident's fence: %v", res)
+	}
+	a.answer(t, name, resultOK, unfencedMessage)
+	a.answer(t, oldName, resultOK, unfencedMessage)
+	if res, err := a.Unfence(ctx, req); err != nil || res.State != plugin.StateOn {
+		t.Fatalf("Unfence: %v, %v", res, err)
+	}
+	for _, n := range []string{name, oldName} {
+		if _, err := a.client.Get(ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s still there after the recovery's unfence: %v", n, err)
+		}
+	}
+}
+
+// TestTwoAgentsKeepApart: two NetworkFence agents fencing one node (RBD and CephFS) each
+// count only their own object, and each unfences only its own.
+func TestTwoAgentsKeepApart(t *testing.T) {
+	rbd, client := newAgent()
+	fs := New(client, Config{Name: "ceph-fs", Driver: "cephfs.csi.ceph.com", Parameters: map[string]string{"clusterID": "c1"},
+		SecretNamespace: "rook-ceph", SecretName: "rook-csi-cephfs-provisioner", PollInterval: time.Millisecond})
+	ctx := context.Background()
+	if _, err := rbd.Fence(ctx, req, plugin.ActionOff); err != nil {
+		t.Fatal(err)
+	}
+	rbd.answer(t, name, resultOK, "fencing operation successful")
+	if res, err := fs.Fence(ctx, req, plugin.ActionOff); err != nil || res.State == plugin.StateOff {
+		t.Errorf("the CephFS agent's Fence with only RBD's fence in place: %v, %v; want its own, not yet fenced", res, err)
+	}
+	if res, _ := fs.Status(ctx, req); res.State == plugin.StateOff {
+		t.Errorf("the CephFS agent counted RBD's fence: %v", res)
+	}
+	fsName := ObjectName("ceph-fs", "node-1", "node-1-abc", []string{"10.77.0.1/32"})
+	fs.answer(t, fsName, resultOK, unfencedMessage)
+	if _, err := fs.Unfence(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if obj := rbd.get(t, name); specOf(obj).state != stateFenced {
+		t.Errorf("the CephFS agent's Unfence changed RBD's fence: %s", specOf(obj).state)
 	}
 }

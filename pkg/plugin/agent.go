@@ -67,6 +67,10 @@ type Request struct {
 	// Restore is, on Unfence, the Evidence of the verified Fence being undone, so that
 	// an agent restores exactly what it removed (storage ACLs) and nothing more.
 	Restore string
+	// Incident names the NodeFence the call is for; empty for a call outside any
+	// incident (a target check). An agent may keep what it does per incident apart with
+	// it: the NetworkFence agent trusts only a NetworkFence made for the incident asking.
+	Incident string
 }
 
 // Result is the outcome of a call, with what the agent observed.

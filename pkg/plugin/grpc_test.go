@@ -77,11 +77,13 @@ func connect(t *testing.T, impl Agent) Agent {
 
 func TestGRPCRoundTrip(t *testing.T) {
 	req := Request{
-		Node:    "node-1",
-		Target:  "10.0.0.7",
-		Params:  map[string]string{"port": "623"},
-		Secrets: map[string]string{"password": "s3cret"},
-		Epoch:   7,
+		Node:     "node-1",
+		Target:   "10.0.0.7",
+		Params:   map[string]string{"port": "623"},
+		Secrets:  map[string]string{"password": "s3cret"},
+		Epoch:    7,
+		Restore:  "acl iqn.2026-11.io.kubefence:node-1",
+		Incident: "node-1-x7k2p",
 	}
 	res := Result{State: StateOff, Evidence: "chassis power is off"}
 	desc := Description{

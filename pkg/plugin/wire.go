@@ -116,23 +116,25 @@ func fromStatus(err error) error {
 
 func requestToProto(r Request) *agentpb.Request {
 	return &agentpb.Request{
-		Node:    r.Node,
-		Target:  r.Target,
-		Params:  maps.Clone(r.Params),
-		Secrets: maps.Clone(r.Secrets),
-		Epoch:   r.Epoch,
-		Restore: r.Restore,
+		Node:     r.Node,
+		Target:   r.Target,
+		Params:   maps.Clone(r.Params),
+		Secrets:  maps.Clone(r.Secrets),
+		Epoch:    r.Epoch,
+		Restore:  r.Restore,
+		Incident: r.Incident,
 	}
 }
 
 func requestFromProto(r *agentpb.Request) Request {
 	return Request{
-		Node:    r.GetNode(),
-		Target:  r.GetTarget(),
-		Params:  maps.Clone(r.GetParams()),
-		Secrets: maps.Clone(r.GetSecrets()),
-		Epoch:   r.GetEpoch(),
-		Restore: r.GetRestore(),
+		Node:     r.GetNode(),
+		Target:   r.GetTarget(),
+		Params:   maps.Clone(r.GetParams()),
+		Secrets:  maps.Clone(r.GetSecrets()),
+		Epoch:    r.GetEpoch(),
+		Restore:  r.GetRestore(),
+		Incident: r.GetIncident(),
 	}
 }
 

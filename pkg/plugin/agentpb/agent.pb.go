@@ -307,7 +307,10 @@ type Request struct {
 	Epoch   int64             `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Restore is, on Unfence, the evidence of the fence being undone, so that an agent
 	// restores exactly what it removed and nothing more.
-	Restore       string `protobuf:"bytes,6,opt,name=restore,proto3" json:"restore,omitempty"`
+	Restore string `protobuf:"bytes,6,opt,name=restore,proto3" json:"restore,omitempty"`
+	// Incident names the NodeFence the call is for; empty for a call outside any incident
+	// (a target check). An agent may keep what it does per incident apart with it.
+	Incident      string `protobuf:"bytes,7,opt,name=incident,proto3" json:"incident,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +383,13 @@ func (x *Request) GetEpoch() int64 {
 func (x *Request) GetRestore() string {
 	if x != nil {
 		return x.Restore
+	}
+	return ""
+}
+
+func (x *Request) GetIncident() string {
+	if x != nil {
+		return x.Incident
 	}
 	return ""
 }
@@ -513,14 +523,15 @@ const file_agent_proto_rawDesc = "" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
-	"\x10ValidateResponse\"\xe1\x02\n" +
+	"\x10ValidateResponse\"\xfd\x02\n" +
 	"\aRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12?\n" +
 	"\x06params\x18\x03 \x03(\v2'.kubefence.agent.v1.Request.ParamsEntryR\x06params\x12B\n" +
 	"\asecrets\x18\x04 \x03(\v2(.kubefence.agent.v1.Request.SecretsEntryR\asecrets\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\x12\x18\n" +
-	"\arestore\x18\x06 \x01(\tR\arestore\x1a9\n" +
+	"\arestore\x18\x06 \x01(\tR\arestore\x12\x1a\n" +
+	"\bincident\x18\a \x01(\tR\bincident\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +

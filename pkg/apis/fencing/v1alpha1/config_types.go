@@ -183,8 +183,9 @@ type Agent struct {
 // fencing method. Fence creates one for the node, Fenced, with the node's CIDRs, and it
 // holds once csi-addons reports result Succeeded; unfence, only after the node's new
 // boot, sets it Unfenced, waits for csi-addons to report that done, then deletes it
-// (deleting alone does not unfence). The object is named kubefence-<node> and labelled
-// as kubefence's: one Rook or a person made is never touched.
+// (deleting alone does not unfence). There is one object per agent, incident and set of
+// CIDRs, named kubefence-<incident>-<hash> and labelled as kubefence's: one Rook or a
+// person made is never touched.
 type NetworkFence struct {
 	// Driver is the CSI driver that fences (the NetworkFence's spec.driver), e.g.
 	// rbd.csi.ceph.com. Exactly one of driver and className is set.
