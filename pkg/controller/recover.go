@@ -46,7 +46,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	if err := c.checkLease(ctx); err != nil {
 		return 0, err
 	}
-	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
+	for _, at := range c.attemptsToUndo(nf) {
 		res, err := c.caller.unfence(ctx, at, node, nf.Name, c.currentEpoch())
 		if err != nil {
 			// Nothing is released on a failed Unfence, whatever was read back after it:
@@ -72,6 +72,25 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		return 0, err
 	}
 	return 0, c.save(ctx, nf)
+}
+
+// attemptsToUndo are the attempts recovery undoes: the verified ones, and one attempt of
+// each NetworkFence agent the incident called that verified none. A NetworkFence holds
+// whether or not its level was verified (a level that timed out, a partner of mode any),
+// and a node back on a new boot must get its storage back.
+func (c *Controller) attemptsToUndo(nf *v1alpha1.NodeFence) []v1alpha1.Attempt {
+	out := fencer.VerifiedAttempts(&nf.Status)
+	seen := map[string]bool{}
+	for _, at := range out {
+		seen[at.Agent] = true
+	}
+	for _, at := range nf.Status.Attempts {
+		if cfg, ok := c.caller.config[at.Agent]; ok && cfg.NetworkFence != nil && !seen[at.Agent] {
+			seen[at.Agent] = true
+			out = append(out, at)
+		}
+	}
+	return out
 }
 
 // Reasons of v1alpha1.ConditionContradiction.

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -225,5 +226,27 @@ func TestClampStatus(t *testing.T) {
 	}
 	if st.Attempts[0].Error != "short" || len(st.Attempts[0].ErrorKind) > 64 {
 		t.Errorf("error %q, error kind of %d bytes", st.Attempts[0].Error, len(st.Attempts[0].ErrorKind))
+	}
+}
+
+// TestRecoveryUndoesEveryNetworkFence: recovery undoes the verified attempts, and the
+// NetworkFence an unverified level left in place (it holds all the same): a node back on
+// a new boot gets its storage back.
+func TestRecoveryUndoesEveryNetworkFence(t *testing.T) {
+	cfg := fixtureConfig()
+	cfg.Agents = append(cfg.Agents, v1alpha1.Agent{Name: "storage", NetworkFence: &v1alpha1.NetworkFence{Driver: "rbd.csi.ceph.com"}})
+	cfg.Default()
+	nf := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-1-x"}, Status: v1alpha1.NodeFenceStatus{VerifiedLevel: 2, Attempts: []v1alpha1.Attempt{
+		{Level: 1, Agent: "storage", Try: 1, State: v1alpha1.AttemptFailed},
+		{Level: 1, Agent: "storage", Try: 2, State: v1alpha1.AttemptFailed},
+		{Level: 2, Agent: "ipmi", Try: 1, State: v1alpha1.AttemptVerified},
+	}}}
+	c := fixtureController(t, cfg, oneAgent{&bmc{}}, nf)
+	var got []string
+	for _, at := range c.attemptsToUndo(nf) {
+		got = append(got, fmt.Sprintf("%s/%d", at.Agent, at.Try))
+	}
+	if want := []string{"ipmi/1", "storage/1"}; !slices.Equal(got, want) {
+		t.Errorf("attempts undone %v, want %v", got, want)
 	}
 }

@@ -113,3 +113,40 @@ func TestReleaseDropsClaimOfTaintFoundOnNode(t *testing.T) {
 		t.Errorf("taints %v, want the person's and the fenced taint", n.Spec.Taints)
 	}
 }
+
+// TestStalePodMarkedLive: a pod from a stale cache has its status update refused on its
+// resourceVersion; the pod read live, still the same pod on the fenced node, gets its
+// DisruptionTarget condition, so that its owner (a Job's pod failure policy) reads why
+// it went.
+func TestStalePodMarkedLive(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "job-0", UID: "u1", ResourceVersion: "2"},
+		Spec: corev1.PodSpec{NodeName: "dead"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	c := fake.NewSimpleClientset(pod) //nolint:staticcheck // field-managed fake not needed
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	c.PrependReactor("update", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		p := a.(k8stesting.UpdateAction).GetObject().(*corev1.Pod)
+		stored, err := c.Tracker().Get(pods, p.Namespace, p.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if rv := stored.(*corev1.Pod).ResourceVersion; p.ResourceVersion != rv {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, p.Name, errors.New("stale resourceVersion"))
+		}
+		return true, p, c.Tracker().Update(pods, p, p.Namespace)
+	})
+	stale := pod.DeepCopy()
+	stale.ResourceVersion = "1"
+	r := &Remediator{Client: c, Pods: func(string) []*corev1.Pod { return []*corev1.Pod{stale} }}
+	if err := r.markFailed(context.Background(), stale); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.CoreV1().Pods("default").Get(context.Background(), "job-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.PodFailed || !slices.ContainsFunc(got.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.DisruptionTarget && c.Reason == ConditionReason
+	}) {
+		t.Errorf("pod status %+v, want Failed with kubefence's DisruptionTarget condition", got.Status)
+	}
+}

@@ -60,6 +60,12 @@ func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alp
 }
 
 func (r *Remediator) markFailed(ctx context.Context, pod *corev1.Pod) error {
+	return r.mark(ctx, pod, true)
+}
+
+// mark sets the pod's DisruptionTarget condition and phase Failed; retry reads a pod
+// whose cached copy was stale and marks it once more.
+func (r *Remediator) mark(ctx context.Context, pod *corev1.Pod, retry bool) error {
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 		return nil
 	}
@@ -78,6 +84,16 @@ func (r *Remediator) markFailed(ctx context.Context, pod *corev1.Pod) error {
 	p := pod.DeepCopy()
 	p.Status = *status
 	_, err := r.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) && retry && r.Pods != nil {
+		// The cached copy was stale: mark the pod as it is now, if it is still the same
+		// pod on the same node, so that its owner (a Job's pod failure policy) reads why
+		// it went.
+		live, gerr := r.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if gerr == nil && live.UID == pod.UID && live.Spec.NodeName == pod.Spec.NodeName {
+			return r.mark(ctx, live, false)
+		}
+		return nil
+	}
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("mark pod %s/%s failed: %w", pod.Namespace, pod.Name, err)
 	}
