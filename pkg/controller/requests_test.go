@@ -234,12 +234,7 @@ func TestFixtureRequestWithdrawnKeepsTheFence(t *testing.T) {
 		t.Fatalf("phase %s after the request was deleted, want Remediated", got.Status.Phase)
 	}
 	// Back on a new boot: recovered, the fence undone.
-	f.now = f.now.Add(time.Minute)
-	back := fixtureNode("node-1", "boot-2", true)
-	back.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.now)
-	f.cache(back)
-	f.renewAllBut()
-	f.sync("node-1")
+	f.bootAgain("node-1")
 	f.expectCalls("Unfence bmc-node-1")
 	if got := f.incident("node-1"); got.Status.Phase != v1alpha1.PhaseRecovered {
 		t.Errorf("phase %s on the new boot, want Recovered (%s)", got.Status.Phase, got.Status.Message)
@@ -330,14 +325,21 @@ func TestFixtureRequestAskEndsWithTheIncident(t *testing.T) {
 	}
 	f.c.store.forget(done.Name) // written here, not by the controller
 	f.cacheIncidents("node-1")
-	f.now = f.now.Add(time.Minute)
-	back := fixtureNode("node-1", "boot-2", true)
-	back.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.now)
-	f.cache(back)
-	f.renewAllBut()
-	f.sync("node-1")
+	f.bootAgain("node-1")
 	f.expectCalls()
 	if n := len(f.incidents("node-1")); n != 1 {
 		t.Errorf("%d incidents for node-1 after its recovery, want 1", n)
 	}
+}
+
+// bootAgain brings node back a minute later on a new boot, Ready and renewing, and syncs
+// it.
+func (f *fixture) bootAgain(node string) {
+	f.t.Helper()
+	f.now = f.now.Add(time.Minute)
+	back := fixtureNode(node, "boot-2", true)
+	back.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.now)
+	f.cache(back)
+	f.renewAllBut()
+	f.sync(node)
 }
