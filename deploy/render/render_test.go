@@ -375,3 +375,28 @@ func TestRenderNetworkFence(t *testing.T) {
 		t.Error("a NetworkFence agent with a binary rendered: the values schema should refuse it")
 	}
 }
+
+// TestRenderNodeAgentWatchdog: an emulated watchdog's socket directory and the node's
+// boot ID file are mounted from the node, and the agent is told both; a hardware device
+// path is refused.
+func TestRenderNodeAgentWatchdog(t *testing.T) {
+	out, err := Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true,
+		"watchdog":   map[string]any{"path": "unix:/run/kubefence-watchdog/$(NODE_NAME).sock", "timeout": "4s"},
+		"bootIDFile": "/proc/sys/kernel/random/boot_id"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"- --watchdog=unix:/run/kubefence-watchdog/$(NODE_NAME).sock", "- --watchdog-timeout=4s", "- --boot-id-file=/host/boot_id",
+		"mountPath: /run/kubefence-watchdog", "path: /run/kubefence-watchdog\n            type: Directory",
+		"path: /proc/sys/kernel/random/boot_id\n            type: File",
+	} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("rendered with a watchdog: no %q", want)
+		}
+	}
+	_, err = Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true, "watchdog": map[string]any{"path": "/dev/watchdog"}}})
+	if err == nil || !strings.Contains(err.Error(), "nodeAgent") {
+		t.Errorf("a device path rendered: err = %v", err)
+	}
+}
