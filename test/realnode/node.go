@@ -439,7 +439,14 @@ func (n *Node) prepareFiles() error {
 		files["sys/"+strings.ReplaceAll(name, "/", "_")] = v + "\n"
 	}
 	for name, content := range files {
-		if err := os.WriteFile(n.path(name), []byte(content), 0o600); err != nil {
+		mode := os.FileMode(0o600)
+		if name == "boot_id" {
+			mode = 0o644 // as /proc's: the node agent reads it, not as root
+		}
+		if err := os.WriteFile(n.path(name), []byte(content), mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(n.path(name), mode); err != nil {
 			return err
 		}
 	}
@@ -471,8 +478,13 @@ until [ -S %[12]s ]; do
 	i=$((i+1)); [ $i -lt 600 ] || { echo "containerd did not create %[12]s"; exit 1; }
 	sleep 0.05
 done
-%[13]s --config=%[14]s --kubeconfig=%[15]s --hostname-override=%[1]s --node-ip=%[16]s \
-	--root-dir=%[17]s --v=1 > %[11]s/kubelet-$boot.log 2>&1 &
+# kubelet restarts when it exits, as systemd's kubelet.service (Restart=always) does: the
+# socket is there before containerd's CRI serves, and kubelet quits if it asks too early.
+while :; do
+	%[13]s --config=%[14]s --kubeconfig=%[15]s --hostname-override=%[1]s --node-ip=%[16]s \
+		--root-dir=%[17]s --v=1 >> %[11]s/kubelet-$boot.log 2>&1 || echo "kubelet exited ($?); restarting in 1s" >> %[11]s/kubelet-$boot.log
+	sleep 1
+done &
 wait
 `, n.Name, cgroupRoot, n.cgroup(), mounts.String(), n.path("boot_id"), n.path("run/cni"),
 		n.path("pod-logs"), n.path("containers-logs"), n.path("run/netns"), n.path("containerd.toml"),
