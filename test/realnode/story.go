@@ -265,12 +265,18 @@ func (c *Cluster) PowerOn(ctx context.Context, node, oldBoot string) error {
 	if err := c.BMC(node).SetPower(true); err != nil {
 		return err
 	}
+	// A node boots in seconds here; minutes mean it never will (its kubelet log says why).
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
 	return WaitFor(ctx, node+" back, Ready, with a new boot ID and no taint", func() (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		return nodeReady(n) && n.Status.NodeInfo.BootID != oldBoot && len(n.Spec.Taints) == 0, nil
+		if nodeReady(n) && n.Status.NodeInfo.BootID != oldBoot && len(n.Spec.Taints) == 0 {
+			return true, nil
+		}
+		return false, fmt.Errorf("%s: Ready %t, boot ID %s (old %s), taints %v", node, nodeReady(n), n.Status.NodeInfo.BootID, oldBoot, n.Spec.Taints)
 	})
 }
 
