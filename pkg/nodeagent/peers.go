@@ -169,11 +169,19 @@ func (p *Peers) Join(addrs map[string]string) { join(p.ml, addrs) }
 // state exchanges, and at 100 nodes the rollout alone held the machine's two cores.
 const joinsPerRound = 3
 
-func join(ml *memberlist.Memberlist, addrs map[string]string) {
+// memberNames are the names of the members this agent knows.
+func (p *Peers) memberNames() map[string]bool { return memberNames(p.ml) }
+
+func memberNames(ml *memberlist.Memberlist) map[string]bool {
 	known := map[string]bool{}
 	for _, m := range ml.Members() {
 		known[m.Name] = true
 	}
+	return known
+}
+
+func join(ml *memberlist.Memberlist, addrs map[string]string) {
+	known := memberNames(ml)
 	var todo []string
 	for name, addr := range addrs {
 		if !known[name] && addr != "" {
