@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -288,15 +288,23 @@ func (a *NodeAgents) copyTimes(m map[string][]time.Time) map[string][]time.Time 
 // reported its watchdog armed.
 func (a *NodeAgents) WaitReports(ctx context.Context, timeout time.Duration) error {
 	var missing string
+	// One list per poll: a GET per agent, at 100 agents, spent the harness's request
+	// budget and left it waiting on its own rate limiter.
+	sel := nodeagent.ComponentLabel + "=" + nodeagent.Component
 	err := pollUntil(ctx, 200*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
+		list, err := a.h.Cluster.Client.CoordinationV1().Leases(ControllerNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return false, err
+		}
+		reports := map[string]*coordinationv1.Lease{}
+		for i := range list.Items {
+			reports[list.Items[i].Name] = &list.Items[i]
+		}
 		for name := range a.agents {
-			l, err := a.h.Cluster.Client.CoordinationV1().Leases(ControllerNamespace).Get(ctx, nodeagent.LeaseName(name), metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				missing = "no report of " + name
+			l, ok := reports[nodeagent.LeaseName(name)]
+			if !ok {
+				missing = "no report of " + name + a.agentState(name)
 				return false, nil
-			}
-			if err != nil {
-				return false, err
 			}
 			r, err := nodeagent.Decode(l)
 			if err != nil {
@@ -313,6 +321,21 @@ func (a *NodeAgents) WaitReports(ctx context.Context, timeout time.Duration) err
 		return fmt.Errorf("node agents: %s: %w", missing, err)
 	}
 	return nil
+}
+
+// agentState says whether node's agent process runs, with the tail of its log.
+func (a *NodeAgents) agentState(node string) string {
+	a.mu.Lock()
+	p := a.agents[node].proc
+	a.mu.Unlock()
+	if p == nil {
+		return " (its agent was never started)"
+	}
+	state := "running"
+	if p.exited() {
+		state = fmt.Sprintf("exited: %v", p.waitErr)
+	}
+	return fmt.Sprintf(" (its agent, pid %d, %s; its log ends:\n%s)", p.pid(), state, p.logTail(15))
 }
 
 // Stop stops every agent, emulated watchdog and link.

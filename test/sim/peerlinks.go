@@ -3,7 +3,9 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -185,14 +187,60 @@ func listenPair(target string) (*net.UDPConn, *apiLink, error) {
 }
 
 // freePeerPort finds a loopback port free for both UDP and TCP, for an agent to bind its
-// memberlist to. The sockets close before the agent starts, so the port is only likely to
-// stay free; an agent that loses it exits, and the run fails with its log.
+// memberlist to. The port comes from below the kernel's ephemeral range: the sockets close
+// before the agent starts, and a port from that range was taken in between by one of the
+// hundreds of connections a run opens (an agent exited with "bind: address already in
+// use"). Below the range only listeners that name their port take one.
 func freePeerPort() (int, error) {
-	udp, tcp, err := listenPair("127.0.0.1:1")
+	peerPorts.Lock()
+	defer peerPorts.Unlock()
+	if peerPorts.low == 0 {
+		low, err := ephemeralLow()
+		if err != nil {
+			return 0, err
+		}
+		peerPorts.low, peerPorts.high = low/2, low-1000
+		peerPorts.next = peerPorts.low + rand.IntN(peerPorts.high-peerPorts.low)
+	}
+	for range peerPorts.high - peerPorts.low {
+		port := peerPorts.next
+		if peerPorts.next++; peerPorts.next >= peerPorts.high {
+			peerPorts.next = peerPorts.low
+		}
+		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+		if err != nil {
+			continue
+		}
+		tcp, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		_ = udp.Close()
+		if err != nil {
+			continue
+		}
+		_ = tcp.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("no loopback port free for both UDP and TCP in %d-%d", peerPorts.low, peerPorts.high)
+}
+
+// peerPorts is where freePeerPort goes on: each port once before any comes again.
+var peerPorts struct {
+	sync.Mutex
+	low, high, next int
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() (int, error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 0, err
 	}
-	defer tcp.Close()
-	defer udp.Close()
-	return udp.LocalAddr().(*net.UDPAddr).Port, nil
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, fmt.Errorf("ip_local_port_range %q: want two ports", b)
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil || low < 4000 {
+		return 0, fmt.Errorf("ip_local_port_range %q: the ephemeral range must start at 4000 or above, to leave ports below it", b)
+	}
+	return low, nil
 }
