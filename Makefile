@@ -148,6 +148,7 @@ chaos-realnode: deps build
 		-run '^TestDisturbancesNeverFenceHealthyRealNodes$$' -v ./test/realnode
 
 # Recovery times on a 100-node simulated cluster, default and fast profiles, side by side
-# with Kubernetes alone; writes docs/benchmarks.md (about 9 minutes on 2 cores).
+# with Kubernetes alone, and the fast profile with node agents; writes docs/benchmarks.md
+# (about 11 minutes on 2 cores).
 bench-report: deps
 	KUBEFENCE_BENCH_REPORT=docs/benchmarks.md $(GO) test -count=1 -timeout 90m -run TestBenchmarkReport -v ./test/sim

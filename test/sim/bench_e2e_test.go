@@ -58,11 +58,10 @@ func envInt(name string, def int) int {
 //	KUBEFENCE_BENCH_REPORT=docs/benchmarks.md go test -run TestBenchmarkReport -timeout 60m ./test/sim
 //
 // KUBEFENCE_BENCH_NODES (100), KUBEFENCE_BENCH_SINGLES (5), KUBEFENCE_BENCH_BATCH (20) and
-// KUBEFENCE_BENCH_WINDOW_MIN (7) size the default profile; KUBEFENCE_BENCH_FAST_NODES (40),
+// KUBEFENCE_BENCH_WINDOW_MIN (7) size the default profile; KUBEFENCE_BENCH_FAST_NODES (100),
 // KUBEFENCE_BENCH_FAST_SINGLES (10) and KUBEFENCE_BENCH_HEARTBEAT_BATCH (5) the fast ones.
-// The fast profile with heartbeats runs one fence-node-agent process per node: each
-// takes about 2% of a core here, and at 100 nodes they starved the API server of this
-// 2-core machine. KUBEFENCE_BENCH_PROFILES=fast,heartbeats runs only some profiles.
+// The fast profile with heartbeats runs one fence-node-agent process per node, all on
+// this machine. KUBEFENCE_BENCH_PROFILES=fast,heartbeats runs only some profiles.
 func TestBenchmarkReport(t *testing.T) {
 	out := os.Getenv("KUBEFENCE_BENCH_REPORT")
 	if out == "" {
@@ -72,7 +71,7 @@ func TestBenchmarkReport(t *testing.T) {
 	singles := envInt("KUBEFENCE_BENCH_SINGLES", 5)
 	batch := envInt("KUBEFENCE_BENCH_BATCH", 20)
 	window := time.Duration(envInt("KUBEFENCE_BENCH_WINDOW_MIN", 7)) * time.Minute
-	fastNodes := envInt("KUBEFENCE_BENCH_FAST_NODES", 40)
+	fastNodes := envInt("KUBEFENCE_BENCH_FAST_NODES", 100)
 	fastSingles := envInt("KUBEFENCE_BENCH_FAST_SINGLES", 10)
 	only := os.Getenv("KUBEFENCE_BENCH_PROFILES") // for trying one profile: default,fast,heartbeats
 	run := func(name string) bool { return only == "" || slices.Contains(strings.Split(only, ","), name) }
@@ -120,7 +119,23 @@ func TestBenchmarkReport(t *testing.T) {
 	}
 }
 
+// benchProfile runs one profile in a subtest of its own, so that its cluster stops (the
+// subtest's cleanups) before the next profile's starts: the three clusters of a report,
+// all up at once at the end, overloaded two cores.
 func benchProfile(t *testing.T, o benchOptions) *benchResult {
+	t.Helper()
+	var res *benchResult
+	name := fmt.Sprintf("%s-%d-nodes", o.profile, o.nodes)
+	if o.heartbeats {
+		name += "-heartbeats"
+	}
+	if !t.Run(name, func(t *testing.T) { res = runProfile(t, o) }) {
+		t.FailNow()
+	}
+	return res
+}
+
+func runProfile(t *testing.T, o benchOptions) *benchResult {
 	t.Helper()
 	res := &benchResult{profile: o.profile, nodes: o.nodes, batchSize: o.batch, heartbeats: o.heartbeats, window: o.window}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
@@ -442,12 +457,12 @@ first four ends come from the NodeFence timeline, the last two from the watcher
 - The single-failure runs follow one another, so their crash times are not spread uniformly
   over the kubelets' renewal cycle; the figures are indicative, not a distribution.
 - With heartbeats every node runs a fence-node-agent process, all on this 2-core machine
-  beside the control plane, the BMCs and the controller: each agent takes about 2% of a
-  core (memberlist probing every 200ms, its API reads and watches), so the phases after
-  detection (decide, fence, verify, remediate) take longer than in the Lease-only run,
-  where nothing else competes. At 100 nodes the agents starved the API server: renewals
-  timed out and the agents, reading nothing and hearing too few peers in time, stopped
-  feeding their emulated watchdogs. The heartbeat runs are therefore on 40 nodes.
+  beside the control plane, the BMCs and the controller. An agent took 0.6–0.9% of a core
+  in 30-second CPU profiles at 100 nodes (memberlist's probes and answers, its reads of
+  the API server; before it stopped decoding the reports of nodes that are already
+  members, a fifth more), so the phases after detection (decide, fence, verify,
+  remediate) take longer than in the Lease-only run, where nothing else competes; on
+  machines of their own they would not share the control plane's cores.
 
 `)
 	b.WriteString("## Safety during the runs\n\n")
