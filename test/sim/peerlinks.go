@@ -197,7 +197,14 @@ func freePeerPort() (int, error) {
 	if peerPorts.low == 0 {
 		low, err := ephemeralLow()
 		if err != nil {
-			return 0, err
+			// No room below the range: a port from it, which is only likely to stay free.
+			udp, tcp, err := listenPair("127.0.0.1:1")
+			if err != nil {
+				return 0, err
+			}
+			defer tcp.Close()
+			defer udp.Close()
+			return udp.LocalAddr().(*net.UDPAddr).Port, nil
 		}
 		peerPorts.low, peerPorts.high = low/2, low-1000
 		peerPorts.next = peerPorts.low + rand.IntN(peerPorts.high-peerPorts.low)
