@@ -139,7 +139,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		a.setMembers(inf.GetStore().ListKeys())
 		if !a.read(ctx) && a.peers != nil {
-			a.peers.Ask()
+			// A member whose answer is younger than isolation - 2 read intervals is not
+			// asked: it still counts, and two rounds ask it before it lapses
+			// (ReadEvery ≤ Isolation/3).
+			a.peers.Ask(a.Isolation - 2*a.ReadEvery)
 		}
 		a.report(ctx)
 		if reports != nil {

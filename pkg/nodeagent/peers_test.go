@@ -185,7 +185,7 @@ func TestAskHearsEveryMember(t *testing.T) {
 	a := peers[11]
 	before := len(a.p.Acks())
 	asked := time.Now()
-	a.p.Ask()
+	a.p.Ask(0)
 	pollFor(t, "answers from the eleven others", func() bool { return len(a.p.Acks()) == 11 })
 	if before > 2 {
 		t.Logf("%d answers came from probes before the round", before)
@@ -197,6 +197,30 @@ func TestAskHearsEveryMember(t *testing.T) {
 	}
 	if !slices.Contains(a.p.Fenced(), "x") {
 		t.Errorf("p5's answer did not relay x: %v", a.p.Fenced())
+	}
+}
+
+// Ask leaves out the members whose latest answer is fresh: theirs still counts, and an
+// outage seen by every node cost N² questions a round when each agent asked them all.
+func TestAskLeavesOutFreshAnswers(t *testing.T) {
+	var peers []*testPeer
+	for i := range 4 {
+		peers = append(peers, startTestPeerEvery(t, fmt.Sprintf("p%d", i), peerKey, 30*time.Second))
+	}
+	for _, p := range peers[1:] {
+		p.p.Join(map[string]string{"p0": peers[0].p.Addr()})
+	}
+	pollFor(t, "four members", func() bool { return peers[0].p.ml.NumMembers() == 4 })
+	a := peers[0].p
+	now := a.clock.Now()
+	a.mu.Lock()
+	a.acks = map[string]time.Time{"p1": now.Add(-time.Second), "p2": now.Add(-time.Minute)} // p3: none
+	a.mu.Unlock()
+	if n := a.Ask(10 * time.Second); n != 2 {
+		t.Errorf("Ask(10s) asked %d members, want 2 (p2, answered a minute ago, and p3, never)", n)
+	}
+	if n := a.Ask(0); n != 3 {
+		t.Errorf("Ask(0) asked %d members, want all 3 others", n)
 	}
 }
 

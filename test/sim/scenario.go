@@ -68,6 +68,8 @@ type NodeAgentsSpec struct {
 	// Heartbeats seats every controller replica among the peers (config heartbeats);
 	// needs peers.
 	Heartbeats bool `json:"heartbeats,omitempty"`
+	// Batch starts the agents that many at a time (NodeAgentOptions.Batch); 0: all at once.
+	Batch int `json:"batch,omitempty"`
 }
 
 // StatefulSetSpec is the workload the scenario protects.

@@ -240,7 +240,7 @@ func (r *runner) start(ctx context.Context) (func() map[string]int, error) {
 			unarmed[r.node(ref)] = true
 		}
 		r.agents, err = StartNodeAgents(ctx, h, NodeAgentOptions{Bin: filepath.Join(r.o.BinDir, "fence-node-agent"),
-			Isolation: a.Isolation.Duration, ReadInterval: a.ReadInterval.Duration, WatchdogTimeout: a.WatchdogTimeout.Duration, Unarmed: unarmed, Peers: a.Peers})
+			Isolation: a.Isolation.Duration, ReadInterval: a.ReadInterval.Duration, WatchdogTimeout: a.WatchdogTimeout.Duration, Unarmed: unarmed, Peers: a.Peers, Batch: a.Batch})
 		if err != nil {
 			return pids, err
 		}
