@@ -171,14 +171,7 @@ func TestJoinAsksAFew(t *testing.T) {
 // agents probing every 30s, and one Ask brings the asker an answer from each of the
 // other eleven, dated no earlier than the round and carrying what they hold.
 func TestAskHearsEveryMember(t *testing.T) {
-	var peers []*testPeer
-	for i := range 12 {
-		peers = append(peers, startTestPeerEvery(t, fmt.Sprintf("p%d", i), peerKey, 30*time.Second))
-	}
-	for _, p := range peers[1:] {
-		p.p.Join(map[string]string{"p0": peers[0].p.Addr()})
-	}
-	pollFor(t, "twelve members", func() bool { return peers[0].p.ml.NumMembers() == 12 && peers[11].p.ml.NumMembers() == 12 })
+	peers := joinedPeers(t, 12)
 	peers[5].mu.Lock()
 	peers[5].own = []string{"x"}
 	peers[5].mu.Unlock()
@@ -200,18 +193,28 @@ func TestAskHearsEveryMember(t *testing.T) {
 	}
 }
 
-// Ask leaves out the members whose latest answer is fresh: theirs still counts, and an
-// outage seen by every node cost N² questions a round when each agent asked them all.
-func TestAskLeavesOutFreshAnswers(t *testing.T) {
+// joinedPeers starts n agents, p0 to p(n-1), probing every 30s (so that answers come
+// from Ask, not probes), all joined through p0, and waits until the first and the last
+// know all n.
+func joinedPeers(t *testing.T, n int) []*testPeer {
+	t.Helper()
 	var peers []*testPeer
-	for i := range 4 {
+	for i := range n {
 		peers = append(peers, startTestPeerEvery(t, fmt.Sprintf("p%d", i), peerKey, 30*time.Second))
 	}
 	for _, p := range peers[1:] {
 		p.p.Join(map[string]string{"p0": peers[0].p.Addr()})
 	}
-	pollFor(t, "four members", func() bool { return peers[0].p.ml.NumMembers() == 4 })
-	a := peers[0].p
+	pollFor(t, fmt.Sprintf("%d members", n), func() bool {
+		return peers[0].p.ml.NumMembers() == n && peers[n-1].p.ml.NumMembers() == n
+	})
+	return peers
+}
+
+// Ask leaves out the members whose latest answer is fresh: theirs still counts, and an
+// outage seen by every node cost N² questions a round when each agent asked them all.
+func TestAskLeavesOutFreshAnswers(t *testing.T) {
+	a := joinedPeers(t, 4)[0].p
 	now := a.clock.Now()
 	a.mu.Lock()
 	a.acks = map[string]time.Time{"p1": now.Add(-time.Second), "p2": now.Add(-time.Minute)} // p3: none
