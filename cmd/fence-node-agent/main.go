@@ -176,9 +176,9 @@ func device(spec string) (watchdog.Device, error) {
 	case strings.HasPrefix(spec, "unix:"):
 		return &watchdog.Socket{Path: strings.TrimPrefix(spec, "unix:")}, nil
 	}
-	// The Linux driver (watchdog.Linux) is ready, but through an API server outage longer
-	// than --isolation the peers keep each other's nodes alive by asking each other
-	// (Peers.Ask), a cost that grows with the square of the nodes: 100 agents on two cores
-	// hold (scenario apiserver-outage-100), thousands are not shown to (issue 25).
+	// The Linux driver (watchdog.Linux) is ready, but the peers keep a node alive through
+	// an API server outage only while every peer is probed within half of --isolation,
+	// which SWIM's one probe per interval allows only in small clusters; beyond them an
+	// outage longer than --isolation would reset every node (issue 25).
 	return nil, fmt.Errorf("--watchdog %s: a hardware watchdog is not supported yet: the peers cannot yet keep every node alive through an API server outage longer than --isolation in clusters of any size", spec)
 }

@@ -139,10 +139,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		a.setMembers(inf.GetStore().ListKeys())
 		if !a.read(ctx) && a.peers != nil {
-			// A member whose answer is younger than isolation - 2 read intervals is not
-			// asked: it still counts, and two rounds ask it before it lapses
-			// (ReadEvery ≤ Isolation/3).
-			a.peers.Ask(a.Isolation - 2*a.ReadEvery)
+			a.peers.Ask()
 		}
 		a.report(ctx)
 		if reports != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -254,16 +253,11 @@ type askMsg struct {
 // askedFor is how long a round of Ask takes answers.
 const askedFor = 10 * time.Second
 
-// Ask asks the members for their answers at once, all but those whose latest answer was
-// sent for less than fresh ago: theirs still counts, and a later round asks them again
-// before it lapses. Probes reach one peer per probe interval, so with many members a
-// majority of answers takes longer than isolation allows: an agent whose read of the API
-// server failed asks, and each answer counts as made after the round was sent (as a
-// probe's does). Asking everyone every round cost N² messages a round when the API
-// server was down for all N nodes: at 100 nodes on two cores the answers came too late and
-// healthy nodes' watchdogs ran out (scenario apiserver-outage-100). It returns how many
-// members it asked.
-func (p *Peers) Ask(fresh time.Duration) int {
+// Ask asks every member for its answer at once. Probes reach one peer per probe
+// interval, so with many members a majority of answers takes longer than isolation
+// allows: an agent whose read of the API server failed asks them all, and each answer
+// counts as made after the round was sent (as a probe's does).
+func (p *Peers) Ask() {
 	now := p.clock.Now()
 	nonce := rand.Uint64()
 	p.mu.Lock()
@@ -273,26 +267,19 @@ func (p *Peers) Ask(fresh time.Duration) int {
 		}
 	}
 	p.asked[nonce] = now
-	acks := maps.Clone(p.acks)
 	p.mu.Unlock()
 	msg, err := json.Marshal(askMsg{Ask: true, From: p.ml.LocalNode().Name, Addr: p.Addr(), Nonce: nonce})
 	if err != nil {
-		return 0
+		return
 	}
-	asked := 0
 	for _, m := range p.ml.Members() {
 		if m.Name == p.ml.LocalNode().Name || strings.HasPrefix(m.Name, ObserverPrefix) {
 			continue
 		}
-		if at, ok := acks[m.Name]; ok && now.Sub(at) < fresh {
-			continue
-		}
-		asked++
 		if err := p.ml.SendBestEffort(m, msg); err != nil {
 			klog.V(2).InfoS("Asking a peer", "peer", m.Name, "err", err)
 		}
 	}
-	return asked
 }
 
 // answerAsk answers a peer's Ask.
