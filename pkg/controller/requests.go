@@ -271,6 +271,12 @@ func (r *requests) wantedFor(node string) string {
 	return r.wanted[node]
 }
 
+// answered drops node's want for key and queues the request, to read what answers it.
+func (r *requests) answered(node, key string) {
+	r.done(node, key)
+	r.queue.Add(key)
+}
+
 // done drops node's want when it is still key's.
 func (r *requests) done(node, key string) {
 	r.mu.Lock()
@@ -309,8 +315,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 		// An incident already answers it (one that ended too: a request whose node was
 		// fenced and recovered must not fence it again while the health checker waits to
 		// see it healthy and delete the request).
-		c.requests.done(node.Name, key)
-		c.requests.queue.Add(key)
+		c.requests.answered(node.Name, key)
 		return false, 0, nil
 	}
 	live, err := c.store.openLive(ctx, node.Name)
@@ -320,8 +325,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 	if len(live) > 0 {
 		// The cache is behind the API server: the request joins that incident once the
 		// informer brings it.
-		c.requests.done(node.Name, key)
-		c.requests.queue.Add(key)
+		c.requests.answered(node.Name, key)
 		return true, time.Second, nil
 	}
 	// The create follows a Lease check passed within the renew deadline, as every write

@@ -69,8 +69,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		// A request that asked for an incident while this one was not in the cache yet
 		// joins this one; its ask must not outlive it and open another once it ends.
 		if key := c.requests.wantedFor(name); key != "" {
-			c.requests.done(name, key)
-			c.requests.queue.Add(key)
+			c.requests.answered(name, key)
 		}
 	}
 	if inc == nil {
