@@ -10,7 +10,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -156,10 +155,7 @@ func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFenc
 
 // OpenIncidentsSelector selects the incidents that are not over, new ones (no phase yet)
 // included.
-var OpenIncidentsSelector = fields.AndSelectors(
-	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseRecovered)),
-	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseFailed)),
-	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseCancelled))).String()
+var OpenIncidentsSelector = v1alpha1.PhaseNotIn(v1alpha1.EndedPhases...)
 
 // openReadTimeout bounds one shared list of open incidents.
 const openReadTimeout = 30 * time.Second

@@ -13,7 +13,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -176,13 +175,7 @@ func (a *Agent) setMembers(names []string) {
 // PastBudgetSelector selects the NodeFences past their budget (PastBudget) on the API
 // server: every agent reads every read interval, and the incidents that ended (the
 // history, kept for days) are most of what there is to send.
-var PastBudgetSelector = fields.AndSelectors(
-	fields.OneTermNotEqualSelector("status.phase", ""),
-	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhasePending)),
-	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseHeld)),
-	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseRecovered)),
-	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseFailed)),
-	fields.OneTermNotEqualSelector("status.phase", string(v1alpha1.PhaseCancelled))).String()
+var PastBudgetSelector = v1alpha1.PhaseNotIn(append([]v1alpha1.Phase{"", v1alpha1.PhasePending, v1alpha1.PhaseHeld}, v1alpha1.EndedPhases...)...)
 
 // read lists the NodeFences past their budget with a quorum read (no resourceVersion),
 // and on success counts it from when it began. It says whether the read worked. An API

@@ -1,7 +1,10 @@
 package v1alpha1
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 )
 
 // Phase is where an incident stands.
@@ -27,12 +30,20 @@ const (
 )
 
 // Open reports whether an incident in this phase may still act on its node.
-func (p Phase) Open() bool {
-	switch p {
-	case PhaseRecovered, PhaseFailed, PhaseCancelled:
-		return false
+func (p Phase) Open() bool { return !slices.Contains(EndedPhases, p) }
+
+// EndedPhases are the phases an incident ends in; the field selectors that read only
+// open incidents (the controller's, the node agents') leave out these.
+var EndedPhases = []Phase{PhaseRecovered, PhaseFailed, PhaseCancelled}
+
+// PhaseNotIn is a field selector of the NodeFences whose status.phase is none of
+// phases (status.phase is a selectable field of the CRD).
+func PhaseNotIn(phases ...Phase) string {
+	terms := make([]fields.Selector, 0, len(phases))
+	for _, p := range phases {
+		terms = append(terms, fields.OneTermNotEqualSelector("status.phase", string(p)))
 	}
-	return true
+	return fields.AndSelectors(terms...).String()
 }
 
 // ForceAnnotation, set to "true" on a NodeFence, makes the controller fence even where
