@@ -122,6 +122,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ComponentLabel + "=" + Component })).
 			Coordination().V1().Leases().Informer()
 		go reports.Run(ctx.Done())
+		go a.ask(ctx)
 	}
 	fed := make(chan error, 1)
 	if a.Watchdog != nil {
@@ -129,7 +130,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Lock()
 		a.feeder = feeder
 		a.mu.Unlock()
-		go func() { fed <- feeder.Run(ctx) }()
+		go func() {
+			err := feeder.Run(ctx)
+			if err != nil {
+				klog.ErrorS(err, "The watchdog is not fed", "node", a.Node)
+			}
+			fed <- err
+		}()
 	} else {
 		fed <- nil
 	}
@@ -137,9 +144,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		a.setMembers(inf.GetStore().ListKeys())
-		if !a.read(ctx) && a.peers != nil {
-			a.peers.Ask()
-		}
+		a.read(ctx)
 		a.report(ctx)
 		if reports != nil {
 			go a.join(reports.GetStore().List())
@@ -148,6 +153,32 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return <-fed
 		case <-tick.C():
+		}
+	}
+}
+
+// ask asks the peers for the answers a majority needs (Peers.Ask) while the agent's own
+// read of the NodeFences is older than half of isolation, every isolation/20, on a ticker
+// of its own: a read and a report write that each time out in an API server outage
+// delay the read loop's rounds by up to two read intervals, and an ask that waited for
+// them found its answers expired (scenario heartbeat-quiet). An answer younger than half
+// of isolation is not asked for again, so each member answers about twice per isolation,
+// and the half left gives the rounds of ten more chances to get it before it expires.
+func (a *Agent) ask(ctx context.Context) {
+	every := a.Isolation / 20
+	tick := a.Clock.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C():
+		}
+		a.mu.Lock()
+		read, members := a.apiRead, a.members
+		a.mu.Unlock()
+		if a.Clock.Since(read) > a.Isolation/2 {
+			a.peers.Ask(members, a.Isolation/2, 2*every)
 		}
 	}
 }
@@ -178,10 +209,10 @@ func (a *Agent) setMembers(names []string) {
 var PastBudgetSelector = v1alpha1.PhaseNotIn(append([]v1alpha1.Phase{"", v1alpha1.PhasePending, v1alpha1.PhaseHeld}, v1alpha1.EndedPhases...)...)
 
 // read lists the NodeFences past their budget with a quorum read (no resourceVersion),
-// and on success counts it from when it began. It says whether the read worked. An API
+// and on success counts it from when it began. An API
 // server that refuses the selector (a CRD from before status.phase was selectable) gets
 // a list of them all.
-func (a *Agent) read(ctx context.Context) bool {
+func (a *Agent) read(ctx context.Context) {
 	began := a.Clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, a.ReadEvery)
 	defer cancel()
@@ -198,7 +229,7 @@ func (a *Agent) read(ctx context.Context) bool {
 			klog.ErrorS(err, "Reading the NodeFences failed", "node", a.Node)
 		}
 		a.readErr = err.Error()
-		return false
+		return
 	}
 	if a.readErr != "" {
 		klog.InfoS("Reading the NodeFences works again", "node", a.Node)
@@ -223,7 +254,6 @@ func (a *Agent) read(ctx context.Context) bool {
 	if a.peers != nil {
 		a.peers.Forget(fenced, began)
 	}
-	return true
 }
 
 // join asks the agents whose reports give an address, and that are not members yet, to

@@ -226,7 +226,7 @@ func TestDecodeNamesTheField(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	f := newFixture(t, true, fence("b", v1alpha1.PhaseFencing))
 	f.reportWhere(t, "the watchdog is armed and b held", func(r Report) bool { return r.Watchdog.Armed && len(r.Holds) == 1 })
-	want := map[string]float64{"watchdog_armed": 1, "watchdog_feeding": 1, "read_failing": 0, "holds": 1, "peers_answering": 0}
+	want := map[string]float64{"watchdog_armed": 1, "watchdog_feeding": 1, "read_failing": 0, "holds": 1, "peers_answering": 0, "peer_questions_total": 0}
 	got := gather(t, f.agent)
 	for name, v := range want {
 		if got[name] != v {
@@ -253,7 +253,12 @@ func gather(t *testing.T, a *Agent) map[string]float64 {
 	}
 	out := map[string]float64{}
 	for _, mf := range mfs {
-		out[strings.TrimPrefix(mf.GetName(), "kubefence_node_agent_")] = mf.GetMetric()[0].GetGauge().GetValue()
+		m := mf.GetMetric()[0]
+		v := m.GetGauge().GetValue()
+		if c := m.GetCounter(); c != nil {
+			v = c.GetValue()
+		}
+		out[strings.TrimPrefix(mf.GetName(), "kubefence_node_agent_")] = v
 	}
 	return out
 }

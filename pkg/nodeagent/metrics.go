@@ -63,6 +63,17 @@ func (a *Agent) Metrics() *prometheus.Registry {
 		}
 		return float64(n)
 	})
+	counter := func(name, help string, f func(*Peers) uint64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kubefence_node_agent_" + name, Help: help}, func() float64 {
+			if _, peers := a.started(); peers != nil {
+				return float64(f(peers))
+			}
+			return 0
+		}))
+	}
+	counter("peer_questions_total", "Questions this agent sent its peers for answers outside the probes' turn, while its own read of the NodeFences was older than half of isolation.",
+		func(p *Peers) uint64 { return p.questions.Load() })
+	counter("peer_questions_answered_total", "Questions from peers this agent answered.", func(p *Peers) uint64 { return p.answered.Load() })
 	return reg
 }
 

@@ -8,8 +8,8 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -83,7 +83,10 @@ type Peers struct {
 	acks    map[string]time.Time
 	relayed map[string]relayed
 	asked   map[uint64]time.Time // rounds of Ask: nonce → when it was sent
-	stop    sync.Once
+	askedAt map[string]time.Time // per peer, when Ask last asked it
+	// questions counts the questions Ask sent, answered the ones it answered.
+	questions, answered atomic.Uint64
+	stop                sync.Once
 }
 
 // StartPeers starts answering and probing; own says which nodes this agent's own reads
@@ -93,7 +96,7 @@ func StartPeers(cfg PeerConfig, own func() []string, clk clock.PassiveClock) (*P
 	if err != nil {
 		return nil, err
 	}
-	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{}}
+	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{}, askedAt: map[string]time.Time{}}
 	mc.Ping = pingDelegate{p}
 	mc.Delegate = askDelegate{p}
 	if p.ml, err = createMemberlist(mc, cfg); err != nil {
@@ -135,7 +138,7 @@ func memberlistConfig(cfg PeerConfig) (*memberlist.Config, error) {
 	// watchdog in an API server outage. Twofold at most keeps every peer probed within
 	// isolation/2 where the probe interval is isolation/20 and there are fewer than ten
 	// members; with more, probes alone cannot reach a majority within isolation, and an
-	// agent whose read failed asks them all at once (Ask). A dead verdict, which the
+	// agent whose read is late asks what a majority needs at once (Ask). A dead verdict, which the
 	// slowing guards against, decides nothing alone.
 	mc.AwarenessMaxMultiplier = 2
 	// Every message is a few hundred bytes at most: LZW saves nothing on them, and its
@@ -253,33 +256,89 @@ type askMsg struct {
 // askedFor is how long a round of Ask takes answers.
 const askedFor = 10 * time.Second
 
-// Ask asks every member for its answer at once. Probes reach one peer per probe
+// askMargin is how many answers beyond a majority Ask seeks among n members, for the
+// answers lost or late: a tenth of them, at least one.
+func askMargin(n int) int { return max(1, (n+9)/10) }
+
+// Ask asks, at once, as many members as the agent needs for a majority of fresh answers
+// and a margin (askMargin), outside the probes' turn: probes reach one peer per probe
 // interval, so with many members a majority of answers takes longer than isolation
-// allows: an agent whose read of the API server failed asks them all, and each answer
-// counts as made after the round was sent (as a probe's does).
-func (p *Peers) Ask() {
+// allows. members is the cluster's member list (the agent's node included, which counts
+// for itself); an answer younger than fresh counts as held, and so does a member asked
+// within pending that has not answered yet. Of the others, the members that answered
+// most recently are asked first (they are the likeliest to live), then the ones never
+// heard from, in random order. Each answer counts as made when the round was sent (as a
+// probe's does). It returns how many it asked.
+//
+// Asking every member every round cost N² questions a round in an API server outage, and
+// at 100 agents on two cores their answers came too late for some (issue 25). Asking only
+// what a majority needs, and again only once an answer is half-way to its limit, makes it
+// about (N/2 + N/10) questions per agent per fresh period.
+func (p *Peers) Ask(members []string, fresh, pending time.Duration) int {
 	now := p.clock.Now()
-	nonce := rand.Uint64()
+	self := p.ml.LocalNode().Name
+	byName := map[string]*memberlist.Node{}
+	for _, m := range p.ml.Members() {
+		byName[m.Name] = m
+	}
+	names := slices.Clone(members)
+	slices.Sort(names)
+	names = slices.Compact(names)
+	want := min(len(names), len(names)/2+1+askMargin(len(names)))
+
+	type candidate struct {
+		node *memberlist.Node
+		ack  time.Time
+	}
+	var due []candidate
+	held := 0
 	p.mu.Lock()
+	for _, name := range names {
+		ack, answered := p.acks[name]
+		asked, wasAsked := p.askedAt[name]
+		switch {
+		case name == self,
+			answered && now.Sub(ack) <= fresh,
+			wasAsked && now.Sub(asked) <= pending:
+			held++
+		case byName[name] != nil:
+			due = append(due, candidate{node: byName[name], ack: ack})
+		}
+	}
+	if held >= want || len(due) == 0 {
+		p.mu.Unlock()
+		return 0
+	}
+	rand.Shuffle(len(due), func(i, j int) { due[i], due[j] = due[j], due[i] })
+	slices.SortStableFunc(due, func(a, b candidate) int { return b.ack.Compare(a.ack) })
+	due = due[:min(len(due), want-held)]
+	nonce := rand.Uint64()
 	for n, at := range p.asked {
 		if now.Sub(at) > askedFor {
 			delete(p.asked, n)
 		}
 	}
 	p.asked[nonce] = now
+	for name, at := range p.askedAt {
+		if now.Sub(at) > askedFor {
+			delete(p.askedAt, name)
+		}
+	}
+	for _, c := range due {
+		p.askedAt[c.node.Name] = now
+	}
 	p.mu.Unlock()
-	msg, err := json.Marshal(askMsg{Ask: true, From: p.ml.LocalNode().Name, Addr: p.Addr(), Nonce: nonce})
+	msg, err := json.Marshal(askMsg{Ask: true, From: self, Addr: p.Addr(), Nonce: nonce})
 	if err != nil {
-		return
+		return 0
 	}
-	for _, m := range p.ml.Members() {
-		if m.Name == p.ml.LocalNode().Name || strings.HasPrefix(m.Name, ObserverPrefix) {
-			continue
-		}
-		if err := p.ml.SendBestEffort(m, msg); err != nil {
-			klog.V(2).InfoS("Asking a peer", "peer", m.Name, "err", err)
+	p.questions.Add(uint64(len(due)))
+	for _, c := range due {
+		if err := p.ml.SendBestEffort(c.node, msg); err != nil {
+			klog.V(2).InfoS("Asking a peer", "peer", c.node.Name, "err", err)
 		}
 	}
+	return len(due)
 }
 
 // answerAsk answers a peer's Ask.
@@ -294,6 +353,7 @@ func (p *Peers) answerAsk(q askMsg) {
 		}
 		to = &memberlist.Node{Name: q.From, Addr: ip, Port: uint16(port)}
 	}
+	p.answered.Add(1)
 	a := p.answer()
 	b, err := json.Marshal(askMsg{From: p.ml.LocalNode().Name, Nonce: q.Nonce, Answer: &a})
 	if err == nil {

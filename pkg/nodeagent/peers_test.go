@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -167,28 +168,35 @@ func TestJoinAsksAFew(t *testing.T) {
 	})
 }
 
-// Ask hears every member at once, where probes reach one per probe interval: twelve
-// agents probing every 30s, and one Ask brings the asker an answer from each of the
-// other eleven, dated no earlier than the round and carrying what they hold.
-func TestAskHearsEveryMember(t *testing.T) {
+// Ask hears a majority at once, where probes reach one peer per probe interval: twelve
+// agents probing every 30s, and one Ask brings the asker the answers a majority and its
+// margin need (nine of twelve, itself included), dated no earlier than the round and
+// carrying what they hold.
+func TestAskHearsAMajority(t *testing.T) {
 	var peers []*testPeer
+	var names []string
 	for i := range 12 {
-		peers = append(peers, startTestPeerEvery(t, fmt.Sprintf("p%d", i), peerKey, 30*time.Second))
+		names = append(names, fmt.Sprintf("p%d", i))
+		peers = append(peers, startTestPeerEvery(t, names[i], peerKey, 30*time.Second))
 	}
 	for _, p := range peers[1:] {
 		p.p.Join(map[string]string{"p0": peers[0].p.Addr()})
 	}
 	pollFor(t, "twelve members", func() bool { return peers[0].p.ml.NumMembers() == 12 && peers[11].p.ml.NumMembers() == 12 })
-	peers[5].mu.Lock()
-	peers[5].own = []string{"x"}
-	peers[5].mu.Unlock()
+	for _, p := range peers[:11] {
+		p.mu.Lock()
+		p.own = []string{"x"}
+		p.mu.Unlock()
+	}
 	a := peers[11]
-	before := len(a.p.Acks())
 	asked := time.Now()
-	a.p.Ask()
-	pollFor(t, "answers from the eleven others", func() bool { return len(a.p.Acks()) == 11 })
-	if before > 2 {
-		t.Logf("%d answers came from probes before the round", before)
+	n := a.p.Ask(names, 10*time.Second, time.Second)
+	pollFor(t, "answers from a majority and its margin", func() bool { return len(a.p.Acks())+1 >= 9 })
+	if len(a.p.Acks()) > n {
+		t.Logf("%d answers came from probes", len(a.p.Acks())-n)
+	}
+	if n < 1 || n > 8 {
+		t.Errorf("one round asked %d of the 11 others; want at most the 8 a majority of 12 and a margin of 2 need", n)
 	}
 	for peer, at := range a.p.Acks() {
 		if at.Before(asked.Add(-30*time.Second)) || at.After(time.Now()) {
@@ -196,7 +204,73 @@ func TestAskHearsEveryMember(t *testing.T) {
 		}
 	}
 	if !slices.Contains(a.p.Fenced(), "x") {
-		t.Errorf("p5's answer did not relay x: %v", a.p.Fenced())
+		t.Errorf("the answers did not relay x: %v", a.p.Fenced())
+	}
+}
+
+// Ask asks only what a majority and its margin need: fresh answers and members asked a
+// moment ago count, the members that answered most recently go first and those never
+// heard from last, a name that is no member is not asked, and a second round right away
+// asks nobody. Eleven names, ten of them agents: majority 6, margin 2.
+func TestAskAsksWhatAMajorityNeeds(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	var names []string
+	var others []*testPeer
+	for i := 1; i < 10; i++ {
+		names = append(names, fmt.Sprintf("p%d", i))
+		others = append(others, startTestPeerEvery(t, names[len(names)-1], peerKey, time.Hour))
+	}
+	a, err := StartPeers(PeerConfig{Node: "p0", BindAddr: "127.0.0.1", Key: peerKey, ProbeInterval: time.Hour},
+		func() []string { return nil }, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Stop)
+	for _, o := range others {
+		o.p.Join(map[string]string{"p0": a.Addr()})
+	}
+	pollFor(t, "ten members", func() bool { return a.ml.NumMembers() == 10 })
+	names = append(names, "p0", "gone")
+	now := clk.Now()
+	a.mu.Lock()
+	a.acks = map[string]time.Time{"p1": now.Add(-time.Second), "p2": now.Add(-time.Second),
+		"p4": now.Add(-20 * time.Second), "p5": now.Add(-8 * time.Second)}
+	a.askedAt["p3"] = now.Add(-100 * time.Millisecond)
+	a.mu.Unlock()
+
+	// Held: p0 itself, p1 and p2 (fresh), p3 (asked, not answered yet): 4 of the 8 wanted.
+	if n := a.Ask(names, 5*time.Second, time.Second); n != 4 {
+		t.Fatalf("asked %d, want 4 (8 wanted, 4 held)", n)
+	}
+	a.mu.Lock()
+	asked := maps.Clone(a.askedAt)
+	a.mu.Unlock()
+	for _, name := range []string{"p5", "p4"} {
+		if !asked[name].Equal(now) {
+			t.Errorf("%s (answered 8s and 20s ago) not asked first: asked %v", name, asked)
+		}
+	}
+	if _, ok := asked["gone"]; ok {
+		t.Errorf("a name with no member asked: %v", asked)
+	}
+	if n := a.Ask(names, 5*time.Second, time.Second); n != 0 {
+		t.Errorf("a second round right away asked %d, want 0: the first one's are pending", n)
+	}
+	pollFor(t, "the four answers", func() bool {
+		got := 0
+		for name, at := range a.Acks() {
+			if asked[name].Equal(now) && at.Equal(now) {
+				got++
+			}
+		}
+		return got == 4
+	})
+	answeredByOthers := uint64(0)
+	for _, o := range others {
+		answeredByOthers += o.p.answered.Load()
+	}
+	if q := a.questions.Load(); q != 4 || answeredByOthers != 4 {
+		t.Errorf("questions sent %d, answered by the others %d; want 4 and 4", q, answeredByOthers)
 	}
 }
 
@@ -204,7 +278,7 @@ func TestAskHearsEveryMember(t *testing.T) {
 // over: anything else could be a replay of an old answer.
 func TestAnswerNeedsItsRound(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Now())
-	p := &Peers{clock: clk, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{7: clk.Now()}}
+	p := &Peers{clock: clk, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{7: clk.Now()}, askedAt: map[string]time.Time{}}
 	d := askDelegate{p}
 	answerFor := func(nonce uint64) []byte {
 		b, _ := json.Marshal(askMsg{From: "b", Nonce: nonce, Answer: &answer{Fenced: []string{"c"}}})
