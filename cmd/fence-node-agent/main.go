@@ -50,7 +50,7 @@ func main() {
 	fs.DurationVar(&a.Isolation, "isolation", 10*time.Second, "how long the node may go without a read of the NodeFences before it stops feeding its watchdog")
 	fs.DurationVar(&a.ReadEvery, "read-interval", 2*time.Second, "how often the NodeFences are read (a quorum read); at most a third of --isolation")
 	fs.DurationVar(&a.ReportEvery, "report-interval", 30*time.Second, "how often the report Lease is written when nothing in it changed")
-	fs.StringVar(&o.watchdog, "watchdog", "", "the watchdog to feed: unix:PATH for an emulated one (tests); empty for none")
+	fs.StringVar(&o.watchdog, "watchdog", "", "the watchdog to feed: a device of the Linux watchdog API such as /dev/watchdog (needs --peer-bind-address), or unix:PATH for an emulated one (tests); empty for none")
 	fs.DurationVar(&a.WatchdogTimeout, "watchdog-timeout", 5*time.Second, "the watchdog's countdown")
 	fs.StringVar(&o.health, "health-probe-bind-address", ":8082", "address of /healthz (for the kubelet's probe) and /metrics, plain HTTP: the metrics say what the agent does, nothing secret")
 	fs.StringVar(&o.peerBind, "peer-bind-address", "", "host:port where the agent answers the other agents (UDP and TCP); empty: no peers, and only the agent's own reads keep its node alive")
@@ -83,7 +83,7 @@ func run(o options, a *nodeagent.Agent) error {
 		return fmt.Errorf("--boot-id-file: %w", err)
 	}
 	a.BootID = strings.TrimSpace(string(boot))
-	if a.Watchdog, err = device(o.watchdog); err != nil {
+	if a.Watchdog, err = device(o.watchdog, o.peerBind != ""); err != nil {
 		return err
 	}
 	if a.Peers, err = peers(o, a); err != nil {
@@ -168,17 +168,19 @@ func hostPort(flag, v string) (string, int, error) {
 	return host, port, nil
 }
 
-// device is the watchdog named by --watchdog.
-func device(spec string) (watchdog.Device, error) {
-	switch {
-	case spec == "":
+// device is the watchdog named by --watchdog: unix:PATH for an emulated one, any other
+// path for a device of the Linux watchdog API (watchdog.Open). A device needs peers:
+// without them, an API server outage longer than --isolation would reset every node.
+func device(spec string, peers bool) (watchdog.Device, error) {
+	if spec == "" {
 		return nil, nil
-	case strings.HasPrefix(spec, "unix:"):
-		return &watchdog.Socket{Path: strings.TrimPrefix(spec, "unix:")}, nil
 	}
-	// The Linux driver (watchdog.Linux) is ready, but the peers keep a node alive through
-	// an API server outage only while every peer is probed within half of --isolation,
-	// which SWIM's one probe per interval allows only in small clusters; beyond them an
-	// outage longer than --isolation would reset every node (issue 25).
-	return nil, fmt.Errorf("--watchdog %s: a hardware watchdog is not supported yet: the peers cannot yet keep every node alive through an API server outage longer than --isolation in clusters of any size", spec)
+	if !strings.HasPrefix(spec, "unix:") && !peers {
+		return nil, fmt.Errorf("--watchdog %s: a watchdog device needs --peer-bind-address: without peers, an API server outage longer than --isolation resets every node", spec)
+	}
+	d, err := watchdog.Open(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--watchdog: %w", err)
+	}
+	return d, nil
 }

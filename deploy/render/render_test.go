@@ -377,8 +377,9 @@ func TestRenderNetworkFence(t *testing.T) {
 }
 
 // TestRenderNodeAgentWatchdog: an emulated watchdog's socket directory and the node's
-// boot ID file are mounted from the node, and the agent is told both; a hardware device
-// path is refused.
+// boot ID file are mounted from the node, and the agent is told both, unprivileged; a
+// device path is mounted as itself, and only then does the agent run privileged and as
+// root; a device without peers, or a path that is neither, is refused naming the field.
 func TestRenderNodeAgentWatchdog(t *testing.T) {
 	out, err := Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true,
 		"watchdog":   map[string]any{"path": "unix:/run/kubefence-watchdog/$(NODE_NAME).sock", "timeout": "4s"},
@@ -389,14 +390,45 @@ func TestRenderNodeAgentWatchdog(t *testing.T) {
 	for _, want := range []string{
 		"- --watchdog=unix:/run/kubefence-watchdog/$(NODE_NAME).sock", "- --watchdog-timeout=4s", "- --boot-id-file=/host/boot_id",
 		"mountPath: /run/kubefence-watchdog", "path: /run/kubefence-watchdog\n            type: Directory",
-		"path: /proc/sys/kernel/random/boot_id\n            type: File",
+		"path: /proc/sys/kernel/random/boot_id\n            type: File", "allowPrivilegeEscalation: false",
 	} {
 		if !bytes.Contains(out, []byte(want)) {
-			t.Errorf("rendered with a watchdog: no %q", want)
+			t.Errorf("rendered with an emulated watchdog: no %q", want)
 		}
 	}
-	_, err = Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true, "watchdog": map[string]any{"path": "/dev/watchdog"}}})
-	if err == nil || !strings.Contains(err.Error(), "nodeAgent") {
-		t.Errorf("a device path rendered: err = %v", err)
+	if bytes.Contains(out, []byte("privileged: true")) {
+		t.Error("rendered with an emulated watchdog: the agent runs privileged")
+	}
+
+	peers := map[string]any{"enabled": true, "keySecret": "kubefence-peer-key"}
+	out, err = Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true, "peers": peers,
+		"watchdog": map[string]any{"path": "/dev/watchdog1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"- --watchdog=/dev/watchdog1", "- --watchdog-timeout=5s",
+		"- name: watchdog\n              mountPath: /dev/watchdog1\n",
+		"path: /dev/watchdog1\n            type: CharDevice",
+		"privileged: true\n            runAsNonRoot: false\n            runAsUser: 0\n",
+	} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("rendered with a watchdog device: no %q", want)
+		}
+	}
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		if bytes.Contains(doc, []byte("kind: DaemonSet")) && bytes.Contains(doc, []byte("allowPrivilegeEscalation: false")) {
+			t.Error("rendered with a watchdog device: the agent has allowPrivilegeEscalation false beside privileged, which the API server refuses")
+		}
+	}
+
+	for path, want := range map[string]string{
+		"/dev/watchdog": "nodeAgent.peers.enabled",
+		"dev/watchdog":  "path",
+	} {
+		_, err = Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true, "watchdog": map[string]any{"path": path}}})
+		if err == nil || !strings.Contains(err.Error(), "nodeAgent") || !strings.Contains(err.Error(), want) {
+			t.Errorf("watchdog path %q without peers rendered or said the wrong thing: err = %v", path, err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package watchdog
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -148,5 +149,26 @@ func TestOpen(t *testing.T) {
 		if got != want {
 			t.Errorf("Open(%q): %s, want %s", path, got, want)
 		}
+	}
+}
+
+// TestLinuxOnAFileThatIsNoWatchdog: the real system calls on /dev/null (never on a
+// watchdog: one not fed resets the machine), as an agent given the wrong --watchdog
+// meets them: the open works, the timeout is refused, and the error names the path and
+// the step; the device is closed again.
+func TestLinuxOnAFileThatIsNoWatchdog(t *testing.T) {
+	dev, err := Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dev.Arm(5 * time.Second)
+	if err == nil || !strings.Contains(err.Error(), "watchdog /dev/null: set timeout 5s") || !errors.Is(err, unix.ENOTTY) {
+		t.Fatalf("Arm on /dev/null: %v, want the path, the step and ENOTTY", err)
+	}
+	if l := dev.(*Linux); l.open {
+		t.Error("the device stayed open after a failed Arm")
+	}
+	if err := dev.Feed(); err == nil || !strings.Contains(err.Error(), "not armed") {
+		t.Errorf("Feed after a failed Arm: %v", err)
 	}
 }

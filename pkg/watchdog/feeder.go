@@ -35,7 +35,7 @@ type State struct {
 	LastFed time.Time
 	// Stopped, once set while Armed, is why feeding stopped for good: the machine resets
 	// within Timeout of LastFed. Before the device is armed it says why not yet
-	// ("not armed yet: ...").
+	// ("not armed yet: ..."), or why arming failed ("not armed: ...").
 	Stopped string
 	// FeedError is the last failed feed's error, cleared by a feed that works.
 	FeedError string
@@ -76,6 +76,10 @@ func (f *Feeder) Run(ctx context.Context) error {
 	wait.Stop()
 	timeout, err := f.Dev.Arm(f.Timeout)
 	if err != nil {
+		// Reported (State.Stopped), so that a device the agent may not open, or that
+		// refuses the timeout, shows in the heartbeat and in why the watchdog level
+		// refuses the node, not only in the agent's log.
+		f.stop("not armed: " + err.Error())
 		return err
 	}
 	f.mu.Lock()

@@ -154,8 +154,8 @@ func TestFeederFeedErrors(t *testing.T) {
 	if err := bad.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("Run with a device that does not arm: %v", err)
 	}
-	if bad.State().Armed {
-		t.Error("armed after a failed Arm")
+	if st := bad.State(); st.Armed || st.Stopped != "not armed: watchdog /dev/watchdog: open: permission denied" {
+		t.Errorf("after a failed Arm: armed %v, stopped %q; want not armed, and why in the report", st.Armed, st.Stopped)
 	}
 }
 
