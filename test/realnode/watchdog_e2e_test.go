@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -206,6 +209,94 @@ func TestWatchdogOnRealNodes(t *testing.T) {
 	for _, n := range c.Nodes() {
 		if at, ok := w.reset(n.Name); ok && n.Name != victim {
 			t.Errorf("healthy node %s reset by its watchdog at %s", n.Name, at.Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// TestWatchdogDeviceOnRealNodes: the chart with a watchdog device (nodeAgent.watchdog.path
+// an absolute path, beside peers) on two real nodes. No real watchdog may be opened here
+// (one not fed resets the machine), so the device is a character device with the numbers
+// of /dev/null, made on the host where the nodes find it: the API server admits the agent
+// pod (privileged, root, the device mounted as itself through a CharDevice hostPath), the
+// kubelet mounts it, the agent opens it and asks it for the timeout, and the refusal (no
+// watchdog answers WDIOC_SETTIMEOUT) is in each node's report, not only in a log.
+func TestWatchdogDeviceOnRealNodes(t *testing.T) {
+	c := startCluster(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "kfwdd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dev := filepath.Join(dir, "watchdog")
+	if err := unix.Mknod(dev, unix.S_IFCHR|0o600, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatalf("make a character device like /dev/null at %s (the real-node tests run as root): %v", dev, err)
+	}
+	if err := c.PrepareBMCAccess(ctx); err != nil { // the release namespace
+		t.Fatal(err)
+	}
+	key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-peer-key", Namespace: Namespace},
+		StringData: map[string]string{"key": "0123456789abcdef"}}
+	if _, err := c.Client.CoreV1().Secrets(Namespace).Create(ctx, key, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(fmt.Sprintf(`nodeAgent:
+  enabled: true
+  isolation: 3s
+  readInterval: 1s
+  peers:
+    enabled: true
+    keySecret: kubefence-peer-key
+  watchdog:
+    path: %s
+    timeout: 5s
+  bootIDFile: /proc/sys/kernel/random/boot_id
+`, dev)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Install(ctx, values)
+	if err != nil {
+		t.Fatalf("install with a watchdog device: %v\n%s", err, out)
+	}
+	want := fmt.Sprintf("not armed: watchdog %s: set timeout 5s: inappropriate ioctl for device", dev)
+	var wrong []string // reports that tried to arm and failed otherwise: final, no use waiting
+	waitFor(t, ctx, "every node's report saying why its watchdog device is not armed", func() (bool, error) {
+		wrong = nil
+		done := true
+		for _, n := range c.Nodes() {
+			l, err := c.Client.CoordinationV1().Leases(Namespace).Get(ctx, nodeagent.LeaseName(n.Name), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			if err != nil {
+				return false, err
+			}
+			r, err := nodeagent.Decode(l)
+			if err != nil {
+				return false, err
+			}
+			switch {
+			case r.Watchdog.Armed || (strings.HasPrefix(r.Watchdog.Stopped, "not armed: ") && r.Watchdog.Stopped != want):
+				wrong = append(wrong, fmt.Sprintf("%s reports watchdog %+v", n.Name, r.Watchdog))
+			case r.Watchdog.Stopped != want:
+				done = false
+			}
+		}
+		return done || len(wrong) > 0, nil
+	})
+	if len(wrong) > 0 {
+		t.Fatalf("%s; want not armed and %q", strings.Join(wrong, "; "), want)
+	}
+	pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent"})
+	if err != nil || len(pods.Items) != 2 {
+		t.Fatalf("node agent pods: %d (%v), want 2", len(pods.Items), err)
+	}
+	for _, p := range pods.Items {
+		sc := p.Spec.Containers[0].SecurityContext
+		if sc == nil || sc.Privileged == nil || !*sc.Privileged || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+			t.Errorf("agent pod %s runs without privilege or not as root: %+v", p.Name, sc)
 		}
 	}
 }
