@@ -115,20 +115,29 @@ func waitArmed(t *testing.T, ctx context.Context, c *Cluster) {
 	t.Helper()
 	waitFor(t, ctx, "every node agent reporting its watchdog armed", func() (bool, error) {
 		for _, n := range c.Nodes() {
-			l, err := c.Client.CoordinationV1().Leases(Namespace).Get(ctx, nodeagent.LeaseName(n.Name), metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return false, nil
-			}
-			if err != nil {
-				return false, err
-			}
-			r, err := nodeagent.Decode(l)
-			if err != nil || !r.Watchdog.Armed || r.BootID != n.BootID() {
+			r, err := agentReport(ctx, c, n.Name)
+			if r == nil || !r.Watchdog.Armed || r.BootID != n.BootID() {
 				return false, err
 			}
 		}
 		return true, nil
 	})
+}
+
+// agentReport is the report of node's agent, nil before it wrote one.
+func agentReport(ctx context.Context, c *Cluster, node string) (*nodeagent.Report, error) {
+	l, err := c.Client.CoordinationV1().Leases(Namespace).Get(ctx, nodeagent.LeaseName(node), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	r, err := nodeagent.Decode(l)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // TestWatchdogOnRealNodes: the watchdog level on three real nodes, installed with the
@@ -266,15 +275,8 @@ func TestWatchdogDeviceOnRealNodes(t *testing.T) {
 		wrong = nil
 		done := true
 		for _, n := range c.Nodes() {
-			l, err := c.Client.CoordinationV1().Leases(Namespace).Get(ctx, nodeagent.LeaseName(n.Name), metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return false, nil
-			}
-			if err != nil {
-				return false, err
-			}
-			r, err := nodeagent.Decode(l)
-			if err != nil {
+			r, err := agentReport(ctx, c, n.Name)
+			if r == nil {
 				return false, err
 			}
 			switch {
