@@ -165,7 +165,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // of isolation is not asked for again, so each member answers about twice per isolation,
 // and the half left gives the rounds of ten more chances to get it before it expires.
 func (a *Agent) ask(ctx context.Context) {
-	every := a.Isolation / 20
+	every := max(a.Isolation/20, time.Millisecond)
 	tick := a.Clock.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -209,9 +209,8 @@ func (a *Agent) setMembers(names []string) {
 var PastBudgetSelector = v1alpha1.PhaseNotIn(append([]v1alpha1.Phase{"", v1alpha1.PhasePending, v1alpha1.PhaseHeld}, v1alpha1.EndedPhases...)...)
 
 // read lists the NodeFences past their budget with a quorum read (no resourceVersion),
-// and on success counts it from when it began. An API
-// server that refuses the selector (a CRD from before status.phase was selectable) gets
-// a list of them all.
+// and on success counts it from when it began. An API server that refuses the selector
+// (a CRD from before status.phase was selectable) gets a list of them all.
 func (a *Agent) read(ctx context.Context) {
 	began := a.Clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, a.ReadEvery)
