@@ -160,10 +160,11 @@ func (a *Agent) Run(ctx context.Context) error {
 // ask asks the peers for the answers a majority needs (Peers.Ask) while the agent's own
 // read of the NodeFences is older than half of isolation, every isolation/20, on a ticker
 // of its own: a read and a report write that each time out in an API server outage
-// delay the read loop's rounds by up to two read intervals, and an ask that waited for
-// them found its answers expired (scenario heartbeat-quiet). An answer younger than half
-// of isolation is not asked for again, so each member answers about twice per isolation,
-// and the half left gives the rounds of ten more chances to get it before it expires.
+// delay the read loop's rounds by up to two read intervals, and questions that wait for
+// them come too late (TestOutageKeepsEveryNodeAliveAtABoundedCost). An answer younger
+// than half of isolation is not asked for again, so each member answers about twice per
+// isolation, and the half left gives the rounds ten more chances to get it before it
+// expires.
 func (a *Agent) ask(ctx context.Context) {
 	every := max(a.Isolation/20, time.Millisecond)
 	tick := a.Clock.NewTicker(every)

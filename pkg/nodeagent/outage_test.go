@@ -26,11 +26,10 @@ import (
 // every read and every report write takes its whole timeout before it fails, as in an
 // outage where the connection hangs. The fake clientsets the agents share serve one
 // request at a time, so their read loops turn far slower still: the questions must not
-// wait for the loop (asked from it, every watchdog here ran out; a round tied to it
-// failed heartbeat-quiet before). No watchdog may run out, and the questions each agent
-// sends stay within what a majority needs, refreshed every half isolation, with a round
-// to spare: (outage / (isolation/2) + 2) × (majority + margin − 1) = 120, where asking
-// every member once a second would be 144.
+// wait for the loop (asked from it, every watchdog here ran out). No watchdog may run
+// out, and the questions each agent sends stay within what a majority needs, refreshed
+// every half isolation, with a round to spare: (outage / (isolation/2) + 2) × (majority
+// + margin − 1) = 120, where asking every member once a second would be 144.
 func TestOutageKeepsEveryNodeAliveAtABoundedCost(t *testing.T) {
 	const n = 25
 	const isolation, readEvery = 2 * time.Second, 500 * time.Millisecond

@@ -84,6 +84,14 @@ type Peers struct {
 	relayed map[string]relayed
 	asked   map[uint64]time.Time // rounds of Ask: nonce → when it was sent
 	askedAt map[string]time.Time // per peer, when Ask last asked it
+	// book is where each agent this one has known answers: memberlist's members as of
+	// the read loop's last round, and the reports' addresses of those that were not
+	// members. Ask asks by it an agent that memberlist counts dead: the controller's
+	// seats declare dead an agent they cannot reach, their verdict reaches its peers, and
+	// those peers may still hear it (scenario heartbeat-quiet: a node cut off from the
+	// controller, then an API server outage; asked only among memberlist's members, its
+	// peer and itself lost each other's answers, and both reset).
+	book map[string]memberlist.Node
 	// questions counts the questions Ask sent, answered the ones it answered.
 	questions, answered atomic.Uint64
 	stop                sync.Once
@@ -96,7 +104,7 @@ func StartPeers(cfg PeerConfig, own func() []string, clk clock.PassiveClock) (*P
 	if err != nil {
 		return nil, err
 	}
-	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{}, askedAt: map[string]time.Time{}}
+	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{}, askedAt: map[string]time.Time{}, book: map[string]memberlist.Node{}}
 	mc.Ping = pingDelegate{p}
 	mc.Delegate = askDelegate{p}
 	if p.ml, err = createMemberlist(mc, cfg); err != nil {
@@ -163,8 +171,20 @@ func (p *Peers) Addr() string {
 }
 
 // Join asks agents at addrs (host:port) that are not members yet to take this one in;
-// it blocks up to memberlist's stream timeout for each it asks.
-func (p *Peers) Join(addrs map[string]string) { join(p.ml, addrs) }
+// it blocks up to memberlist's stream timeout for each it asks. Their addresses go into
+// the book, where Ask finds them while they are no members.
+func (p *Peers) Join(addrs map[string]string) {
+	known := p.memberNames()
+	p.mu.Lock()
+	for name, addr := range addrs {
+		host, port, err := SplitAddress(addr)
+		if ip := net.ParseIP(host); err == nil && ip != nil && port != 0 && !known[name] {
+			p.book[name] = memberlist.Node{Name: name, Addr: ip, Port: uint16(port)}
+		}
+	}
+	p.mu.Unlock()
+	join(p.ml, addrs)
+}
 
 // joinsPerRound bounds how many agents one Join asks. One that answers sends its whole
 // member list back (memberlist's push-pull), and gossip carries the joiner to the rest:
@@ -172,8 +192,19 @@ func (p *Peers) Join(addrs map[string]string) { join(p.ml, addrs) }
 // state exchanges, and at 100 nodes the rollout alone held the machine's two cores.
 const joinsPerRound = 3
 
-// memberNames are the names of the members this agent knows.
-func (p *Peers) memberNames() map[string]bool { return memberNames(p.ml) }
+// memberNames are the names of the members this agent knows; their addresses go into
+// the book.
+func (p *Peers) memberNames() map[string]bool {
+	members := p.ml.Members()
+	known := make(map[string]bool, len(members))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range members {
+		known[m.Name] = true
+		p.book[m.Name] = memberlist.Node{Name: m.Name, Addr: slices.Clone(m.Addr), Port: m.Port}
+	}
+	return known
+}
 
 func memberNames(ml *memberlist.Memberlist) map[string]bool {
 	known := map[string]bool{}
@@ -263,7 +294,7 @@ func askMargin(n int) int { return max(1, (n+9)/10) }
 // Ask asks, at once, as many members as the agent needs for a majority of fresh answers
 // and a margin (askMargin), outside the probes' turn: probes reach one peer per probe
 // interval, so with many members a majority of answers takes longer than isolation
-// allows. members is the cluster's member list (the agent's node included, which counts
+// allows. A member memberlist counts dead is asked at its address in the book. members is the cluster's member list (the agent's node included, which counts
 // for itself); an answer younger than fresh counts as held, and so does a member asked
 // within pending that has not answered yet. Of the others, the members that answered
 // most recently are asked first (they are the likeliest to live), then the ones never
@@ -281,6 +312,13 @@ func (p *Peers) Ask(members []string, fresh, pending time.Duration) int {
 	for _, m := range p.ml.Members() {
 		byName[m.Name] = m
 	}
+	p.mu.Lock()
+	for name, n := range p.book {
+		if byName[name] == nil {
+			byName[name] = &n
+		}
+	}
+	p.mu.Unlock()
 	names := slices.Clone(members)
 	slices.Sort(names)
 	names = slices.Compact(names)

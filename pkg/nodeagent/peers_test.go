@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -298,4 +299,30 @@ func TestAnswerNeedsItsRound(t *testing.T) {
 	if at, ok := p.Acks()["b"]; !ok || !at.Equal(p.asked[9]) {
 		t.Errorf("an answer to an open round: acks %v, want b dated when the round was sent", p.Acks())
 	}
+}
+
+// Ask reaches an agent that memberlist does not count among its members (the
+// controller's seats declared it dead) at its address in the book, and its answer counts:
+// two agents that never joined, one knowing the other only from the book.
+func TestAskReachesAnAgentByTheBook(t *testing.T) {
+	a, b := startTestPeerEvery(t, "a", peerKey, time.Hour), startTestPeerEvery(t, "b", peerKey, time.Hour)
+	if n := a.p.Ask([]string{"a", "b"}, time.Second, time.Second); n != 0 {
+		t.Fatalf("asked %d with b neither a member nor in the book", n)
+	}
+	host, port, err := SplitAddress(b.p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.p.mu.Lock()
+	a.p.book["b"] = memberlist.Node{Name: "b", Addr: net.ParseIP(host), Port: uint16(port)}
+	a.p.askedAt = map[string]time.Time{}
+	a.p.mu.Unlock()
+	if a.p.ml.NumMembers() != 1 {
+		t.Fatalf("a has %d members, want itself alone", a.p.ml.NumMembers())
+	}
+	asked := time.Now()
+	if n := a.p.Ask([]string{"a", "b"}, time.Second, time.Second); n != 1 {
+		t.Fatalf("asked %d, want b, by the book", n)
+	}
+	pollFor(t, "b's answer", func() bool { at, ok := a.p.Acks()["b"]; return ok && !at.Before(asked) })
 }
