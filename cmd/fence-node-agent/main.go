@@ -175,12 +175,12 @@ func device(spec string, peers bool) (watchdog.Device, error) {
 	if spec == "" {
 		return nil, nil
 	}
-	if !strings.HasPrefix(spec, "unix:") && !peers {
-		return nil, fmt.Errorf("--watchdog %s: a watchdog device needs --peer-bind-address: without peers, an API server outage longer than --isolation resets every node", spec)
-	}
 	d, err := watchdog.Open(spec)
 	if err != nil {
 		return nil, fmt.Errorf("--watchdog: %w", err)
+	}
+	if _, isDevice := d.(*watchdog.Linux); isDevice && !peers {
+		return nil, fmt.Errorf("--watchdog %s: a watchdog device needs --peer-bind-address: without peers, an API server outage longer than --isolation resets every node", spec)
 	}
 	return d, nil
 }

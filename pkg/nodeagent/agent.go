@@ -278,7 +278,7 @@ func (a *Agent) join(leases []any) {
 		}
 	}
 	if len(addrs) > 0 {
-		a.peers.Join(addrs)
+		a.peers.join(known, addrs)
 	}
 }
 

@@ -51,7 +51,7 @@ func StartObserver(cfg PeerConfig, identity string, notify func(node string), no
 
 // Join asks agents at addrs (node → host:port) that are not members yet to take this
 // seat in: a random few each time (see Peers.Join).
-func (o *Observer) Join(addrs map[string]string) { join(o.ml, addrs) }
+func (o *Observer) Join(addrs map[string]string) { join(o.ml, memberNames(o.ml), addrs) }
 
 // Gone returns when this seat learned that node's agent had left or been declared dead,
 // and whether it is gone now. An agent this seat never saw as a member is not gone: its

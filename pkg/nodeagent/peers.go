@@ -146,8 +146,8 @@ func memberlistConfig(cfg PeerConfig) (*memberlist.Config, error) {
 	// watchdog in an API server outage. Twofold at most keeps every peer probed within
 	// isolation/2 where the probe interval is isolation/20 and there are fewer than ten
 	// members; with more, probes alone cannot reach a majority within isolation, and an
-	// agent whose read is late asks what a majority needs at once (Ask). A dead verdict, which the
-	// slowing guards against, decides nothing alone.
+	// agent whose read is late asks what a majority needs at once (Ask). A dead verdict,
+	// which the slowing guards against, decides nothing alone.
 	mc.AwarenessMaxMultiplier = 2
 	// Every message is a few hundred bytes at most: LZW saves nothing on them, and its
 	// tables, allocated anew for each packet, were most of an agent's CPU at 100 nodes.
@@ -173,17 +173,29 @@ func (p *Peers) Addr() string {
 // Join asks agents at addrs (host:port) that are not members yet to take this one in;
 // it blocks up to memberlist's stream timeout for each it asks. Their addresses go into
 // the book, where Ask finds them while they are no members.
-func (p *Peers) Join(addrs map[string]string) {
-	known := p.memberNames()
+func (p *Peers) Join(addrs map[string]string) { p.join(p.memberNames(), addrs) }
+
+// join is Join with the members already known (memberNames).
+func (p *Peers) join(known map[string]bool, addrs map[string]string) {
 	p.mu.Lock()
 	for name, addr := range addrs {
-		host, port, err := SplitAddress(addr)
-		if ip := net.ParseIP(host); err == nil && ip != nil && port != 0 && !known[name] {
-			p.book[name] = memberlist.Node{Name: name, Addr: ip, Port: uint16(port)}
+		if n := nodeAt(name, addr); n != nil && !known[name] {
+			p.book[name] = *n
 		}
 	}
 	p.mu.Unlock()
-	join(p.ml, addrs)
+	join(p.ml, known, addrs)
+}
+
+// nodeAt is the agent name at addr (host:port, an IP address and a port other than 0),
+// nil when addr is not one.
+func nodeAt(name, addr string) *memberlist.Node {
+	host, port, err := SplitAddress(addr)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil || port == 0 {
+		return nil
+	}
+	return &memberlist.Node{Name: name, Addr: ip, Port: uint16(port)}
 }
 
 // joinsPerRound bounds how many agents one Join asks. One that answers sends its whole
@@ -214,8 +226,8 @@ func memberNames(ml *memberlist.Memberlist) map[string]bool {
 	return known
 }
 
-func join(ml *memberlist.Memberlist, addrs map[string]string) {
-	known := memberNames(ml)
+// join asks a few of the agents at addrs that are not among known to take ml in.
+func join(ml *memberlist.Memberlist, known map[string]bool, addrs map[string]string) {
 	var todo []string
 	for name, addr := range addrs {
 		if !known[name] && addr != "" {
@@ -294,9 +306,10 @@ func askMargin(n int) int { return max(1, (n+9)/10) }
 // Ask asks, at once, as many members as the agent needs for a majority of fresh answers
 // and a margin (askMargin), outside the probes' turn: probes reach one peer per probe
 // interval, so with many members a majority of answers takes longer than isolation
-// allows. A member memberlist counts dead is asked at its address in the book. members is the cluster's member list (the agent's node included, which counts
+// allows. members is the cluster's member list (the agent's node included, which counts
 // for itself); an answer younger than fresh counts as held, and so does a member asked
-// within pending that has not answered yet. Of the others, the members that answered
+// within pending that has not answered yet. A member memberlist counts dead is asked at
+// its address in the book. Of the others, the members that answered
 // most recently are asked first (they are the likeliest to live), then the ones never
 // heard from, in random order. Each answer counts as made when the round was sent (as a
 // probe's does). It returns how many it asked.
@@ -312,13 +325,6 @@ func (p *Peers) Ask(members []string, fresh, pending time.Duration) int {
 	for _, m := range p.ml.Members() {
 		byName[m.Name] = m
 	}
-	p.mu.Lock()
-	for name, n := range p.book {
-		if byName[name] == nil {
-			byName[name] = &n
-		}
-	}
-	p.mu.Unlock()
 	names := slices.Clone(members)
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -341,6 +347,10 @@ func (p *Peers) Ask(members []string, fresh, pending time.Duration) int {
 			held++
 		case byName[name] != nil:
 			due = append(due, candidate{node: byName[name], ack: ack})
+		default:
+			if n, ok := p.book[name]; ok {
+				due = append(due, candidate{node: &n, ack: ack})
+			}
 		}
 	}
 	if held >= want || len(due) == 0 {
@@ -383,13 +393,10 @@ func (p *Peers) Ask(members []string, fresh, pending time.Duration) int {
 func (p *Peers) answerAsk(q askMsg) {
 	to := p.member(q.From)
 	if to == nil {
-		host, port, err := SplitAddress(q.Addr)
-		ip := net.ParseIP(host)
-		if err != nil || ip == nil || port == 0 {
+		if to = nodeAt(q.From, q.Addr); to == nil {
 			klog.V(2).InfoS("A question from a peer with no address to answer", "peer", q.From, "address", q.Addr)
 			return
 		}
-		to = &memberlist.Node{Name: q.From, Addr: ip, Port: uint16(port)}
 	}
 	p.answered.Add(1)
 	a := p.answer()
