@@ -281,3 +281,20 @@ func hasFlag(args []string, name string) bool {
 	}
 	return false
 }
+
+// ProcessCPU is the CPU time (user and system) each running control-plane process has
+// used so far, by name (etcd, kube-apiserver, ...): what a benchmark's halves cost the
+// machine's other tenants.
+func (c *Cluster) ProcessCPU() map[string]time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]time.Duration{}
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+		default:
+			out[p.name] += procCPU(p.pid())
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,10 +29,16 @@ const floorWrites = 6
 // taints the node twice (fenced, out of service), each request after the previous one
 // answered, in the order the incident's checkpoints impose. No reads, no Lease checks, no
 // events, no pods: whatever a controller does, an incident with N at once on this API
-// server takes at least this.
+// server takes at least this. Its clock stops where the controller's does: when the last
+// taint is on the node (the controller's Remediated step is taken then, before the write
+// that records it), so the last status write loads the API server but is not timed.
 type floor struct {
-	client kubernetes.Interface
-	dyn    dynamic.Interface
+	client  kubernetes.Interface
+	dyn     dynamic.Interface
+	counter *requestCounter
+	cluster *Cluster
+	// cpu is what the last round's incidents cost each process.
+	cpu cpuUse
 }
 
 func newFloor(ctx context.Context, c *Cluster) (*floor, error) {
@@ -39,6 +46,8 @@ func newFloor(ctx context.Context, c *Cluster) (*floor, error) {
 	rc.QPS, rc.Burst = float32(envInt("KUBEFENCE_BENCH_QPS", app.DefaultQPS)), envInt("KUBEFENCE_BENCH_BURST", app.DefaultBurst)
 	// One rate limiter for both clients, as the controller has one for all its requests.
 	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(rc.QPS, rc.Burst)
+	counter := &requestCounter{counts: map[string]int{}}
+	rc.Wrap(counter.wrap)
 	client, err := kubernetes.NewForConfig(app.Protobuf(&rc))
 	if err != nil {
 		return nil, err
@@ -47,18 +56,19 @@ func newFloor(ctx context.Context, c *Cluster) (*floor, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &floor{client: client, dyn: dyn}
+	f := &floor{client: client, dyn: dyn, counter: counter, cluster: c}
 	// The first requests for a new resource wait for the API server to set up its storage
 	// and watch cache: one untimed incident first, as a running controller's informers
 	// would have done long before.
 	if _, _, err := f.round(ctx, "warm-up-", 1); err != nil {
 		return nil, fmt.Errorf("floor warm-up: %w", err)
 	}
+	counter.reset()
 	return f, nil
 }
 
-// round runs nodes incidents at once and returns how long each took and how many
-// requests they sent in all.
+// round runs nodes incidents at once and returns how long each took to release its node
+// and how many requests they sent in all.
 func (f *floor) round(ctx context.Context, prefix string, nodes int) ([]time.Duration, int, error) {
 	created := make([]*corev1.Node, nodes)
 	err := forEach(ctx, nodes, func(ctx context.Context, j int) error {
@@ -74,10 +84,15 @@ func (f *floor) round(ctx context.Context, prefix string, nodes int) ([]time.Dur
 	errs := make([]error, nodes)
 	extras := make([]int, nodes)
 	var wg sync.WaitGroup
+	sampler := sampleCPU(f.cluster)
+	start := time.Now()
 	for j, node := range created {
 		wg.Go(func() { took[j], errs[j] = floorIncident(ctx, f.client, f.dyn, node, &extras[j]) })
 	}
 	wg.Wait()
+	// Up to the last release, as the controller's round is measured up to its last
+	// Remediated step.
+	f.cpu = sampler.between(start, start.Add(slices.Max(took)))
 	requests := 0
 	for j, err := range errs {
 		if err != nil {
@@ -95,9 +110,11 @@ func (f *floor) round(ctx context.Context, prefix string, nodes int) ([]time.Dur
 }
 
 // floorIncident sends one incident's indispensable writes back to back and returns how
-// long they took; extra counts the requests a conflict on the node added.
+// long they took up to the release (the last taint); extra counts the requests a
+// conflict on the node added.
 func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, node *corev1.Node, extra *int) (time.Duration, error) {
 	start := time.Now()
+	var released time.Duration
 	nf := &v1alpha1.NodeFence{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "NodeFence"},
 		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-"},
@@ -145,7 +162,8 @@ func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic
 					return 0, fmt.Errorf("taint %s: %w", t.Key, err)
 				}
 			}
+			released = time.Since(start)
 		}
 	}
-	return time.Since(start), nil
+	return released, nil
 }

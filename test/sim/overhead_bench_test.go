@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -81,10 +82,15 @@ func (a *instantAgent) Unfence(context.Context, plugin.Request) (plugin.Result, 
 // machine's speed.
 //
 // Reported: ratio-p99 (controller p99 / floor p99), controller p50/p99-ms, floor-p99-ms,
-// requests/incident and floor-requests/incident, detect-lag-p99-ms and cpu-ms/incident.
-// The controller's time runs from the moment the node's Lease crossed the configured
-// threshold (the only configured wait) to Remediated, so it includes the queueing behind
-// the other incidents before each is opened; detect-lag-p99-ms is threshold to Detected.
+// requests/incident and floor-requests/incident, detect-lag-p99-ms, cpu-ms/incident,
+// status-bytes/incident (the final status's size in JSON) and the CPU the API server and
+// etcd used while each half's incidents ran, per incident. The controller's time runs
+// from the moment the node's Lease crossed the configured threshold (the only configured
+// wait) to Remediated, the step taken once the last taint is on the node, so it includes
+// the queueing behind the other incidents before each is opened; the floor's from its
+// first write to its last taint. detect-lag-p99-ms is threshold to Detected. Each round
+// also logs when the incidents took each step, how long the API server took to answer
+// each kind of request of each half, what each process's CPU was, and one final status.
 // requests/incident counts every request the controller sent, its Events included: the
 // round waits until the Events it recorded have been sent. cpu-ms/incident is this
 // process's CPU time, an upper bound of the controller's (it includes the benchmark's
@@ -103,10 +109,13 @@ func BenchmarkIncidentCost(b *testing.B) {
 	}
 }
 
-// requestCounter counts the requests the clients it wraps send, by verb and resource.
+// requestCounter counts the requests the clients it wraps send, by verb and resource,
+// and how long the API server took to answer each (from sending it to the response's
+// headers, after the client's rate limiter let it go).
 type requestCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
+	took   map[string][]time.Duration
 }
 
 func (r *requestCounter) wrap(next http.RoundTripper) http.RoundTripper {
@@ -115,11 +124,34 @@ func (r *requestCounter) wrap(next http.RoundTripper) http.RoundTripper {
 		if req.URL.Query().Get("watch") == "true" {
 			key = "WATCH " + resourceOf(req.URL.Path)
 		}
+		start := time.Now()
+		resp, err := next.RoundTrip(req)
+		took := time.Since(start)
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		r.counts[key]++
-		r.mu.Unlock()
-		return next.RoundTrip(req)
+		if !strings.HasPrefix(key, "WATCH ") {
+			if r.took == nil {
+				r.took = map[string][]time.Duration{}
+			}
+			r.took[key] = append(r.took[key], took)
+		}
+		return resp, err
 	})
+}
+
+// latencies logs, per verb and resource, the p50/p99 of the API server's answers since
+// the last call, and forgets them.
+func (r *requestCounter) latencies() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(r.took)) {
+		ds := r.took[k]
+		parts = append(parts, fmt.Sprintf("%s %d/%dms (%d)", k, Percentile(ds, 50).Milliseconds(), Percentile(ds, 99).Milliseconds(), len(ds)))
+	}
+	r.took = nil
+	return strings.Join(parts, ", ")
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -136,7 +168,7 @@ func (r *requestCounter) reset() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.counts
-	r.counts = map[string]int{}
+	r.counts, r.took = map[string]int{}, nil
 	return out
 }
 
@@ -194,17 +226,29 @@ func incidentCost(b *testing.B, nodes int) {
 		b.Fatal(err)
 	}
 	var all, lags, floors []time.Duration
-	var requests, floorRequests int
-	var cpu time.Duration
+	var requests, floorRequests, statusBytes int
+	// cpu is this process's CPU from the controller's start to the round's end;
+	// controlPlane and floorCP what the API server and etcd used while the incidents ran.
+	var cpu, controlPlane, floorCP time.Duration
 	for i := range b.N {
 		took, sent, err := floor.round(ctx, fmt.Sprintf("f%d-", i), nodes)
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Logf("round %d: the floor's incidents used %s", i, floor.cpu)
+		floorCP += floor.cpu.controlPlane()
 		floors = append(floors, took...)
 		floorRequests += sent
+		b.Logf("round %d: the floor's requests answered in p50/p99: %s", i, floor.counter.latencies())
 		r := incidentRound(b, ctx, c, rec, fmt.Sprintf("r%d-", i), nodes)
+		b.Logf("round %d: the controller's incidents used %s", i, r.cpuUse)
+		controlPlane += r.cpuUse.controlPlane()
 		logSteps(b, i, r.steps)
+		b.Logf("round %d: the controller's requests answered in p50/p99: %s", i, r.answers)
+		statusBytes += r.statusBytes
+		if i == 0 {
+			b.Logf("round 0: one incident's final status (%d bytes): %s", len(r.sample), r.sample)
+		}
 		all = append(all, r.overheads...)
 		lags = append(lags, r.lags...)
 		cpu += r.cpu
@@ -228,6 +272,9 @@ func incidentCost(b *testing.B, nodes int) {
 	b.ReportMetric(float64(requests)/float64(len(all)), "requests/incident")
 	b.ReportMetric(float64(floorRequests)/float64(len(floors)), "floor-requests/incident")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(all)), "cpu-ms/incident")
+	b.ReportMetric(float64(statusBytes)/float64(len(all)), "status-bytes/incident")
+	b.ReportMetric(float64(controlPlane.Microseconds())/1000/float64(len(all)), "apiserver+etcd-cpu-ms/incident")
+	b.ReportMetric(float64(floorCP.Microseconds())/1000/float64(len(floors)), "floor-apiserver+etcd-cpu-ms/incident")
 }
 
 type roundResult struct {
@@ -238,6 +285,16 @@ type roundResult struct {
 	// steps are, per step type, when each incident first took it after the threshold:
 	// where an incident's time goes.
 	steps map[string][]time.Duration
+	// statusBytes sums the size of the incidents' final status in JSON: what each of
+	// their status writes carried at most.
+	statusBytes int
+	// sample is one incident's final status, for the log.
+	sample []byte
+	// answers are how long the API server took to answer each kind of request.
+	answers string
+	// cpuUse is the CPU each process used from the first threshold to the last
+	// Remediated step.
+	cpuUse cpuUse
 }
 
 func (r *roundResult) addSteps(nf v1alpha1.NodeFence, crossed time.Time) {
@@ -387,6 +444,8 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 	}
 	counter.reset()
 	cpuStart := cpuTime()
+	sampler := sampleCPU(c)
+	var firstCrossed, lastDone time.Time
 	go ctl.Run(runCtx, 1)
 	var res roundResult
 	perNode := map[string]int{}
@@ -399,6 +458,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 			return false, nil
 		}
 		res, perNode = roundResult{}, map[string]int{}
+		firstCrossed, lastDone = time.Time{}, time.Time{}
 		for _, nf := range incs {
 			if !strings.HasPrefix(nf.Spec.NodeName, prefix) {
 				continue
@@ -417,14 +477,25 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 			detected, _ := stepAt(nf, v1alpha1.StepDetected)
 			done, _ := stepAt(nf, v1alpha1.StepRemediated)
 			res.overheads = append(res.overheads, done.Sub(crossed))
+			if firstCrossed.IsZero() || crossed.Before(firstCrossed) {
+				firstCrossed = crossed
+			}
+			if done.After(lastDone) {
+				lastDone = done
+			}
 			res.lags = append(res.lags, detected.Sub(crossed))
 			res.addSteps(nf, crossed)
+			if raw, err := json.Marshal(nf.Status); err == nil {
+				res.statusBytes += len(raw)
+				res.sample = raw
+			}
 		}
 		return len(perNode) == nodes, nil
 	})
 	if err != nil {
 		b.Fatalf("not every incident remediated: %v", err)
 	}
+	res.cpuUse = sampler.between(firstCrossed, lastDone)
 	// Every Event recorded is sent before the requests are counted, or dropped: client-go's
 	// broadcaster drops what its queue (1,000 Events) cannot hold, so the wait also ends
 	// when no Event went out for three seconds.
@@ -442,6 +513,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 	if n := int(recorder.n.Load()); sent() < n {
 		b.Logf("%d Events recorded, %d sent: the rest were dropped by client-go's broadcaster", n, sent())
 	}
+	res.answers = counter.latencies()
 	res.requests, res.cpu = counter.reset(), cpuTime()-cpuStart
 	stop()
 	for _, v := range roundViolations(rec.All(), agent, prefix, perNode) {
@@ -507,4 +579,78 @@ func mustClient(b *testing.B, rc *rest.Config) kubernetes.Interface {
 		b.Fatal(err)
 	}
 	return cs
+}
+
+// cpuSampler samples, every 10 ms, the CPU time this process and each control-plane
+// process have used, so that a round can say what its incidents cost each of them
+// between two instants (its first threshold and its last Remediated step).
+type cpuSampler struct {
+	mu      sync.Mutex
+	at      []time.Time
+	samples []map[string]time.Duration
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func sampleCPU(c *Cluster) *cpuSampler {
+	s := &cpuSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			m := c.ProcessCPU()
+			m["this process"] = cpuTime()
+			s.mu.Lock()
+			s.at, s.samples = append(s.at, time.Now()), append(s.samples, m)
+			s.mu.Unlock()
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return s
+}
+
+// between stops the sampler and returns how much CPU each process used from the last
+// sample at or before from to the first at or after to, and over how long.
+func (s *cpuSampler) between(from, to time.Time) cpuUse {
+	close(s.stop)
+	<-s.done
+	i, _ := slices.BinarySearchFunc(s.at, from, func(t, x time.Time) int { return t.Compare(x) })
+	j, _ := slices.BinarySearchFunc(s.at, to, func(t, x time.Time) int { return t.Compare(x) })
+	if i > 0 && (i == len(s.at) || s.at[i].After(from)) {
+		i--
+	}
+	j = min(j, len(s.at)-1)
+	if len(s.at) == 0 || i >= j {
+		return cpuUse{}
+	}
+	use := cpuUse{by: map[string]time.Duration{}, over: s.at[j].Sub(s.at[i])}
+	for name, d := range s.samples[j] {
+		use.by[name] = d - s.samples[i][name]
+	}
+	return use
+}
+
+// cpuUse is the CPU each process used over a stretch of time.
+type cpuUse struct {
+	by   map[string]time.Duration
+	over time.Duration
+}
+
+// controlPlane is the CPU the API server and etcd used.
+func (u cpuUse) controlPlane() time.Duration { return u.by["kube-apiserver"] + u.by["etcd"] }
+
+func (u cpuUse) String() string {
+	if u.by == nil {
+		return "not sampled"
+	}
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(u.by)) {
+		parts = append(parts, fmt.Sprintf("%s %s", name, u.by[name].Round(10*time.Millisecond)))
+	}
+	return fmt.Sprintf("%s in %s", strings.Join(parts, ", "), u.over.Round(10*time.Millisecond))
 }
