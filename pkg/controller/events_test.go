@@ -75,10 +75,10 @@ func TestEventOnNodeOnly(t *testing.T) {
 }
 
 // TestEventsFold: an incident opened and fenced before its first save sends one Event
-// that says both, and one verified and released sends one more: two instead of four. The
-// Fenced Event waits through the release's first checkpoint for the Remediated one, and
-// goes out on its own at the save after that when the release failed. A held incident
-// keeps its Detected Event.
+// that says both, and one verified and released sends one more: two instead of four.
+// Nothing is saved between the verified fence and the release's end, so the Fenced Event
+// is still waiting when the Remediated one comes, and goes out on its own when the
+// release failed and what was done is saved. A held incident keeps its Detected Event.
 func TestEventsFold(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
@@ -89,12 +89,10 @@ func TestEventsFold(t *testing.T) {
 	expect(save(), "Warning FenceStarted Node "+node.Name+" is unhealthy. Fencing node "+node.Name)
 	nf.Status.Phase = v1alpha1.PhaseFenced
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
-	expect(save()) // the release's first checkpoint
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "released")
 	expect(save(), "Normal Remediated verified. released")
 
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
-	expect(save())                           // the release's first checkpoint
 	expect(save(), "Normal Fenced verified") // the release failed: what was done is saved
 
 	// The node booted again before anything was released: the incident is saved
@@ -143,7 +141,6 @@ func TestEventsFoldInAStorm(t *testing.T) {
 	expect(save(v1alpha1.PhaseFencing)) // before the agent call
 	expect(save(v1alpha1.PhaseFencing)) // the call's outcome
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonFenced, "verified")
-	expect(save(v1alpha1.PhaseFenced)) // the release's first checkpoint
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "released")
 	expect(save(v1alpha1.PhaseRemediated), "Normal Remediated unhealthy. fencing. verified. released")
 

@@ -192,6 +192,6 @@ func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	if a := lastAttempt(nf); a != nil {
 		c.metrics.phaseDuration.WithLabelValues(durationFence).Observe(c.now().Sub(a.Started.Time).Seconds())
 	}
-	// Written by release's first checkpoint, before anything is released.
+	// Written with the release's end (Remediated), or with what it did if it fails.
 	return c.release(ctx, nf, node, pol)
 }

@@ -365,9 +365,8 @@ func TestFixtureFence(t *testing.T) {
 		"update nodes", "update pods/status", "delete pods web-0",
 		"delete volumeattachments va-1", "update nodes",
 		// NodeFences: no open incident live, the create, the status before the Fence
-		// call, once verified (with the taints the release will add), and Remediated
-		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status",
-		"update nodefences/status")
+		// call, and Remediated (each taint's owner goes on the node with it)
+		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
 	nf := f.incident("node-1")
 	if nf.Status.Phase != v1alpha1.PhaseRemediated {
@@ -389,7 +388,7 @@ func TestFixtureDirectReadsAttachmentsLive(t *testing.T) {
 	f.sync("node-1")
 	f.expectRequests("patch pods/status web-0", "get leases node-1",
 		"update nodes", "update pods/status", "delete pods web-0", "list volumeattachments", "delete volumeattachments va-1",
-		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status", "update nodefences/status")
+		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status")
 }
 
 // fencedIncident is node-1's incident as a replica left it at phase: verified fenced by
@@ -437,14 +436,14 @@ func TestFixtureResume(t *testing.T) {
 		calls    []string
 		events   []string
 	}{
-		"Pending": {v1alpha1.PhasePending, "", "me", append(release, statuses(3)...), fenceCalls,
+		"Pending": {v1alpha1.PhasePending, "", "me", append(release, statuses(2)...), fenceCalls,
 			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonRemediated}},
 		// Evidence another replica gathered is checked against the live Lease first.
-		"Pending, adopted": {v1alpha1.PhasePending, "", "other", append(append([]string{"get leases node-1"}, release...), statuses(3)...), fenceCalls,
+		"Pending, adopted": {v1alpha1.PhasePending, "", "other", append(append([]string{"get leases node-1"}, release...), statuses(2)...), fenceCalls,
 			[]string{v1alpha1.ReasonFenceStarted, v1alpha1.ReasonRemediated}},
-		"Fencing, the call's outcome lost": {v1alpha1.PhaseFencing, v1alpha1.AttemptFencing, "me", append(release, statuses(3)...), fenceCalls,
+		"Fencing, the call's outcome lost": {v1alpha1.PhaseFencing, v1alpha1.AttemptFencing, "me", append(release, statuses(2)...), fenceCalls,
 			[]string{v1alpha1.ReasonRemediated}},
-		"Fenced": {v1alpha1.PhaseFenced, v1alpha1.AttemptVerified, "me", append(release, statuses(2)...), nil,
+		"Fenced": {v1alpha1.PhaseFenced, v1alpha1.AttemptVerified, "me", append(release, statuses(1)...), nil,
 			[]string{v1alpha1.ReasonRemediated}},
 		"Remediated, the node still dead": {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, "me", nil, nil, nil},
 	} {
@@ -540,7 +539,7 @@ func TestFixtureLateRelease(t *testing.T) {
 	f.expectRequests("patch pods/status late-0", "get pods late-0",
 		// the release again: this incident recorded no taints, so both are added
 		"update nodes", "update pods/status", "delete pods late-0",
-		"update nodes", "update nodefences/status", "update nodefences/status")
+		"update nodes", "update nodefences/status")
 	f.expectCalls("Status bmc-node-1")
 	if nf := f.incident("node-1"); len(stepsOf(nf, v1alpha1.StepLateRelease)) == 0 {
 		t.Errorf("no %s step in %+v", v1alpha1.StepLateRelease, nf.Status.Timeline)

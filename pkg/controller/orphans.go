@@ -14,8 +14,9 @@ import (
 
 // reconcileOrphans compares what kubefence changed on nodes with its incidents, as the
 // kuryr HA design asks of a leader that took over from one that died mid-step. A taint
-// recorded by a closed incident is removed, by that record; kubefence's own taint with no
-// record behind it is reported and left for a person: it is never guessed at.
+// recorded by a closed incident, in its record or in the node's owner mark naming it, is
+// removed; kubefence's own taint with neither behind it is reported and left for a
+// person: it is never guessed at.
 func (c *Controller) reconcileOrphans(ctx context.Context) {
 	nodes, err := c.nodes.List(everything())
 	if err != nil {
@@ -39,7 +40,7 @@ func (c *Controller) reconcileOrphans(ctx context.Context) {
 func (c *Controller) repairOrphan(ctx context.Context, n *corev1.Node, incs []*v1alpha1.NodeFence) {
 	sort.Slice(incs, func(i, j int) bool { return incs[j].CreationTimestamp.Before(&incs[i].CreationTimestamp) })
 	for _, nf := range incs {
-		if len(nf.Status.Remediation.TaintsAdded) == 0 {
+		if len(nf.Status.Remediation.TaintsAdded) == 0 && len(remediate.Owned(n, nf.Name)) == 0 {
 			continue
 		}
 		nf = nf.DeepCopy()
@@ -49,7 +50,7 @@ func (c *Controller) repairOrphan(ctx context.Context, n *corev1.Node, incs []*v
 		}
 		r := *c.remedy
 		r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), v1alpha1.StepOrphanPrefix+step, msg) }
-		removed, err := r.RemoveTaints(ctx, n.Name, &nf.Status.Remediation)
+		removed, err := r.RemoveTaints(ctx, nf.Name, n.Name, &nf.Status.Remediation)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Repairing orphaned taints")
 			return

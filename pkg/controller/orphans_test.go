@@ -205,6 +205,32 @@ func TestOrphanTaintsLeftAlone(t *testing.T) {
 	}
 }
 
+// TestOrphanTaintsRemovedByTheirOwnerMark: a leader added the fenced taint and died
+// before any save recorded it; the incident closed without it in its record (its node
+// came back on a new boot before a successor released it), but the node's owner mark
+// names the incident. The orphan repair removes the taint by that mark, and the mark
+// with it; without the mark the taint would be reported and left for a person
+// (TestOrphanFencedTaintReported).
+func TestOrphanTaintsRemovedByTheirOwnerMark(t *testing.T) {
+	objs := taintedNodes(remediate.FencedTaint, maintenance)
+	objs[0].(*corev1.Node).Annotations = map[string]string{remediate.OwnerAnnotation: "node-1-x0=" + remediate.FencedTaint.Key}
+	f := newFixture(t, fixtureConfig(), append(objs, endedIncident("node-1-x0", "node-1", f0))...)
+	f.now = f0.Add(time.Hour)
+	f.c.reconcileOrphans(context.Background())
+	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
+	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{maintenance.Key}) {
+		t.Errorf("node-1 taints %v, want only %s", got, maintenance.Key)
+	}
+	n, err := f.kube.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mark, ok := n.Annotations[remediate.OwnerAnnotation]; ok {
+		t.Errorf("owner mark %q left on the node", mark)
+	}
+	f.expectEvents(v1alpha1.ReasonOrphanRepaired)
+}
+
 // TestOrphanFencedTaintReported: kubefence's own taint with no incident recording it is
 // never guessed at (it could be a restored backup's, or a person's test): the node keeps
 // it, and the user gets a warning Event on the node and a metric to alert on.

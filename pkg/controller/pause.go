@@ -25,7 +25,8 @@ const (
 	PauseBeforeFenceCall = "before-fence-call"
 	// PauseAfterFenceCall: the Fence call returned; its answer is not saved.
 	PauseAfterFenceCall = "after-fence-call"
-	// PauseAfterFenced: the verified fence is saved; nothing released yet.
+	// PauseAfterFenced: the fence is verified (saved with the release's end, so the record
+	// still says Fencing); nothing released yet.
 	PauseAfterFenced = "after-fenced"
 	// PauseDeletePod, PauseDeleteVolumeAttachment: the release is about to delete a pod,
 	// a VolumeAttachment (the remediate package's actions).

@@ -63,7 +63,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		c.step(ctx, nf, c.now(), v1alpha1.StepUnfenced, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
 	}
 	r := c.remediator(ctx, nf)
-	if _, err := r.RemoveTaints(ctx, node.Name, &nf.Status.Remediation); err != nil {
+	if _, err := r.RemoveTaints(ctx, nf.Name, node.Name, &nf.Status.Remediation); err != nil {
 		return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
 	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseRecovered, count: true,

@@ -19,17 +19,10 @@ import (
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
-// remediator acts for nf: its steps go to nf's timeline, its checkpoints save nf.
+// remediator acts for nf: its steps go to nf's timeline.
 func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) remediate.Remediator {
 	r := *c.remedy
 	r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), step, msg) }
-	r.Checkpoint = func(ctx context.Context) error {
-		err := c.save(ctx, nf)
-		if err == nil && nf.Status.Phase == v1alpha1.PhaseFenced {
-			c.pause.at(PauseAfterFenced)
-		}
-		return err
-	}
 	r.Before = func(ctx context.Context, action string) error {
 		c.pause.at(action)
 		return c.leaseConfirmed(ctx)
@@ -37,10 +30,15 @@ func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) rem
 	return r
 }
 
-// release carries out the policy's remediation for a verified incident. Its checkpoint
-// writes the incident, checking the Lease first, before the first change to the cluster.
+// release carries out the policy's remediation for a verified incident and saves it
+// Remediated, or what it did when it fails. Nothing is saved before the first change: the
+// taints carry their owner on the node (remediate.OwnerAnnotation), and every change
+// follows a Lease check passed within the renew deadline (Before).
 func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	start := c.now()
+	if nf.Status.Phase == v1alpha1.PhaseFenced {
+		c.pause.at(PauseAfterFenced)
+	}
 	r := c.remediator(ctx, nf)
 	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
 	if errors.Is(err, remediate.ErrNodeRebooted) {

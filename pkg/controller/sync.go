@@ -373,7 +373,6 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 	}
 	// In a storm the start of a fence is told with its end (issue 24).
 	e.holdWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.admission.fencingNow(c.store.indexer.List(), c.now()) >= eventStormAt
-	e.holdOnce = reason == v1alpha1.ReasonFenced
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	queued := c.pendingEvents[nf.Name]
@@ -410,11 +409,6 @@ type pendingEvent struct {
 	node                 *corev1.Node
 	nf                   *v1alpha1.NodeFence
 	typ, reason, message string
-	// holdOnce: when nothing follows it at a save of a still Fenced incident, it waits for
-	// the next save, which the Event that absorbs it may join (the release's first
-	// checkpoint saves a Fenced incident; its end saves it Remediated, or a failure saves
-	// what was done). A save that leaves Fenced sends it.
-	holdOnce bool
 	// holdWhileFencing: a fence's start in a storm (eventStormAt) waits at every save
 	// while the incident is Fencing, for the Event that ends the fence to absorb it.
 	holdWhileFencing bool
@@ -429,18 +423,12 @@ func (c *Controller) emit(e pendingEvent) {
 }
 
 // flushEvents sends the events the save of nf has just made legitimate. The last one
-// waits for the next save if it is held once and nf is still Fenced (its release goes
-// on), or is a storm's fence start and nf is still Fencing.
+// waits for the next save if it is a storm's fence start and nf is still Fencing.
 func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
 	c.mu.Lock()
 	pending := c.pendingEvents[nf.Name]
 	delete(c.pendingEvents, nf.Name)
-	if n := len(pending); n > 0 && pending[n-1].holdOnce && nf.Status.Phase == v1alpha1.PhaseFenced {
-		last := pending[n-1]
-		last.holdOnce = false
-		c.pendingEvents[nf.Name] = []pendingEvent{last}
-		pending = pending[:n-1]
-	} else if n > 0 && pending[n-1].holdWhileFencing && nf.Status.Phase == v1alpha1.PhaseFencing {
+	if n := len(pending); n > 0 && pending[n-1].holdWhileFencing && nf.Status.Phase == v1alpha1.PhaseFencing {
 		c.pendingEvents[nf.Name] = []pendingEvent{pending[n-1]}
 		pending = pending[:n-1]
 	}

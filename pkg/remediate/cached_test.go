@@ -95,10 +95,11 @@ func TestReleaseFromCacheWithTaintReadsLive(t *testing.T) {
 	}
 }
 
-// TestReleaseDropsClaimOfTaintFoundOnNode: a person put the out-of-service taint on the
-// node after the cache last saw it. The release recorded it as its own from the cached
-// copy; finding it on the node, it drops the record, so recovery leaves it alone.
-func TestReleaseDropsClaimOfTaintFoundOnNode(t *testing.T) {
+// TestReleaseLeavesTaintFoundOnNode: a person put the out-of-service taint on the node
+// after the cache last saw it. The release meant to add it from the cached copy; the
+// node read after the conflict has it, with no owner mark naming the incident, so the
+// record does not take it and recovery leaves it alone.
+func TestReleaseLeavesTaintFoundOnNode(t *testing.T) {
 	person := corev1.Taint{Key: OutOfServiceTaint.Key, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
 	c, r := staleCache(t, func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{person} })
 	var rem v1alpha1.Remediation

@@ -49,12 +49,6 @@ type Remediator struct {
 	Client kubernetes.Interface
 	// OnStep, if set, is told of each action as it completes (for the timeline and events).
 	OnStep func(step, message string)
-	// Checkpoint, if set, persists the incident. Release calls it before its first change
-	// to the cluster, with every taint it will add recorded, and again whenever it records
-	// another taint before putting it on the node, so that a crash in between leaves a
-	// record of a taint kubefence owns, never a taint nobody owns. The caller's lease
-	// check rides on it.
-	Checkpoint func(ctx context.Context) error
 	// Before, if set, is called before each change to the cluster (a taint, a pod
 	// deletion, a VolumeAttachment deletion) with what it is about to do; an error stops
 	// the release there. The caller checks its leader Lease in it (invariant 2: every
@@ -107,13 +101,6 @@ func (r *Remediator) step(step, msg string) {
 	}
 }
 
-func (r *Remediator) checkpoint(ctx context.Context) error {
-	if r.Checkpoint == nil {
-		return nil
-	}
-	return r.Checkpoint(ctx)
-}
-
 // Release releases the workloads of the incident's node with the given strategy and
 // records what it did in rem, which the caller persists. It is idempotent: a second call
 // finds nothing left to do.
@@ -141,32 +128,16 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 			return err
 		}
 	}
-	// One checkpoint before the first change: it also records the taints the release
-	// will add, the last one included, so that adding it later needs no write of its own
-	// (issue 24: that write was the one status write an incident had beyond the floor).
-	// A taint this release recorded and then finds already on the node (a person added it
-	// meanwhile, or the copy it judged by was stale) is not kubefence's: the record drops
-	// it again (addTaint).
-	var claimed []string
-	if node != nil && r.claim(node, first, rem) {
-		claimed = append(claimed, first.Key)
-	}
-	if strategy == v1alpha1.StrategyBoth && node != nil && r.claim(node, OutOfServiceTaint, rem) {
-		claimed = append(claimed, OutOfServiceTaint.Key)
-	}
-	if err := r.checkpoint(ctx); err != nil {
-		rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return slices.Contains(claimed, k) })
-		return fmt.Errorf("release node %s: record the incident before the first change: %w", nf.Spec.NodeName, err)
-	}
+	// No write of the incident comes before the first change: each taint carries its
+	// owner on the node, in the same update (OwnerAnnotation), so a crash or a lost
+	// leadership right after it leaves a taint that says whose it is; the release that
+	// resumes, recovery and the orphan repair read it there (issue 24: that write was the
+	// one status write an incident had between its verified fence and its release).
 	if node != nil {
 		// From a cached copy, the update itself proves the copy current (it carries the
 		// copy's resourceVersion): the boot judged above is the node's at the update. A
 		// conflict reads the node again and judges its boot again.
-		if node, err = r.addTaint(ctx, node, first, rem, slices.Contains(claimed, first.Key), verify); err != nil {
-			if errors.Is(err, ErrNodeRebooted) {
-				// Nothing was released: the record keeps no taint this release claimed.
-				rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return slices.Contains(claimed, k) })
-			}
+		if node, err = r.addTaint(ctx, nf.Name, node, first, rem, verify); err != nil {
 			return err
 		}
 	}
@@ -183,30 +154,21 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	// pods by name, and a queued eviction of a pod deleted here would hit its replacement
 	// of the same name on a healthy node.
 	if strategy == v1alpha1.StrategyBoth && node != nil {
-		_, err := r.addTaint(ctx, node, OutOfServiceTaint, rem, slices.Contains(claimed, OutOfServiceTaint.Key), nil)
+		_, err := r.addTaint(ctx, nf.Name, node, OutOfServiceTaint, rem, nil)
 		return err
 	}
 	return nil
 }
 
-// claim records taint as kubefence's in rem if the node lacks it and it is not recorded
-// yet; it reports whether it did. A taint already on the node and not recorded is a
-// person's, and stays theirs (invariant 6).
-func (r *Remediator) claim(node *corev1.Node, taint corev1.Taint, rem *v1alpha1.Remediation) bool {
-	if hasTaint(node, taint) || slices.Contains(rem.TaintsAdded, taint.Key) {
-		return false
-	}
-	rem.TaintsAdded = append(rem.TaintsAdded, taint.Key)
-	return true
-}
-
-// addTaint puts taint on the node, starting from the given copy (live or cached) and
-// reading the node again only on a conflict. A taint is recorded (and checkpointed) before
-// it is added; one this release recorded (claimedNow) but finds already on the node is
-// someone else's, and the record drops it. verify, if set, judges every copy read live.
-// It returns the node as last written or read.
-func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint corev1.Taint, rem *v1alpha1.Remediation,
-	claimedNow bool, verify func(*corev1.Node) error) (*corev1.Node, error) {
+// addTaint puts taint on the node for incident, starting from the given copy (live or
+// cached) and reading the node again only on a conflict. The update that adds the taint
+// also names the incident as its owner (OwnerAnnotation), and the record (rem) takes the
+// key once the update is through. A taint already on the node is the incident's only if
+// its record or the node's owner mark says so (a release before this one added it and
+// its record was lost); anybody else's stays theirs and unrecorded (invariant 6). verify,
+// if set, judges every copy read live. It returns the node as last written or read.
+func (r *Remediator) addTaint(ctx context.Context, incident string, node *corev1.Node, taint corev1.Taint, rem *v1alpha1.Remediation,
+	verify func(*corev1.Node) error) (*corev1.Node, error) {
 	added := false
 	current := node
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -223,23 +185,17 @@ func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint core
 			current = n
 		}
 		if hasTaint(current, taint) {
-			if claimedNow {
-				rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return k == taint.Key })
+			if slices.Contains(Owned(current, incident), taint.Key) && !slices.Contains(rem.TaintsAdded, taint.Key) {
+				rem.TaintsAdded = append(rem.TaintsAdded, taint.Key)
 			}
 			return nil
-		}
-		if !slices.Contains(rem.TaintsAdded, taint.Key) {
-			rem.TaintsAdded = append(rem.TaintsAdded, taint.Key)
-			if err := r.checkpoint(ctx); err != nil {
-				rem.TaintsAdded = slices.DeleteFunc(rem.TaintsAdded, func(k string) bool { return k == taint.Key })
-				return fmt.Errorf("record taint %s before adding it: %w", taint.Key, err)
-			}
 		}
 		if err := r.before(ctx, ActionTaint); err != nil {
 			return err
 		}
 		update := current.DeepCopy()
 		update.Spec.Taints = append(update.Spec.Taints, taint)
+		setOwned(update, incident, append(ownedOnNode(current, incident, rem), taint.Key))
 		updated, err := r.Client.CoreV1().Nodes().Update(ctx, update, metav1.UpdateOptions{})
 		if err != nil {
 			current = nil
@@ -255,6 +211,9 @@ func (r *Remediator) addTaint(ctx context.Context, node *corev1.Node, taint core
 		return nil, fmt.Errorf("add taint %s to node %s: %w", taint.Key, node.Name, err)
 	}
 	if added {
+		if !slices.Contains(rem.TaintsAdded, taint.Key) {
+			rem.TaintsAdded = append(rem.TaintsAdded, taint.Key)
+		}
 		r.step(v1alpha1.StepTaintAdded, fmt.Sprintf("added %s=%s:%s", taint.Key, taint.Value, taint.Effect))
 	}
 	return current, nil
@@ -288,30 +247,34 @@ func sameBoot(nf *v1alpha1.NodeFence, n *corev1.Node) error {
 	return nil
 }
 
-// RemoveTaints removes from the node the taints kubefence added, and no other, and clears
-// the record. It returns the keys it found on the node and removed: none when a person
-// or an earlier try already removed them, and then the step says so rather than claim a
+// RemoveTaints removes from the node the taints incident added, and no other, with its
+// owner mark, and clears the record. The taints it added are those its record names and
+// those the node's owner mark gives it (a release whose record was lost after the
+// update). It returns the keys it found on the node and removed: none when a person or
+// an earlier try already removed them, and then the step says so rather than claim a
 // removal.
-func (r *Remediator) RemoveTaints(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) ([]string, error) {
-	if len(rem.TaintsAdded) == 0 {
-		return nil, nil
-	}
-	var removed []string
+func (r *Remediator) RemoveTaints(ctx context.Context, incident, nodeName string, rem *v1alpha1.Remediation) ([]string, error) {
+	var removed, ours []string
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		removed = nil
 		node, err := r.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
+		ours = append(slices.Clone(rem.TaintsAdded), Owned(node, incident)...)
+		marked := len(Owned(node, incident)) > 0
 		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool {
-			if !slices.Contains(rem.TaintsAdded, t.Key) {
+			if !slices.Contains(ours, t.Key) {
 				return false
 			}
 			removed = append(removed, t.Key)
 			return true
 		})
-		if len(removed) == 0 {
+		if len(removed) == 0 && !marked {
 			return nil
+		}
+		if marked {
+			delete(node.Annotations, OwnerAnnotation)
 		}
 		if err := r.before(ctx, ActionTaint); err != nil {
 			return err
@@ -325,9 +288,13 @@ func (r *Remediator) RemoveTaints(ctx context.Context, nodeName string, rem *v1a
 	if err != nil {
 		return nil, fmt.Errorf("remove taints %v from node %s: %w", rem.TaintsAdded, nodeName, err)
 	}
-	if len(removed) == 0 {
-		r.step(v1alpha1.StepTaintsRemoved, fmt.Sprintf("the taints kubefence had added, %v, were no longer on the node; record cleared", rem.TaintsAdded))
-	} else {
+	slices.Sort(ours)
+	ours = slices.Compact(ours)
+	switch {
+	case len(ours) == 0:
+	case len(removed) == 0:
+		r.step(v1alpha1.StepTaintsRemoved, fmt.Sprintf("the taints kubefence had added, %v, were no longer on the node; record cleared", ours))
+	default:
 		r.step(v1alpha1.StepTaintsRemoved, fmt.Sprintf("removed the taints kubefence had added: %v", removed))
 	}
 	rem.TaintsAdded = nil

@@ -3,7 +3,6 @@ package remediate
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -40,7 +39,7 @@ func objects(nodeTaints []corev1.Taint) []runtime.Object {
 }
 
 func incident(verified int32, boot string) *v1alpha1.NodeFence {
-	return &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: "dead"},
+	return &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "inc-1"}, Spec: v1alpha1.NodeFenceSpec{NodeName: "dead"},
 		Status: v1alpha1.NodeFenceStatus{VerifiedLevel: verified, BootID: boot}}
 }
 
@@ -97,49 +96,50 @@ func TestReleaseRefusesWithoutVerifiedFence(t *testing.T) {
 
 func TestReleaseStrategies(t *testing.T) {
 	person := corev1.Taint{Key: OutOfServiceTaint.Key, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}
-	fenced, oos := "checkpoint ["+FencedTaint.Key+"]", "checkpoint ["+FencedTaint.Key+" "+OutOfServiceTaint.Key+"]"
 	tests := map[string]struct {
 		strategy   v1alpha1.RemediationStrategy
 		taints     []corev1.Taint
 		want       []string
 		wantTaints []string
+		// wantMark is the node's owner mark at the end.
+		wantMark string
 	}{
 		"both: NoSchedule taint, pods, attachments, then out-of-service": {
 			strategy: v1alpha1.StrategyBoth,
-			// Both taints recorded at the one checkpoint before the first change.
-			want: []string{oos, "update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
+			// No write of the incident before the first change: each taint's update
+			// carries its owner.
+			want: []string{"update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
 				"delete volumeattachments/ va-dead", "update nodes/ dead"},
 			wantTaints: []string{FencedTaint.Key, OutOfServiceTaint.Key},
+			wantMark:   "inc-1=" + FencedTaint.Key + "," + OutOfServiceTaint.Key,
 		},
 		"direct: no out-of-service taint": {
 			strategy: v1alpha1.StrategyDirect,
-			want: []string{fenced, "update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
+			want: []string{"update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
 				"delete volumeattachments/ va-dead"},
 			wantTaints: []string{FencedTaint.Key},
+			wantMark:   "inc-1=" + FencedTaint.Key,
 		},
 		"out-of-service only": {
 			strategy:   v1alpha1.StrategyOutOfServiceTaint,
-			want:       []string{"checkpoint [" + OutOfServiceTaint.Key + "]", "update nodes/ dead"},
+			want:       []string{"update nodes/ dead"},
 			wantTaints: []string{OutOfServiceTaint.Key},
+			wantMark:   "inc-1=" + OutOfServiceTaint.Key,
 		},
 		"a person's out-of-service taint is not claimed": {
 			strategy:   v1alpha1.StrategyOutOfServiceTaint,
 			taints:     []corev1.Taint{person},
-			want:       []string{"checkpoint []"},
+			want:       nil,
 			wantTaints: nil,
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			c := fake.NewSimpleClientset(objects(tc.taints)...) //nolint:staticcheck // field-managed fake not needed
-			// One log of checkpoints (with the taints recorded at that moment) and writes,
-			// in the order they happened.
+			// The writes, in the order they happened.
 			var log []string
 			var rem v1alpha1.Remediation
-			r := &Remediator{Client: c, Checkpoint: func(context.Context) error {
-				log = append(log, fmt.Sprintf("checkpoint %v", rem.TaintsAdded))
-				return nil
-			}}
+			r := &Remediator{Client: c}
 			c.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				if w := describeWrite(a); w != "" {
 					log = append(log, w)
@@ -150,11 +150,9 @@ func TestReleaseStrategies(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !slices.Equal(log, tc.want) {
-				t.Errorf("checkpoints and writes = %q, want %q", log, tc.want)
+				t.Errorf("writes = %q, want %q", log, tc.want)
 			}
-			if !slices.Equal(rem.TaintsAdded, tc.wantTaints) {
-				t.Errorf("recorded taints %v, want %v", rem.TaintsAdded, tc.wantTaints)
-			}
+			expectOwnership(t, c, &rem, tc.wantTaints, tc.wantMark)
 			// Idempotent: a second run finds nothing left to do.
 			c.ClearActions()
 			if err := r.Release(context.Background(), incident(1, "boot-1"), tc.strategy, &rem); err != nil {
@@ -167,20 +165,113 @@ func TestReleaseStrategies(t *testing.T) {
 	}
 }
 
-// A checkpoint that fails stops Release before it changes anything, and the taint it
-// would have recorded is not left in the record.
-func TestReleaseStopsWhenCheckpointFails(t *testing.T) {
+// expectOwnership checks the taints rem records and the dead node's owner mark, and
+// returns the node.
+func expectOwnership(t *testing.T, c *fake.Clientset, rem *v1alpha1.Remediation, taints []string, mark string) *corev1.Node {
+	t.Helper()
+	if !slices.Equal(rem.TaintsAdded, taints) {
+		t.Errorf("recorded taints %v, want %v", rem.TaintsAdded, taints)
+	}
+	node, err := c.CoreV1().Nodes().Get(context.Background(), "dead", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Annotations[OwnerAnnotation]; got != mark {
+		t.Errorf("owner mark %q, want %q", got, mark)
+	}
+	return node
+}
+
+// A Lease check that fails stops Release before it changes anything, and records no
+// taint.
+func TestReleaseStopsWhenLeaseCheckFails(t *testing.T) {
 	c := fake.NewSimpleClientset(objects(nil)...) //nolint:staticcheck // field-managed fake not needed
-	r := &Remediator{Client: c, Checkpoint: func(context.Context) error { return errors.New("lease lost") }}
+	r := &Remediator{Client: c, Before: func(context.Context, string) error { return errors.New("lease lost") }}
 	var rem v1alpha1.Remediation
 	err := r.Release(context.Background(), incident(1, "boot-1"), v1alpha1.StrategyBoth, &rem)
 	if err == nil || !strings.Contains(err.Error(), "lease lost") {
-		t.Fatalf("Release error = %v, want the checkpoint's", err)
+		t.Fatalf("Release error = %v, want the Lease check's", err)
 	}
 	if m := mutations(c); len(m) != 0 {
-		t.Errorf("Release changed the cluster after a failed checkpoint: %v", m)
+		t.Errorf("Release changed the cluster after a failed Lease check: %v", m)
 	}
 	if len(rem.TaintsAdded) != 0 {
-		t.Errorf("taints recorded after a failed checkpoint: %v", rem.TaintsAdded)
+		t.Errorf("taints recorded after a failed Lease check: %v", rem.TaintsAdded)
+	}
+}
+
+// TestReleaseResumesFromTheOwnerMark: the replica that added the fenced taint lost its
+// record of it (it crashed right after the update). The release that resumes finds the
+// taint marked as this incident's on the node and records it, without adding it again,
+// so that recovery removes it; the same taint marked for another incident is not taken.
+func TestReleaseResumesFromTheOwnerMark(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mark       string
+		wantTaints []string
+		wantMark   string
+	}{
+		"marked for this incident": {"inc-1=" + FencedTaint.Key, []string{FencedTaint.Key, OutOfServiceTaint.Key},
+			"inc-1=" + FencedTaint.Key + "," + OutOfServiceTaint.Key},
+		"marked for another incident": {"inc-0=" + FencedTaint.Key, []string{OutOfServiceTaint.Key},
+			"inc-1=" + OutOfServiceTaint.Key},
+		"not marked": {"", []string{OutOfServiceTaint.Key}, "inc-1=" + OutOfServiceTaint.Key},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := objects([]corev1.Taint{FencedTaint})
+			if tc.mark != "" {
+				objs[0].(*corev1.Node).Annotations = map[string]string{OwnerAnnotation: tc.mark}
+			}
+			c := fake.NewSimpleClientset(objs...) //nolint:staticcheck // field-managed fake not needed
+			r := &Remediator{Client: c}
+			var rem v1alpha1.Remediation
+			if err := r.Release(context.Background(), incident(1, "boot-1"), v1alpha1.StrategyBoth, &rem); err != nil {
+				t.Fatal(err)
+			}
+			node := expectOwnership(t, c, &rem, tc.wantTaints, tc.wantMark)
+			if n := len(node.Spec.Taints); n != 2 {
+				t.Errorf("node has %d taints, want the fenced one once and the out-of-service one: %v", n, node.Spec.Taints)
+			}
+		})
+	}
+}
+
+// TestRemoveTaintsByTheOwnerMark: recovery removes the taints the node's owner mark gives
+// the incident even when its record lost them, and the mark with them; a person's taint
+// and another incident's mark stay.
+func TestRemoveTaintsByTheOwnerMark(t *testing.T) {
+	person := corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule}
+	for name, tc := range map[string]struct {
+		mark        string
+		wantTaints  int
+		wantMark    string
+		wantRemoved []string
+	}{
+		"this incident's":    {"inc-1=" + FencedTaint.Key + "," + OutOfServiceTaint.Key, 1, "", []string{FencedTaint.Key, OutOfServiceTaint.Key}},
+		"another incident's": {"inc-0=" + FencedTaint.Key, 3, "inc-0=" + FencedTaint.Key, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := objects([]corev1.Taint{FencedTaint, OutOfServiceTaint, person})
+			objs[0].(*corev1.Node).Annotations = map[string]string{OwnerAnnotation: tc.mark}
+			c := fake.NewSimpleClientset(objs...) //nolint:staticcheck // field-managed fake not needed
+			r := &Remediator{Client: c}
+			var rem v1alpha1.Remediation
+			removed, err := r.RemoveTaints(context.Background(), "inc-1", "dead", &rem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(removed, tc.wantRemoved) {
+				t.Errorf("removed %v, want %v", removed, tc.wantRemoved)
+			}
+			node, err := c.CoreV1().Nodes().Get(context.Background(), "dead", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(node.Spec.Taints) != tc.wantTaints {
+				t.Errorf("taints left %v, want %d", node.Spec.Taints, tc.wantTaints)
+			}
+			if got := node.Annotations[OwnerAnnotation]; got != tc.wantMark {
+				t.Errorf("owner mark %q, want %q", got, tc.wantMark)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,15 +19,17 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/app"
+	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
 // floorWrites is how many requests the floor sends per incident when no write conflicts.
-const floorWrites = 6
+const floorWrites = 5
 
 // floor sends, for BenchmarkIncidentCost, the writes an incident cannot do without, with
 // no controller at all. For each of N nodes at once a goroutine creates the node's
-// NodeFence, writes its status three times (fence issued, verified, remediated) and
-// taints the node twice (fenced, out of service), each request after the previous one
+// NodeFence, writes its status (fence issued), taints the node twice (fenced, out of
+// service; each update names the incident as the taint's owner, as the controller's do)
+// and writes its status again (remediated), each request after the previous one
 // answered, in the order the incident's checkpoints impose. No reads, no Lease checks, no
 // events, no pods: whatever a controller does, an incident with N at once on this API
 // server takes at least this. Its clock stops where the controller's does: when the last
@@ -133,19 +136,26 @@ func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic
 		{Key: "fencing.kubefence.io/fenced", Value: "true", Effect: corev1.TaintEffectNoSchedule},
 		{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute},
 	}
-	for k, phase := range []v1alpha1.Phase{v1alpha1.PhaseFencing, v1alpha1.PhaseFenced, v1alpha1.PhaseRemediated} {
+	for k, phase := range []v1alpha1.Phase{v1alpha1.PhaseFencing, v1alpha1.PhaseRemediated} {
 		u.Object["status"] = map[string]any{"phase": string(phase), "message": fmt.Sprintf("write %d", k+1)}
 		if u, err = res.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
 			return 0, fmt.Errorf("status %s: %w", phase, err)
 		}
-		if phase == v1alpha1.PhaseFenced {
-			// Release: both taints, each after the checkpoint that records it.
+		if phase == v1alpha1.PhaseFencing {
+			// The fence, verified at once; then the release: both taints, each with its
+			// owner on the node in the same update.
+			var owned []string
 			for _, t := range taints {
+				owned = append(owned, t.Key)
 				// kube-controller-manager writes new nodes too: on a conflict, read the node
 				// again, as the controller does.
 				err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 					update := node.DeepCopy()
 					update.Spec.Taints = append(update.Spec.Taints, t)
+					if update.Annotations == nil {
+						update.Annotations = map[string]string{}
+					}
+					update.Annotations[remediate.OwnerAnnotation] = u.GetName() + "=" + strings.Join(owned, ",")
 					updated, err := client.CoreV1().Nodes().Update(ctx, update, metav1.UpdateOptions{})
 					if err == nil {
 						node = updated

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/app"
 	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
 // TestLeaderPausedAtEachStep (issue 19): the leader stops itself (SIGSTOP, through the
@@ -63,6 +65,13 @@ func pausedLeader(t *testing.T, point string) {
 	agents := childPIDs(leader.p.pid())
 	takeover := waitHolder(t, ctx, h, newID)
 	nf := waitReleased(t, ctx, h, victim)
+	// Both taints are on the incident's record, whichever replica added them: a leader
+	// paused after its first taint (at delete-pod) had saved nothing since, and the
+	// standby took the taint as the incident's from its owner mark on the node, so that
+	// recovery removes it (remediate.OwnerAnnotation).
+	if got := nf.Status.Remediation.TaintsAdded; !slices.Contains(got, remediate.FencedTaint.Key) || !slices.Contains(got, remediate.OutOfServiceTaint.Key) {
+		t.Errorf("taints recorded %v, want %s and %s", got, remediate.FencedTaint.Key, remediate.OutOfServiceTaint.Key)
+	}
 	remediated := stepTime(t, nf, v1alpha1.StepRemediated)
 	if budget := haLeaseDuration + haRetryPeriod + agentTime; remediated.Sub(paused) > budget {
 		t.Errorf("remediated %s after the leader paused, more than lease + retry + agent time (%s)", remediated.Sub(paused), budget)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
 const (
@@ -128,6 +129,14 @@ func TestRecoveryAfterPowerOn(t *testing.T) {
 	}
 	if len(final.Status.Remediation.TaintsAdded) != 0 {
 		t.Errorf("incident still records taints %v after recovery", final.Status.Remediation.TaintsAdded)
+	}
+	// The owner mark the release put on the node with its taints goes with them.
+	node, err := h.Cluster.Client.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mark, ok := node.Annotations[remediate.OwnerAnnotation]; ok {
+		t.Errorf("owner mark %q left on the recovered node", mark)
 	}
 }
 
