@@ -195,7 +195,11 @@ func (r *Remediator) addTaint(ctx context.Context, incident string, node *corev1
 		}
 		update := current.DeepCopy()
 		update.Spec.Taints = append(update.Spec.Taints, taint)
-		setOwned(update, incident, append(ownedOnNode(current, incident, rem), taint.Key))
+		owned := ownedOnNode(current, incident, rem)
+		if !slices.Contains(owned, taint.Key) {
+			owned = append(owned, taint.Key)
+		}
+		setOwned(update, incident, owned)
 		updated, err := r.Client.CoreV1().Nodes().Update(ctx, update, metav1.UpdateOptions{})
 		if err != nil {
 			current = nil
