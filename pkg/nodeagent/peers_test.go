@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -309,12 +308,12 @@ func TestAskReachesAnAgentByTheBook(t *testing.T) {
 	if n := a.p.Ask([]string{"a", "b"}, time.Second, time.Second); n != 0 {
 		t.Fatalf("asked %d with b neither a member nor in the book", n)
 	}
-	host, port, err := SplitAddress(b.p.Addr())
-	if err != nil {
-		t.Fatal(err)
+	inBook := nodeAt("b", b.p.Addr())
+	if inBook == nil {
+		t.Fatalf("b's address %q is no host:port", b.p.Addr())
 	}
 	a.p.mu.Lock()
-	a.p.book["b"] = memberlist.Node{Name: "b", Addr: net.ParseIP(host), Port: uint16(port)}
+	a.p.book["b"] = *inBook
 	a.p.askedAt = map[string]time.Time{}
 	a.p.mu.Unlock()
 	if a.p.ml.NumMembers() != 1 {

@@ -30,9 +30,10 @@ func Owned(node *corev1.Node, incident string) []string {
 // and what its record names. A key recorded but not on the node is left out, so that a
 // taint somebody else adds later is not claimed.
 func ownedOnNode(node *corev1.Node, incident string, rem *v1alpha1.Remediation) []string {
+	marked := Owned(node, incident)
 	var keys []string
 	for _, t := range node.Spec.Taints {
-		if (slices.Contains(Owned(node, incident), t.Key) || slices.Contains(rem.TaintsAdded, t.Key)) && !slices.Contains(keys, t.Key) {
+		if (slices.Contains(marked, t.Key) || slices.Contains(rem.TaintsAdded, t.Key)) && !slices.Contains(keys, t.Key) {
 			keys = append(keys, t.Key)
 		}
 	}
@@ -49,5 +50,10 @@ func setOwned(node *corev1.Node, incident string, keys []string) {
 	if node.Annotations == nil {
 		node.Annotations = map[string]string{}
 	}
-	node.Annotations[OwnerAnnotation] = incident + "=" + strings.Join(keys, ",")
+	node.Annotations[OwnerAnnotation] = OwnerMark(incident, keys)
+}
+
+// OwnerMark is the value of OwnerAnnotation that gives keys to incident.
+func OwnerMark(incident string, keys []string) string {
+	return incident + "=" + strings.Join(keys, ",")
 }

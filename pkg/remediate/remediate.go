@@ -265,8 +265,8 @@ func (r *Remediator) RemoveTaints(ctx context.Context, incident, nodeName string
 		if err != nil {
 			return err
 		}
-		ours = append(slices.Clone(rem.TaintsAdded), Owned(node, incident)...)
-		marked := len(Owned(node, incident)) > 0
+		marked := Owned(node, incident)
+		ours = append(slices.Clone(rem.TaintsAdded), marked...)
 		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool {
 			if !slices.Contains(ours, t.Key) {
 				return false
@@ -274,11 +274,11 @@ func (r *Remediator) RemoveTaints(ctx context.Context, incident, nodeName string
 			removed = append(removed, t.Key)
 			return true
 		})
-		if len(removed) == 0 && !marked {
+		if len(removed) == 0 && len(marked) == 0 {
 			return nil
 		}
-		if marked {
-			delete(node.Annotations, OwnerAnnotation)
+		if len(marked) > 0 {
+			setOwned(node, incident, nil)
 		}
 		if err := r.before(ctx, ActionTaint); err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -155,7 +154,7 @@ func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic
 					if update.Annotations == nil {
 						update.Annotations = map[string]string{}
 					}
-					update.Annotations[remediate.OwnerAnnotation] = u.GetName() + "=" + strings.Join(owned, ",")
+					update.Annotations[remediate.OwnerAnnotation] = remediate.OwnerMark(u.GetName(), owned)
 					updated, err := client.CoreV1().Nodes().Update(ctx, update, metav1.UpdateOptions{})
 					if err == nil {
 						node = updated

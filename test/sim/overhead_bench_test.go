@@ -140,7 +140,7 @@ func (r *requestCounter) wrap(next http.RoundTripper) http.RoundTripper {
 	})
 }
 
-// latencies logs, per verb and resource, the p50/p99 of the API server's answers since
+// latencies says, per verb and resource, the p50/p99 of the API server's answers since
 // the last call, and forgets them.
 func (r *requestCounter) latencies() string {
 	r.mu.Lock()
