@@ -62,7 +62,7 @@ func newFloor(ctx context.Context, c *Cluster) (*floor, error) {
 	// The first requests for a new resource wait for the API server to set up its storage
 	// and watch cache: one untimed incident first, as a running controller's informers
 	// would have done long before.
-	if _, _, err := f.round(ctx, "warm-up-", 1); err != nil {
+	if _, _, err := f.round(ctx, "warm-up-", 1, nil); err != nil {
 		return nil, fmt.Errorf("floor warm-up: %w", err)
 	}
 	counter.reset()
@@ -70,8 +70,9 @@ func newFloor(ctx context.Context, c *Cluster) (*floor, error) {
 }
 
 // round runs nodes incidents at once and returns how long each took to release its node
-// and how many requests they sent in all.
-func (f *floor) round(ctx context.Context, prefix string, nodes int) ([]time.Duration, int, error) {
+// and how many requests they sent in all. With a record (recordWrites), each incident's
+// two status writes carry it instead of a phase and a message.
+func (f *floor) round(ctx context.Context, prefix string, nodes int, record []map[string]any) ([]time.Duration, int, error) {
 	created := make([]*corev1.Node, nodes)
 	err := forEach(ctx, nodes, func(ctx context.Context, j int) error {
 		n, err := f.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%snode-%d", prefix, j)}},
@@ -89,7 +90,7 @@ func (f *floor) round(ctx context.Context, prefix string, nodes int) ([]time.Dur
 	sampler := sampleCPU(f.cluster)
 	start := time.Now()
 	for j, node := range created {
-		wg.Go(func() { took[j], errs[j] = floorIncident(ctx, f.client, f.dyn, node, &extras[j]) })
+		wg.Go(func() { took[j], errs[j] = floorIncident(ctx, f.client, f.dyn, node, record, &extras[j]) })
 	}
 	wg.Wait()
 	// Up to the last release, as the controller's round is measured up to its last
@@ -113,8 +114,8 @@ func (f *floor) round(ctx context.Context, prefix string, nodes int) ([]time.Dur
 
 // floorIncident sends one incident's indispensable writes back to back and returns how
 // long they took up to the release (the last taint); extra counts the requests a
-// conflict on the node added.
-func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, node *corev1.Node, extra *int) (time.Duration, error) {
+// conflict on the node added. record, when given, is what its two status writes carry.
+func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, node *corev1.Node, record []map[string]any, extra *int) (time.Duration, error) {
 	start := time.Now()
 	var released time.Duration
 	nf := &v1alpha1.NodeFence{
@@ -137,6 +138,9 @@ func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic
 	}
 	for k, phase := range []v1alpha1.Phase{v1alpha1.PhaseFencing, v1alpha1.PhaseRemediated} {
 		u.Object["status"] = map[string]any{"phase": string(phase), "message": fmt.Sprintf("write %d", k+1)}
+		if record != nil {
+			u.Object["status"] = runtime.DeepCopyJSONValue(record[k])
+		}
 		if u, err = res.UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
 			return 0, fmt.Errorf("status %s: %w", phase, err)
 		}
@@ -175,4 +179,31 @@ func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic
 		}
 	}
 	return released, nil
+}
+
+// recordWrites returns what the controller's two status writes of an incident carried,
+// as its final status tells: the write ahead of the agent call (phase Fencing, the steps
+// up to the first AgentCalled, the first attempt issued and nothing verified or
+// released) and the final one. The floor writes them to measure what the record costs
+// the API server apart from what the controller does.
+func recordWrites(final v1alpha1.NodeFenceStatus) ([]map[string]any, error) {
+	ahead := *final.DeepCopy()
+	ahead.Phase, ahead.VerifiedLevel, ahead.Remediation = v1alpha1.PhaseFencing, 0, v1alpha1.Remediation{}
+	if i := slices.IndexFunc(ahead.Timeline, func(st v1alpha1.Step) bool { return st.Type == v1alpha1.StepAgentCalled }); i >= 0 {
+		ahead.Timeline = ahead.Timeline[:i+1]
+	}
+	if len(ahead.Attempts) > 0 {
+		a := ahead.Attempts[0]
+		a.State, a.Finished, a.PowerState = v1alpha1.AttemptFencing, nil, ""
+		ahead.Attempts = []v1alpha1.Attempt{a}
+	}
+	var out []map[string]any
+	for _, st := range []v1alpha1.NodeFenceStatus{ahead, final} {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -45,6 +47,8 @@ type Recorder struct {
 	mu   sync.Mutex
 	seen []Seen
 	now  func() time.Time
+	// incidents is the watch's cache of NodeFences.
+	incidents cache.Store
 }
 
 // NewRecorder starts watching; it stops when ctx ends. It returns once its caches synced.
@@ -65,6 +69,7 @@ func NewRecorder(ctx context.Context, c *Cluster) (*Recorder, error) {
 		{f.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: r.nodeUpdated}},
 		{df.ForResource(v1alpha1.NodeFenceResource).Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.incident, UpdateFunc: func(_, o any) { r.incident(o) }}},
 	}
+	r.incidents = handlers[3].inf.GetStore()
 	for _, x := range handlers {
 		if _, err := x.inf.AddEventHandler(x.h); err != nil {
 			return nil, err
@@ -94,6 +99,27 @@ func (r *Recorder) All() []Seen {
 	out := slices.Clone(r.seen)
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out
+}
+
+// Incidents returns the NodeFences whose node's name starts with prefix, as the
+// recorder's watch last saw them: reading them sends no request.
+func (r *Recorder) Incidents(prefix string) ([]v1alpha1.NodeFence, error) {
+	var out []v1alpha1.NodeFence
+	for _, obj := range r.incidents.List() {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		if node, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); !strings.HasPrefix(node, prefix) {
+			continue
+		}
+		var nf v1alpha1.NodeFence
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &nf); err != nil {
+			return nil, fmt.Errorf("decode incident %s: %w", u.GetName(), err)
+		}
+		out = append(out, nf)
+	}
+	return out, nil
 }
 
 // First returns the first observation of kind about node, if any.
