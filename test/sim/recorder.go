@@ -60,6 +60,7 @@ func NewRecorder(ctx context.Context, c *Cluster) (*Recorder, error) {
 		return nil, err
 	}
 	df := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	incidents := df.ForResource(v1alpha1.NodeFenceResource).Informer()
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandlerFuncs
@@ -67,9 +68,9 @@ func NewRecorder(ctx context.Context, c *Cluster) (*Recorder, error) {
 		{f.Core().V1().Pods().Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: r.podUpdated, DeleteFunc: r.podDeleted}},
 		{f.Storage().V1().VolumeAttachments().Informer(), cache.ResourceEventHandlerFuncs{DeleteFunc: r.vaDeleted}},
 		{f.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: r.nodeUpdated}},
-		{df.ForResource(v1alpha1.NodeFenceResource).Informer(), cache.ResourceEventHandlerFuncs{AddFunc: r.incident, UpdateFunc: func(_, o any) { r.incident(o) }}},
+		{incidents, cache.ResourceEventHandlerFuncs{AddFunc: r.incident, UpdateFunc: func(_, o any) { r.incident(o) }}},
 	}
-	r.incidents = handlers[3].inf.GetStore()
+	r.incidents = incidents.GetStore()
 	for _, x := range handlers {
 		if _, err := x.inf.AddEventHandler(x.h); err != nil {
 			return nil, err
