@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
@@ -39,6 +40,10 @@ type agentCaller struct {
 	templates map[string]*template.Template
 	// nodes lists every node (from the cache), to find a target two nodes share.
 	nodes func() ([]*corev1.Node, error)
+	// owned, when set, lists the nodes an agent acts for that name a target, from the node
+	// cache's targetIndex: the check that a target is one node's then reads those nodes,
+	// not every node (nodes).
+	owned func(agent, target string) ([]string, error)
 	// policies say which nodes an agent acts for.
 	policies []v1alpha1.Policy
 }
@@ -77,7 +82,7 @@ func (a *agentCaller) requestOwned(ctx context.Context, name string, node *corev
 	}
 	target, err := a.targetOf(cfg, node)
 	if err == nil && owners == nil {
-		owners, err = a.targetOwners(cfg)
+		owners, err = a.ownersOf(cfg, target)
 	}
 	if err == nil {
 		err = unshared(cfg, node, target, owners)
@@ -171,6 +176,70 @@ func (a *agentCaller) targetOwners(cfg v1alpha1.Agent) (map[string][]string, err
 		}
 	}
 	return owners, nil
+}
+
+// ownersOf maps target to the nodes agent cfg acts for that name it: from the node
+// cache's index when the caller has one, by reading every node otherwise.
+func (a *agentCaller) ownersOf(cfg v1alpha1.Agent, target string) (map[string][]string, error) {
+	if a.owned == nil {
+		return a.targetOwners(cfg)
+	}
+	names, err := a.owned(cfg.Name, target)
+	if err != nil {
+		return nil, plugin.Errorf(plugin.KindRetryable, "agent %s: find the nodes that name target %s: %v", cfg.Name, target, err)
+	}
+	return map[string][]string{target: names}, nil
+}
+
+// targetIndex indexes the node cache by agent and target (targetKey), as targetOwners
+// maps them.
+const targetIndex = "agentTarget"
+
+func targetKey(agent, target string) string { return agent + "\x00" + target }
+
+// targetKeys are a node's targetIndex keys: one for each configured agent its policy
+// names whose target the node resolves.
+func (a *agentCaller) targetKeys(obj any) ([]string, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return nil, nil
+	}
+	pol, err := policy.Select(a.policies, node.Labels)
+	if err != nil || pol == nil {
+		return nil, nil
+	}
+	var keys []string
+	seen := map[string]bool{}
+	for _, l := range pol.Levels {
+		for _, name := range l.Agents {
+			cfg, ok := a.config[name]
+			if !ok || seen[name] {
+				continue
+			}
+			seen[name] = true
+			if t, err := a.targetOf(cfg, node); err == nil {
+				keys = append(keys, targetKey(name, t))
+			}
+		}
+	}
+	return keys, nil
+}
+
+// indexedOwners looks owners up in a node cache indexed by targetIndex.
+func indexedOwners(idx cache.Indexer) func(agent, target string) ([]string, error) {
+	return func(agent, target string) ([]string, error) {
+		objs, err := idx.ByIndex(targetIndex, targetKey(agent, target))
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, 0, len(objs))
+		for _, o := range objs {
+			if n, ok := o.(*corev1.Node); ok {
+				names = append(names, n.Name)
+			}
+		}
+		return names, nil
+	}
 }
 
 // unshared refuses a target that another node, one this agent also acts for, maps to as

@@ -247,6 +247,10 @@ func (c *Controller) newCaches(opts Options) error {
 	if err := nfInf.Informer().AddIndexers(nodeFenceIndexers()); err != nil {
 		return fmt.Errorf("index incidents: %w", err)
 	}
+	if err := nodeInf.Informer().AddIndexers(cache.Indexers{targetIndex: c.caller.targetKeys}); err != nil {
+		return fmt.Errorf("index nodes by target: %w", err)
+	}
+	c.caller.owned = indexedOwners(nodeInf.Informer().GetIndexer())
 	c.nodes = nodeInf.Lister()
 	nfClient := opts.Fencing.FencingV1alpha1().NodeFences()
 	c.store = &store{client: nfClient, indexer: nfInf.Informer().GetIndexer(), openReads: sharedOpenReads(nfClient)}

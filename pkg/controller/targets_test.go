@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -148,6 +149,22 @@ func TestSharedTargetRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The controller finds a target's nodes in its node cache's index; the same answers
+	// come from reading every node.
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{targetIndex: a.targetKeys})
+	for _, n := range nodes {
+		if err := idx.Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, owned := range []func(agent, target string) ([]string, error){nil, indexedOwners(idx)} {
+		a.owned = owned
+		sharedTargetCases(t, a, a1, a2, other, nodes[4])
+	}
+}
+
+func sharedTargetCases(t *testing.T, a *agentCaller, a1, a2, other, node5 *corev1.Node) {
+	t.Helper()
 	for _, tc := range []struct {
 		agent string
 		node  *corev1.Node
@@ -157,15 +174,15 @@ func TestSharedTargetRefused(t *testing.T) {
 		{"ipmi", a2, "agent ipmi: target 10.0.0.1 of node node-2 is also the target of node node-1"},
 		// node-3 and node-4 share 10.0.0.3 for ipmi-dc2; node-5 has it too, but for ipmi.
 		{"ipmi-dc2", other, "is also the target of node node-4;"},
-		{"ipmi", nodes[4], ""},
+		{"ipmi", node5, ""},
 		{"rack", a1, `agent rack: target template on node node-1: template: target:1:10: executing "target" at <.Labels.rack>: map has no entry for key "rack"`},
 	} {
 		_, _, err := a.request(context.Background(), tc.agent, tc.node, "", 1)
 		switch {
 		case tc.want == "" && err != nil:
-			t.Errorf("%s on %s: %v, want the target acted on", tc.agent, tc.node.Name, err)
+			t.Errorf("%s on %s (index %v): %v, want the target acted on", tc.agent, tc.node.Name, a.owned != nil, err)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || plugin.KindOf(err) != plugin.KindPermanent):
-			t.Errorf("%s on %s: %v, want a Permanent error with %q", tc.agent, tc.node.Name, err, tc.want)
+			t.Errorf("%s on %s (index %v): %v, want a Permanent error with %q", tc.agent, tc.node.Name, a.owned != nil, err, tc.want)
 		}
 	}
 }
