@@ -252,7 +252,7 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 		if c.detector.Fresh(n, now) {
 			pn = policy.NewNode(pol, n.Name, n.Labels)
 		} else {
-			pn, _ = c.health(pol, n, c.podsOn(n.Name), pdbs, now)
+			pn, _ = c.health(pol, n, c.podsOn(n.Name), pdbs, now, true)
 		}
 		pn.Incident = open[n.Name]
 		cl.Nodes = append(cl.Nodes, pn)

@@ -45,7 +45,7 @@ func (c *Controller) podsOn(node string) []*corev1.Pod {
 // policy's minWait), so the observation is taken with them.
 func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (policy.Node, detector.Observation) {
 	pods := c.podsOn(n.Name)
-	pn, obs := c.health(pol, n, pods, c.urgentPDBs(), now)
+	pn, obs := c.health(pol, n, pods, c.urgentPDBs(), now, false)
 	pn.NothingToRelease = policy.NothingToRelease(pods, c.attachmentsOf(n.Name))
 	pn.ControllerHere = c.replicas.on(n.Name, now)
 	for _, f := range c.store.factsForNode(n.Name) {
@@ -65,13 +65,18 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 }
 
 // health is the part of a node's view that a decision about another node surveys: its
-// labels and its health with its own thresholds. pdbs are urgentPDBs.
-func (c *Controller) health(pol *v1alpha1.Policy, n *corev1.Node, pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, now time.Time) (policy.Node, detector.Observation) {
+// labels and its health with its own thresholds. pdbs are urgentPDBs. A survey
+// (detector.SurveyWith) leaves the observation's evidence in words out.
+func (c *Controller) health(pol *v1alpha1.Policy, n *corev1.Node, pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, now time.Time, survey bool) (policy.Node, detector.Observation) {
 	pn := policy.NewNode(pol, n.Name, n.Labels)
 	pn.MinUnreachableToleration = policy.UnreachableToleration(pods)
 	pn.Urgent, _ = policy.Urgent(pods, pdbs)
 	det := c.cfg.Detection
-	obs := c.detector.AssessWith(n, now,
+	assess := c.detector.AssessWith
+	if survey {
+		assess = c.detector.SurveyWith
+	}
+	obs := assess(n, now,
 		policy.Threshold(pol, pn, det.LeaseStaleAfter.Duration), policy.Threshold(pol, pn, det.NotReadyAfter.Duration))
 	pn.Unhealthy = obs.Health == detector.Unhealthy
 	pn.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping

@@ -16,11 +16,13 @@ type signal struct {
 	since   time.Time
 	after   time.Duration
 	reason  string
-	what    string
+	// what says the evidence in words, written only when asked for (assess's evidence).
+	what func() string
 }
 
-// assess turns the evidence into a health, ignoring flaps.
-func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter, floor time.Duration, heartbeats bool) Observation {
+// assess turns the evidence into a health, ignoring flaps; with evidence, it says why in
+// Observation.Evidence, and without, it leaves Evidence empty and everything else the same.
+func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter, floor time.Duration, heartbeats, evidence bool) Observation {
 	obs := Observation{Node: name, Health: Healthy, Undamped: Healthy, Reason: ReasonHealthy, BootID: st.bootID,
 		RenewalSeen: st.renewalSeen, RenewTime: st.renewTime, StatusSeen: st.statusSeen, Floor: floor}
 	var signals []signal
@@ -29,8 +31,10 @@ func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Ti
 		stale := now.Sub(st.observedAt)
 		signals = append(signals, signal{
 			bad: true, suspect: stale > leaseAfter/2, since: st.observedAt, after: leaseAfter, reason: ReasonLeaseStale,
-			what: fmt.Sprintf("lease last renewed at %s (seen %s ago, threshold %s, evidence floor %s)",
-				st.renewTime.UTC().Format(time.RFC3339Nano), stale.Round(time.Millisecond), leaseAfter, floor),
+			what: func() string {
+				return fmt.Sprintf("lease last renewed at %s (seen %s ago, threshold %s, evidence floor %s)",
+					st.renewTime.UTC().Format(time.RFC3339Nano), stale.Round(time.Millisecond), leaseAfter, floor)
+			},
 		})
 	}
 	if s, ok := heartbeatSignal(st, now, heartbeats); ok {
@@ -45,12 +49,14 @@ func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Ti
 		}
 		signals = append(signals, signal{
 			bad: true, suspect: true, since: ready.LastTransitionTime.Time, after: after, reason: ReasonNotReady,
-			what: fmt.Sprintf("Ready=%s since %s (%s, threshold %s)", ready.Status,
-				ready.LastTransitionTime.UTC().Format(time.RFC3339), ready.Reason, readyAfter),
+			what: func() string {
+				return fmt.Sprintf("Ready=%s since %s (%s, threshold %s)", ready.Status,
+					ready.LastTransitionTime.UTC().Format(time.RFC3339), ready.Reason, readyAfter)
+			},
 		})
 	}
 	var winner *signal
-	var doubts []string
+	var doubts []*signal
 	suspectReason := ""
 	for i := range signals {
 		s := &signals[i]
@@ -59,24 +65,37 @@ func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Ti
 			obs.UnhealthyAt, obs.Since, winner = at, s.since, s
 		}
 		if s.suspect {
-			doubts = append(doubts, s.what)
+			doubts = append(doubts, s)
 			if suspectReason == "" {
 				suspectReason = s.reason
 			}
 		}
 	}
+	// says is the evidence in words, when asked for.
+	says := func(of ...*signal) string {
+		if !evidence {
+			return ""
+		}
+		words := make([]string, len(of))
+		for i, s := range of {
+			words[i] = s.what()
+		}
+		return strings.Join(words, "; ")
+	}
 	switch {
 	case winner == nil:
-		obs.Evidence = "no Lease seen yet; Ready is not False or Unknown"
+		if evidence {
+			obs.Evidence = "no Lease seen yet; Ready is not False or Unknown"
+		}
 		return obs
 	case !now.Before(obs.UnhealthyAt):
-		obs.Health, obs.Reason, obs.Evidence = Unhealthy, winner.reason, winner.what
+		obs.Health, obs.Reason, obs.Evidence = Unhealthy, winner.reason, says(winner)
 	case len(doubts) > 0:
-		obs.Health, obs.Reason, obs.Evidence = Suspect, suspectReason, strings.Join(doubts, "; ")
+		obs.Health, obs.Reason, obs.Evidence = Suspect, suspectReason, says(doubts...)
 	default:
 		// A Lease renewed a moment ago is not suspicious; it is merely waiting for the next
 		// renewal. The node stays Healthy with UnhealthyAt telling when to look again.
-		obs.Evidence = winner.what
+		obs.Evidence = says(winner)
 	}
 	obs.Undamped = obs.Health
 	return obs
@@ -100,30 +119,36 @@ func heartbeatSignal(st *nodeState, now time.Time, heartbeats bool) (signal, boo
 	}
 	return signal{
 		bad: true, suspect: true, since: st.observedAt, after: at.Sub(st.observedAt), reason: ReasonHeartbeatLost,
-		what: fmt.Sprintf("agent gone from its peers since %s; kubelet gave no answer to a probe at %s; lease last renewed at %s (seen %s ago, heartbeat floor %s)",
-			st.agentGone.UTC().Format(time.RFC3339Nano), st.probed.UTC().Format(time.RFC3339Nano),
-			st.renewTime.UTC().Format(time.RFC3339Nano), now.Sub(st.observedAt).Round(time.Millisecond), hb),
+		what: func() string {
+			return fmt.Sprintf("agent gone from its peers since %s; kubelet gave no answer to a probe at %s; lease last renewed at %s (seen %s ago, heartbeat floor %s)",
+				st.agentGone.UTC().Format(time.RFC3339Nano), st.probed.UTC().Format(time.RFC3339Nano),
+				st.renewTime.UTC().Format(time.RFC3339Nano), now.Sub(st.observedAt).Round(time.Millisecond), hb)
+		},
 	}, true
 }
 
-// damp reports a node that keeps breaking and mending itself as Flapping.
-func (d *Detector) damp(st *nodeState, obs *Observation, now time.Time) {
+// damp reports a node that keeps breaking and mending itself as Flapping, and says so in
+// the evidence when asked for.
+func (d *Detector) damp(st *nodeState, obs *Observation, now time.Time, evidence bool) {
 	if d.th.FlapThreshold <= 0 {
 		return
 	}
-	var recent []string
-	for _, t := range d.recentFlaps(st, now) {
-		recent = append(recent, t.UTC().Format(time.RFC3339))
-	}
-	obs.Flaps = len(recent)
+	flaps := d.recentFlaps(st, now)
+	obs.Flaps = len(flaps)
 	if obs.Flaps < d.th.FlapThreshold {
 		return
 	}
 	until := st.flaps[0].Add(d.th.FlapWindow)
-	state := "now " + strings.ToLower(string(obs.Undamped)) + ": " + obs.Evidence
 	obs.Health, obs.Reason = Flapping, ReasonFlapping
-	obs.Evidence = fmt.Sprintf("health recovered %d times within %s (at %s), flapping until %s; %s",
-		obs.Flaps, d.th.FlapWindow, strings.Join(recent, ", "), until.UTC().Format(time.RFC3339), state)
+	if evidence {
+		recent := make([]string, len(flaps))
+		for i, t := range flaps {
+			recent[i] = t.UTC().Format(time.RFC3339)
+		}
+		state := "now " + strings.ToLower(string(obs.Undamped)) + ": " + obs.Evidence
+		obs.Evidence = fmt.Sprintf("health recovered %d times within %s (at %s), flapping until %s; %s",
+			obs.Flaps, d.th.FlapWindow, strings.Join(recent, ", "), until.UTC().Format(time.RFC3339), state)
+	}
 	if !obs.UnhealthyAt.IsZero() && obs.UnhealthyAt.Before(until) {
 		obs.UnhealthyAt = until
 	}
@@ -140,14 +165,14 @@ func (d *Detector) recentFlaps(st *nodeState, now time.Time) []time.Time {
 	return recent
 }
 
-// boot reports a changed boot ID.
-func (d *Detector) boot(st *nodeState, obs *Observation, now time.Time) {
+// boot reports a changed boot ID, in the evidence too when asked for.
+func (d *Detector) boot(st *nodeState, obs *Observation, now time.Time, evidence bool) {
 	if st.prevBootID == "" {
 		return
 	}
 	obs.PreviousBootID, obs.BootIDChangedAt = st.prevBootID, st.bootChangedAt
 	obs.BootIDChanged = d.th.FlapWindow <= 0 || now.Sub(st.bootChangedAt) < d.th.FlapWindow
-	if obs.BootIDChanged {
+	if obs.BootIDChanged && evidence {
 		obs.Evidence += fmt.Sprintf("; rebooted: boot ID %s, was %s until %s",
 			st.bootID, st.prevBootID, st.bootChangedAt.UTC().Format(time.RFC3339))
 	}

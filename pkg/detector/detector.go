@@ -378,16 +378,28 @@ func (d *Detector) Assess(node *corev1.Node, now time.Time) Observation {
 // node unhealthy only once its Lease, if it has one, has also been silent for the floor.
 // A kubelet that renews on its own cadence is alive, whatever the Ready condition says.
 func (d *Detector) AssessWith(node *corev1.Node, now time.Time, leaseStaleAfter, notReadyAfter time.Duration) Observation {
+	return d.assessWith(node, now, leaseStaleAfter, notReadyAfter, true)
+}
+
+// SurveyWith is AssessWith without the evidence in words: the same observation and the
+// same record of the node, with Evidence empty. A survey of every node that reads only
+// the health and its times (the budget's view of the cluster, at each decision) does not
+// format one sentence per node.
+func (d *Detector) SurveyWith(node *corev1.Node, now time.Time, leaseStaleAfter, notReadyAfter time.Duration) Observation {
+	return d.assessWith(node, now, leaseStaleAfter, notReadyAfter, false)
+}
+
+func (d *Detector) assessWith(node *corev1.Node, now time.Time, leaseStaleAfter, notReadyAfter time.Duration, evidence bool) Observation {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := d.state(node.Name)
 	ready := readyCondition(node)
 	d.observeNode(st, node, ready, now)
 	floor := d.floor(st)
-	obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor, d.th.Heartbeats)
+	obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor, d.th.Heartbeats, evidence)
 	obs.ProbeKubelet = d.needsProbe(st, now)
-	d.damp(st, &obs, now)
-	d.boot(st, &obs, now)
+	d.damp(st, &obs, now, evidence)
+	d.boot(st, &obs, now, evidence)
 	return obs
 }
 

@@ -1,6 +1,7 @@
 package detector
 
 import (
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -188,6 +189,16 @@ func TestAssess(t *testing.T) {
 				if !strings.Contains(obs.Evidence, e) {
 					t.Errorf("evidence %q lacks %q", obs.Evidence, e)
 				}
+			}
+			// A survey of the same node sees the same and says nothing in words.
+			s2 := run(tc.events...)
+			survey := s2.d.SurveyWith(s2.node, t0.Add(tc.at), s2.d.th.LeaseStaleAfter, s2.d.th.NotReadyAfter)
+			if obs.Evidence == "" && tc.evidence != nil {
+				t.Fatal("no evidence to leave out")
+			}
+			obs.Evidence = ""
+			if !reflect.DeepEqual(survey, obs) {
+				t.Errorf("SurveyWith = %+v\nwant AssessWith without its evidence: %+v", survey, obs)
 			}
 		})
 	}
