@@ -295,7 +295,7 @@ func (c *Controller) watchReports(opts Options) error {
 		UpdateFunc: func(_, obj any) { c.onReport(obj) },
 		DeleteFunc: func(obj any) {
 			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
-				c.watchdogs.forget("", l.Labels[nodeagent.NodeLabel])
+				c.watchdogs.forget("", nodeagent.NodeOf(l))
 			}
 		},
 	})
@@ -313,7 +313,7 @@ func (c *Controller) onReport(obj any) {
 		return
 	}
 	holds := c.watchdogs.observe(l)
-	if node := l.Labels[nodeagent.NodeLabel]; node != "" {
+	if node := nodeagent.NodeOf(l); node != "" {
 		c.queue.Add(node)
 	}
 	for _, name := range holds {

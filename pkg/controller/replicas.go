@@ -44,7 +44,12 @@ func newReplicas(self string, renewInterval time.Duration) *replicas {
 // for the first time counts as a renewal: a replica is presumed alive until it has been
 // silent for the window, which only ever holds a fence back.
 func (r *replicas) observe(lease *coordinationv1.Lease, now time.Time) {
-	node := lease.Labels[v1alpha1.NodeLabel]
+	// The whole name is in the annotation; replicas from before it wrote only the label,
+	// which is the whole name when it fits.
+	node := lease.Annotations[v1alpha1.NodeAnnotation]
+	if node == "" {
+		node = lease.Labels[v1alpha1.NodeLabel]
+	}
 	if node == "" || lease.Spec.RenewTime == nil {
 		return
 	}

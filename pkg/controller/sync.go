@@ -159,7 +159,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		return time.Second, nil
 	}
 	nf := &v1alpha1.NodeFence{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-", Labels: map[string]string{v1alpha1.NodeLabel: node.Name}},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-", Labels: map[string]string{v1alpha1.NodeLabel: v1alpha1.LabelValue(node.Name)}},
 		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: v1alpha1.RequestedByController,
 			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
 		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},

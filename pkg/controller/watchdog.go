@@ -54,7 +54,7 @@ func newWatchdogs(cfg v1alpha1.WatchdogConfig, now func() time.Time) *watchdogs 
 // observe records a report Lease as seen now, and returns the incidents it holds that
 // no earlier report of the node held.
 func (w *watchdogs) observe(l *coordinationv1.Lease) []string {
-	node := l.Labels[nodeagent.NodeLabel]
+	node := nodeagent.NodeOf(l)
 	if node == "" || l.Name != nodeagent.LeaseName(node) {
 		return nil
 	}

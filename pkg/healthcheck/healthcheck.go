@@ -122,7 +122,7 @@ func Request(r *v1alpha1.KubefenceRemediation, node string) *v1alpha1.NodeFence 
 	return &v1alpha1.NodeFence{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        NodeFenceName(node, r.UID),
-			Labels:      map[string]string{v1alpha1.NodeLabel: node, v1alpha1.RemediationUIDLabel: string(r.UID)},
+			Labels:      map[string]string{v1alpha1.NodeLabel: v1alpha1.LabelValue(node), v1alpha1.RemediationUIDLabel: string(r.UID)},
 			Annotations: map[string]string{v1alpha1.RemediationAnnotation: Key(r)},
 		},
 		Spec: v1alpha1.NodeFenceSpec{

@@ -82,7 +82,8 @@ func (l *IdentityLeases) Renew(ctx context.Context, identity string) error {
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		lease = &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace, Labels: l.labels(nil), OwnerReferences: l.owners(identity)},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.Namespace, Labels: l.labels(nil), Annotations: l.annotations(nil),
+				OwnerReferences: l.owners(identity)},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: &identity, LeaseDurationSeconds: &secs,
 				AcquireTime: &now, RenewTime: &now},
 		}
@@ -96,7 +97,7 @@ func (l *IdentityLeases) Renew(ctx context.Context, identity string) error {
 		return fmt.Errorf("read identity lease %s/%s: %w", l.Namespace, name, err)
 	}
 	lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, &secs
-	lease.Labels = l.labels(lease.Labels)
+	lease.Labels, lease.Annotations = l.labels(lease.Labels), l.annotations(lease.Annotations)
 	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("renew identity lease %s/%s: %w", l.Namespace, name, err)
 	}
@@ -112,8 +113,22 @@ func (l *IdentityLeases) labels(had map[string]string) map[string]string {
 	}
 	out[IdentityLabel], out[ComponentLabel] = "true", l.Component
 	if l.Node != "" {
-		out[v1alpha1.NodeLabel] = l.Node
+		out[v1alpha1.NodeLabel] = v1alpha1.LabelValue(l.Node)
 	}
+	return out
+}
+
+// annotations are the Lease's annotations: what it had, with the node's whole name (the
+// label holds at most 63 characters of it).
+func (l *IdentityLeases) annotations(had map[string]string) map[string]string {
+	if l.Node == "" {
+		return had
+	}
+	out := map[string]string{}
+	for k, v := range had {
+		out[k] = v
+	}
+	out[v1alpha1.NodeAnnotation] = l.Node
 	return out
 }
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -208,7 +209,7 @@ func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result,
 		return plugin.Result{}, a.errNoClient()
 	}
 	list, err := a.client.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
-		ManagedByLabel: ManagedBy, NodeLabel: labelValue(req.Node), AgentLabel: labelValue(a.cfg.Name)}).String()})
+		ManagedByLabel: ManagedBy, NodeLabel: v1alpha1.LabelValue(req.Node), AgentLabel: v1alpha1.LabelValue(a.cfg.Name)}).String()})
 	if err != nil {
 		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "list NetworkFences of node %s: %v", req.Node, err)
 	}
@@ -286,8 +287,8 @@ func (a *Agent) object(name, node, incident string, cidrs []string) *unstructure
 	u.SetAPIVersion(Resource.GroupVersion().String())
 	u.SetKind("NetworkFence")
 	u.SetName(name)
-	u.SetLabels(map[string]string{ManagedByLabel: ManagedBy, NodeLabel: labelValue(node),
-		AgentLabel: labelValue(a.cfg.Name), IncidentLabel: labelValue(incident)})
+	u.SetLabels(map[string]string{ManagedByLabel: ManagedBy, NodeLabel: v1alpha1.LabelValue(node),
+		AgentLabel: v1alpha1.LabelValue(a.cfg.Name), IncidentLabel: v1alpha1.LabelValue(incident)})
 	return u
 }
 
@@ -295,8 +296,8 @@ func (a *Agent) object(name, node, incident string, cidrs []string) *unstructure
 // and incident (the name is taken by someone else's, or names were cut alike).
 func (a *Agent) ours(obj *unstructured.Unstructured, req plugin.Request) error {
 	l := obj.GetLabels()
-	if l[ManagedByLabel] != ManagedBy || l[NodeLabel] != labelValue(req.Node) || l[AgentLabel] != labelValue(a.cfg.Name) ||
-		l[IncidentLabel] != labelValue(req.Incident) {
+	if l[ManagedByLabel] != ManagedBy || l[NodeLabel] != v1alpha1.LabelValue(req.Node) || l[AgentLabel] != v1alpha1.LabelValue(a.cfg.Name) ||
+		l[IncidentLabel] != v1alpha1.LabelValue(req.Incident) {
 		return plugin.Errorf(plugin.KindPermanent, "NetworkFence %s is not kubefence's agent %s's for node %s, incident %q (labels %v): kubefence never changes a NetworkFence it did not create",
 			obj.GetName(), a.cfg.Name, req.Node, req.Incident, l)
 	}
@@ -359,13 +360,3 @@ func toAny(ss []string) []any {
 }
 
 func ptrUID(u types.UID) *types.UID { return &u }
-
-// labelValue is v as a label value: values longer than 63 characters are cut and given
-// a hash.
-func labelValue(v string) string {
-	if len(v) <= 63 {
-		return v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return strings.TrimRight(v[:54], ".-_") + "-" + hex.EncodeToString(sum[:4])
-}

@@ -270,11 +270,15 @@ func (a *Agent) join(leases []any) {
 	addrs := map[string]string{}
 	for _, obj := range leases {
 		l, ok := obj.(*coordinationv1.Lease)
-		if !ok || l.Labels[NodeLabel] == a.Node || known[l.Labels[NodeLabel]] {
+		if !ok {
+			continue
+		}
+		node := NodeOf(l)
+		if node == "" || node == a.Node || known[node] {
 			continue
 		}
 		if r, err := Decode(l); err == nil && r.Peer != "" {
-			addrs[l.Labels[NodeLabel]] = r.Peer
+			addrs[node] = r.Peer
 		}
 	}
 	if len(addrs) > 0 {

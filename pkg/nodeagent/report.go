@@ -10,6 +10,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
 const (
@@ -23,12 +25,27 @@ const (
 	// Component.
 	ComponentLabel = "app.kubernetes.io/component"
 	Component      = "node-agent"
-	// NodeLabel names the reporting node on its Lease (v1alpha1.NodeLabel's key).
+	// NodeLabel names the reporting node on its Lease (v1alpha1.NodeLabel's key), with
+	// v1alpha1.LabelValue(node): a node name may be longer than a label value. The whole
+	// name is the Lease's holder (NodeOf).
 	NodeLabel = "fencing.kubefence.io/node"
 )
 
 // LeaseName is the name of node's report Lease.
 func LeaseName(node string) string { return LeasePrefix + node }
+
+// NodeOf names the node whose report Lease l is: its holder, the node that wrote it, when
+// its NodeLabel is that node's; otherwise "".
+func NodeOf(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	node := *l.Spec.HolderIdentity
+	if node == "" || l.Labels[NodeLabel] != v1alpha1.LabelValue(node) {
+		return ""
+	}
+	return node
+}
 
 // Report is what a node agent publishes about its node: the watchdog it feeds, the boot
 // it runs in, the member list its rule counts a majority of, and the NodeFences it
@@ -87,7 +104,7 @@ func (r Report) Encode(lease *coordinationv1.Lease, node string) error {
 		lease.Labels = map[string]string{}
 	}
 	lease.Labels[ComponentLabel] = Component
-	lease.Labels[NodeLabel] = node
+	lease.Labels[NodeLabel] = v1alpha1.LabelValue(node)
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}

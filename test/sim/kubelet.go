@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -296,8 +297,15 @@ func (n *Node) observePower() (alive, rebooted bool) {
 
 // register creates the Node object and, if the node is powered on, its first heartbeat.
 func (n *Node) register(ctx context.Context) error {
+	// The kubelet labels its node with its host's name, which a label value holds (63
+	// characters); a longer node name (an FQDN a cloud provider gives, say) comes with
+	// the host's short name.
+	hostname := n.Name()
+	if len(hostname) > 63 {
+		hostname, _, _ = strings.Cut(hostname, ".")
+	}
 	labels := map[string]string{
-		"kubernetes.io/hostname": n.Name(),
+		"kubernetes.io/hostname": hostname,
 		"kubernetes.io/os":       "linux",
 		"kubernetes.io/arch":     "amd64",
 	}

@@ -1,7 +1,10 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -62,8 +65,13 @@ const RequestedByController = "controller"
 const ConditionContradiction = "FenceContradicted"
 
 // NodeLabel names the node a NodeFence is about, on the NodeFence, and the node a
-// controller replica runs on, on its identity Lease.
+// controller replica runs on, on its identity Lease. Its value is LabelValue(the node's
+// name): a node name may be longer than a label value.
 const NodeLabel = "fencing.kubefence.io/node"
+
+// NodeAnnotation holds, on a controller replica's identity Lease, the whole name of the
+// node it runs on (NodeLabel holds at most 63 characters of it).
+const NodeAnnotation = "fencing.kubefence.io/node"
 
 // MaxTimelineSteps is the most steps an incident's timeline keeps: the first (why it
 // opened) and the latest others. The CRD refuses a longer one.
@@ -283,3 +291,14 @@ type NodeFenceList struct {
 
 // Verified reports whether a fencing level was read back as complete.
 func (s *NodeFenceStatus) Verified() bool { return s.VerifiedLevel > 0 }
+
+// LabelValue is v as a label value: v itself when it fits (63 characters), otherwise its
+// first 54 characters and a hash of the whole, so that a node name of up to 253
+// characters still labels its incident. Compare labels with LabelValue(name), not name.
+func LabelValue(v string) string {
+	if len(v) <= 63 {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return strings.TrimRight(v[:54], ".-_") + "-" + hex.EncodeToString(sum[:4])
+}
