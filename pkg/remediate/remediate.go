@@ -290,7 +290,7 @@ func (r *Remediator) RemoveTaints(ctx context.Context, incident, nodeName string
 		err = nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("remove taints %v from node %s: %w", rem.TaintsAdded, nodeName, err)
+		return nil, fmt.Errorf("remove the taints of incident %s (recorded %v) from node %s: %w", incident, rem.TaintsAdded, nodeName, err)
 	}
 	slices.Sort(ours)
 	ours = slices.Compact(ours)

@@ -489,9 +489,6 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 		res, perNode = roundResult{}, map[string]int{}
 		firstCrossed, lastDone = time.Time{}, time.Time{}
 		for _, nf := range incs {
-			if !strings.HasPrefix(nf.Spec.NodeName, prefix) {
-				continue
-			}
 			perNode[nf.Spec.NodeName]++
 			if nf.Status.Phase != v1alpha1.PhaseRemediated {
 				return false, nil

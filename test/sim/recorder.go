@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -114,9 +113,9 @@ func (r *Recorder) Incidents(prefix string) ([]v1alpha1.NodeFence, error) {
 		if node, _, _ := unstructured.NestedString(u.Object, "spec", "nodeName"); !strings.HasPrefix(node, prefix) {
 			continue
 		}
-		var nf v1alpha1.NodeFence
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &nf); err != nil {
-			return nil, fmt.Errorf("decode incident %s: %w", u.GetName(), err)
+		nf, err := decodeIncident(u)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, nf)
 	}

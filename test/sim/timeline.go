@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -32,10 +33,10 @@ func Incidents(ctx context.Context, c *Cluster, node string) ([]v1alpha1.NodeFen
 		return nil, fmt.Errorf("list incidents: %w", err)
 	}
 	var out []v1alpha1.NodeFence
-	for _, u := range list.Items {
-		var nf v1alpha1.NodeFence
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &nf); err != nil {
-			return nil, fmt.Errorf("decode incident %s: %w", u.GetName(), err)
+	for i := range list.Items {
+		nf, err := decodeIncident(&list.Items[i])
+		if err != nil {
+			return nil, err
 		}
 		if node == "" || nf.Spec.NodeName == node {
 			out = append(out, nf)
@@ -43,6 +44,15 @@ func Incidents(ctx context.Context, c *Cluster, node string) ([]v1alpha1.NodeFen
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp) })
 	return out, nil
+}
+
+// decodeIncident is the NodeFence u holds.
+func decodeIncident(u *unstructured.Unstructured) (v1alpha1.NodeFence, error) {
+	var nf v1alpha1.NodeFence
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &nf); err != nil {
+		return nf, fmt.Errorf("decode incident %s: %w", u.GetName(), err)
+	}
+	return nf, nil
 }
 
 // Timeline merges three independent records of one node's incident: the controller's
