@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -486,6 +488,46 @@ func TestFixtureHold(t *testing.T) {
 	f.sync("node-1")
 	f.expectRequests()
 	f.expectEvents()
+}
+
+// TestCreateSendsNoStatus: an incident is created without its status, which the API
+// server would drop after decoding it (issue 24); the detection the controller kept goes
+// out with the first decision's status write.
+func TestCreateSendsNoStatus(t *testing.T) {
+	f := newFixture(t, fixtureConfig(), threeNodes()...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1", "node-2")
+	f.sync("node-1")
+	var created, written int
+	for _, a := range f.dyn.Actions() {
+		switch {
+		case a.GetVerb() == "create" && a.GetResource().Resource == "nodefences":
+			created++
+			nf := a.(k8stesting.CreateAction).GetObject().(*v1alpha1.NodeFence)
+			if !equality.Semantic.DeepEqual(nf.Status, v1alpha1.NodeFenceStatus{}) {
+				t.Errorf("the create sent a status: %+v", nf.Status)
+			}
+			if nf.Spec.NodeName != "node-1" || nf.Labels[v1alpha1.NodeLabel] != "node-1" {
+				t.Errorf("the create sent spec %+v, labels %v", nf.Spec, nf.Labels)
+			}
+		case a.GetVerb() == "update" && a.GetSubresource() == "status":
+			written++
+		}
+	}
+	if created != 1 || written != 1 {
+		t.Fatalf("%d creates and %d status writes, want 1 and 1", created, written)
+	}
+	nf := f.incident("node-1")
+	var steps []string
+	for _, st := range nf.Status.Timeline {
+		steps = append(steps, st.Type)
+	}
+	if want := []string{v1alpha1.StepEvidenceStarted, v1alpha1.StepDetected, v1alpha1.StepHold}; !slices.Equal(steps, want) {
+		t.Errorf("stored timeline %v, want %v", steps, want)
+	}
+	if nf.Status.Phase != v1alpha1.PhaseHeld || nf.Status.Policy == "" || nf.Status.LeaseRenewTime == nil {
+		t.Errorf("stored status lacks the detection: phase %s, policy %q, leaseRenewTime %v", nf.Status.Phase, nf.Status.Policy, nf.Status.LeaseRenewTime)
+	}
 }
 
 // TestFixtureDryRun: in dry run a dead node is reported (an Event) and nothing is

@@ -178,8 +178,12 @@ func sharedOpenReads(client fencingclient.NodeFenceInterface) *coalesce.Read[[]v
 // create creates the incident. Its status is not written yet: it is returned with nf's
 // status, which the first decision on the incident writes (saving a request per
 // incident); until then the incident reads as a fresh request, and is decided as one.
+// The status is not sent either: the API server drops a new object's status (the status
+// subresource) only after decoding, pruning and tracking its fields (issue 24).
 func (s *store) create(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.NodeFence, error) {
-	out, err := s.client.Create(ctx, nf, metav1.CreateOptions{})
+	req := *nf
+	req.Status = v1alpha1.NodeFenceStatus{}
+	out, err := s.client.Create(ctx, &req, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("create incident for node %s: %w", nf.Spec.NodeName, err)
 	}
