@@ -115,6 +115,8 @@ type Controller struct {
 	guard *leader.LeaseGuard
 	// admission makes each fence decision and its claim on the budget one step.
 	admission admission
+	// gate lets a storm's releases go before their records.
+	gate releaseGate
 
 	mu    sync.Mutex
 	epoch int64

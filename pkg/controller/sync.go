@@ -65,6 +65,12 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if err != nil {
 		return 0, err
 	}
+	if inc != nil || obs.Health == detector.Unhealthy {
+		// An incident under way, or about to open: its writes free workloads.
+		c.gate.enter()
+		defer c.gate.leave()
+		ctx = context.WithValue(ctx, gateKey{}, true)
+	}
 	if inc != nil && c.requests != nil {
 		// A request that asked for an incident while this one was not in the cache yet
 		// joins this one; its ask must not outlive it and open another once it ends.

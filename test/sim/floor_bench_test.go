@@ -62,7 +62,7 @@ func newFloor(ctx context.Context, c *Cluster) (*floor, error) {
 	// The first requests for a new resource wait for the API server to set up its storage
 	// and watch cache: one untimed incident first, as a running controller's informers
 	// would have done long before.
-	if _, _, err := f.round(ctx, "warm-up-", 1, nil); err != nil {
+	if _, _, err := f.round(ctx, "warm-up-", 1, nil, false); err != nil {
 		return nil, fmt.Errorf("floor warm-up: %w", err)
 	}
 	counter.reset()
@@ -71,8 +71,10 @@ func newFloor(ctx context.Context, c *Cluster) (*floor, error) {
 
 // round runs nodes incidents at once and returns how long each took to release its node
 // and how many requests they sent in all. With a record (recordWrites), each incident's
-// two status writes carry it instead of a phase and a message.
-func (f *floor) round(ctx context.Context, prefix string, nodes int, record []map[string]any) ([]time.Duration, int, error) {
+// two status writes carry it instead of a phase and a message. With yield, each
+// incident's last status write waits until every incident of the round released its
+// node, as a storm's records wait for its releases in the controller (releaseGate).
+func (f *floor) round(ctx context.Context, prefix string, nodes int, record []map[string]any, yield bool) ([]time.Duration, int, error) {
 	created := make([]*corev1.Node, nodes)
 	err := forEach(ctx, nodes, func(ctx context.Context, j int) error {
 		n, err := f.client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%snode-%d", prefix, j)}},
@@ -87,10 +89,15 @@ func (f *floor) round(ctx context.Context, prefix string, nodes int, record []ma
 	errs := make([]error, nodes)
 	extras := make([]int, nodes)
 	var wg sync.WaitGroup
+	var released *sync.WaitGroup
+	if yield {
+		released = &sync.WaitGroup{}
+		released.Add(nodes)
+	}
 	sampler := sampleCPU(f.cluster)
 	start := time.Now()
 	for j, node := range created {
-		wg.Go(func() { took[j], errs[j] = floorIncident(ctx, f.client, f.dyn, node, record, &extras[j]) })
+		wg.Go(func() { took[j], errs[j] = floorIncident(ctx, f.client, f.dyn, node, record, released, &extras[j]) })
 	}
 	wg.Wait()
 	// Up to the last release, as the controller's round is measured up to its last
@@ -114,9 +121,18 @@ func (f *floor) round(ctx context.Context, prefix string, nodes int, record []ma
 
 // floorIncident sends one incident's indispensable writes back to back and returns how
 // long they took up to the release (the last taint); extra counts the requests a
-// conflict on the node added. record, when given, is what its two status writes carry.
-func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, node *corev1.Node, record []map[string]any, extra *int) (time.Duration, error) {
+// conflict on the node added. record, when given, is what its two status writes carry;
+// pending, when given, counts the round's incidents not released yet, and the last
+// status write waits for none to be left.
+func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, node *corev1.Node, record []map[string]any,
+	pending *sync.WaitGroup, extra *int) (time.Duration, error) {
 	start := time.Now()
+	release := func() {}
+	if pending != nil {
+		// Once, whether this incident released its node or failed on the way.
+		release = sync.OnceFunc(pending.Done)
+		defer release()
+	}
 	var released time.Duration
 	nf := &v1alpha1.NodeFence{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "NodeFence"},
@@ -137,6 +153,10 @@ func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic
 		{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute},
 	}
 	for k, phase := range []v1alpha1.Phase{v1alpha1.PhaseFencing, v1alpha1.PhaseRemediated} {
+		if phase == v1alpha1.PhaseRemediated && pending != nil {
+			release()
+			pending.Wait()
+		}
 		u.Object["status"] = map[string]any{"phase": string(phase), "message": fmt.Sprintf("write %d", k+1)}
 		if record != nil {
 			u.Object["status"] = runtime.DeepCopyJSONValue(record[k])

@@ -74,7 +74,7 @@ func (a *instantAgent) Unfence(context.Context, plugin.Request) (plugin.Result, 
 }
 
 // BenchmarkIncidentCost: N nodes die at once on a real kube-apiserver, and their
-// incidents run three times per round, one after the other on the same API server: as
+// incidents run four times per round, one after the other on the same API server: as
 // the floor, only the writes an incident cannot do without and no controller at all
 // (floorIncident), each status write a phase and a message; by the controller
 // (in-process, with an agent that answers at once; it runs as a leader does in
@@ -82,10 +82,14 @@ func (a *instantAgent) Unfence(context.Context, plugin.Request) (plugin.Result, 
 // writes carrying what the controller's two carried (recordWrites). All three see the
 // same machine, so their ratios are what the controller costs, whatever the machine's
 // speed: against the first floor, all of it; against the second, what it costs apart
-// from the size of the record it keeps.
+// from the size of the record it keeps. Last, as the first floor with each incident's
+// last status write held until every incident of the round released its node, the
+// order the controller's records keep in a storm (releaseGate): against it, what the
+// controller costs apart from that order.
 //
 // Reported: ratio-p99 (controller p99 / floor p99), record-ratio-p99 and -p50 (against
-// the floor with the record), controller p50/p99-ms, floor-p99-ms, record-floor-p99-ms,
+// the floor with the record), yield-ratio-p99 and -p50 (against the floor whose last
+// writes wait), controller p50/p99-ms, floor-p99-ms, record-floor-p99-ms, yield-floor-p99-ms,
 // requests/incident and floor-requests/incident, detect-lag-p99-ms, cpu-ms/incident,
 // status-bytes/incident (the final status's size in JSON) and the CPU the API server and
 // etcd used while each part's incidents ran, per incident. The controller's time runs
@@ -229,14 +233,14 @@ func incidentCost(b *testing.B, nodes int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var all, lags, floors, recordFloors []time.Duration
+	var all, lags, floors, recordFloors, yieldFloors []time.Duration
 	var requests, floorRequests, statusBytes int
 	// cpu is this process's CPU from the controller's start to the round's end;
-	// controlPlane, floorCP and recordCP what the API server and etcd used while the
-	// incidents of each part ran.
-	var cpu, controlPlane, floorCP, recordCP time.Duration
+	// controlPlane, floorCP, recordCP and yieldCP what the API server and etcd used while
+	// the incidents of each part ran.
+	var cpu, controlPlane, floorCP, recordCP, yieldCP time.Duration
 	for i := range b.N {
-		took, sent, err := floor.round(ctx, fmt.Sprintf("f%d-", i), nodes, nil)
+		took, sent, err := floor.round(ctx, fmt.Sprintf("f%d-", i), nodes, nil, false)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -264,13 +268,22 @@ func incidentCost(b *testing.B, nodes int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		took, _, err = floor.round(ctx, fmt.Sprintf("g%d-", i), nodes, record)
+		took, _, err = floor.round(ctx, fmt.Sprintf("g%d-", i), nodes, record, false)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Logf("round %d: the floor's incidents with the controller's record used %s", i, floor.cpu)
 		recordCP += floor.cpu.controlPlane()
 		recordFloors = append(recordFloors, took...)
+		// And the floor whose last status writes wait for every release of the round, as
+		// the controller's records wait in a storm for its releases (releaseGate).
+		took, _, err = floor.round(ctx, fmt.Sprintf("h%d-", i), nodes, nil, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("round %d: the floor with its last writes after every release used %s", i, floor.cpu)
+		yieldCP += floor.cpu.controlPlane()
+		yieldFloors = append(yieldFloors, took...)
 		floor.counter.reset()
 		all = append(all, r.overheads...)
 		lags = append(lags, r.lags...)
@@ -280,7 +293,7 @@ func incidentCost(b *testing.B, nodes int) {
 			b.Logf("round %d: %5d %s (%.2f per incident)", i, r.requests[k], k, float64(r.requests[k])/float64(nodes))
 		}
 	}
-	p99, f99, r99 := Percentile(all, 99), Percentile(floors, 99), Percentile(recordFloors, 99)
+	p99, f99, r99, y99 := Percentile(all, 99), Percentile(floors, 99), Percentile(recordFloors, 99), Percentile(yieldFloors, 99)
 	b.Logf("%d incidents at once, %d rounds: controller p99 %s, floor p99 %s, ratio %.2f; with the record %s, ratio %.2f; requests/incident %.2f, floor %.2f",
 		nodes, b.N, p99.Round(time.Millisecond), f99.Round(time.Millisecond), float64(p99)/float64(f99),
 		r99.Round(time.Millisecond), float64(p99)/float64(r99),
@@ -291,6 +304,10 @@ func incidentCost(b *testing.B, nodes int) {
 	b.ReportMetric(float64(p99)/float64(r99), "record-ratio-p99")
 	b.ReportMetric(float64(Percentile(all, 50))/float64(Percentile(recordFloors, 50)), "record-ratio-p50")
 	b.ReportMetric(float64(r99.Microseconds())/1000, "record-floor-p99-ms")
+	b.ReportMetric(float64(p99)/float64(y99), "yield-ratio-p99")
+	b.ReportMetric(float64(Percentile(all, 50))/float64(Percentile(yieldFloors, 50)), "yield-ratio-p50")
+	b.ReportMetric(float64(y99.Microseconds())/1000, "yield-floor-p99-ms")
+	b.ReportMetric(float64(yieldCP.Microseconds())/1000/float64(len(yieldFloors)), "yield-floor-apiserver+etcd-cpu-ms/incident")
 	b.ReportMetric(float64(recordCP.Microseconds())/1000/float64(len(recordFloors)), "record-floor-apiserver+etcd-cpu-ms/incident")
 	b.ReportMetric(float64(Percentile(floors, 50).Microseconds())/1000, "floor-p50-ms")
 	b.ReportMetric(float64(Percentile(all, 50).Microseconds())/1000, "p50-ms")
