@@ -17,8 +17,9 @@ import (
 // worker keeps the node meanwhile: no other sync of it starts, and the record goes out
 // with the same resourceVersion a save at once would have had.
 //
-// The record of a release trails it by at most recordYield (the floor this never crosses;
-// TestRecordYieldIsBounded). A replica deposed meanwhile writes nothing: the save follows
+// The bound it never crosses: the record of a release trails it by at most recordYield,
+// however long the others take (TestReleaseGateYield holds another incident under way for
+// good). A replica deposed meanwhile writes nothing: the save follows
 // a Lease check as every save does, and the new leader resumes from the status written
 // ahead of the agent call, which this never delays.
 type releaseGate struct {
