@@ -197,29 +197,20 @@ const targetIndex = "agentTarget"
 
 func targetKey(agent, target string) string { return agent + "\x00" + target }
 
-// targetKeys are a node's targetIndex keys: one for each configured agent its policy
-// names whose target the node resolves.
+// targetKeys are a node's targetIndex keys: one for each configured agent that acts for
+// the node (actsFor, as targetOwners asks) and whose target the node resolves.
 func (a *agentCaller) targetKeys(obj any) ([]string, error) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return nil, nil
 	}
-	pol, err := policy.Select(a.policies, node.Labels)
-	if err != nil || pol == nil {
-		return nil, nil
-	}
 	var keys []string
-	seen := map[string]bool{}
-	for _, l := range pol.Levels {
-		for _, name := range l.Agents {
-			cfg, ok := a.config[name]
-			if !ok || seen[name] {
-				continue
-			}
-			seen[name] = true
-			if t, err := a.targetOf(cfg, node); err == nil {
-				keys = append(keys, targetKey(name, t))
-			}
+	for name, cfg := range a.config {
+		if !a.actsFor(name, node) {
+			continue
+		}
+		if t, err := a.targetOf(cfg, node); err == nil {
+			keys = append(keys, targetKey(name, t))
 		}
 	}
 	return keys, nil

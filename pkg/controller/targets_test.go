@@ -151,16 +151,22 @@ func TestSharedTargetRefused(t *testing.T) {
 	}
 	// The controller finds a target's nodes in its node cache's index; the same answers
 	// come from reading every node.
+	for _, owned := range []func(agent, target string) ([]string, error){nil, indexedOwners(targetIndexer(t, a, nodes))} {
+		a.owned = owned
+		sharedTargetCases(t, a, a1, a2, other, nodes[4])
+	}
+}
+
+// targetIndexer is a node cache of nodes indexed by targetIndex, as the controller's.
+func targetIndexer(t testing.TB, a *agentCaller, nodes []*corev1.Node) cache.Indexer {
+	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{targetIndex: a.targetKeys})
 	for _, n := range nodes {
 		if err := idx.Add(n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, owned := range []func(agent, target string) ([]string, error){nil, indexedOwners(idx)} {
-		a.owned = owned
-		sharedTargetCases(t, a, a1, a2, other, nodes[4])
-	}
+	return idx
 }
 
 func sharedTargetCases(t *testing.T, a *agentCaller, a1, a2, other, node5 *corev1.Node) {

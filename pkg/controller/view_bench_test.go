@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
@@ -96,12 +95,7 @@ func BenchmarkTargetCheck(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{targetIndex: a.targetKeys})
-	for _, n := range all {
-		if err := idx.Add(n); err != nil {
-			b.Fatal(err)
-		}
-	}
+	idx := targetIndexer(b, a, all)
 	for _, way := range []struct {
 		name  string
 		owned func(agent, target string) ([]string, error)
