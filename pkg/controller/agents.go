@@ -67,18 +67,12 @@ func newAgentCaller(src AgentSource, cfg *v1alpha1.Config, client kubernetes.Int
 	return a, nil
 }
 
-// request builds the plugin request for agent on node, for incident, with its secrets.
-func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Node, incident string, epoch int64) (plugin.Request, v1alpha1.Agent, error) {
-	req, cfg, err := a.requestOwned(ctx, name, node, epoch, nil)
-	req.Incident = incident
-	return req, cfg, err
-}
-
-// requestOwned is request with the agent's targetOwners already listed (nil: list them).
-func (a *agentCaller) requestOwned(ctx context.Context, name string, node *corev1.Node, epoch int64, owners map[string][]string) (plugin.Request, v1alpha1.Agent, error) {
+// resolve names agent's target for node, and checks that no other node the agent acts
+// for names it too (owners, from targetOwners; nil: list them).
+func (a *agentCaller) resolve(name string, node *corev1.Node, owners map[string][]string) (string, error) {
 	cfg, ok := a.config[name]
 	if !ok {
-		return plugin.Request{}, cfg, plugin.Errorf(plugin.KindPermanent, "agent %s is not configured", name)
+		return "", plugin.Errorf(plugin.KindPermanent, "agent %s is not configured", name)
 	}
 	target, err := a.targetOf(cfg, node)
 	if err == nil && owners == nil {
@@ -88,9 +82,26 @@ func (a *agentCaller) requestOwned(ctx context.Context, name string, node *corev
 		err = unshared(cfg, node, target, owners)
 	}
 	if err != nil {
-		return plugin.Request{}, cfg, err
+		return "", err
 	}
-	req := plugin.Request{Node: node.Name, Target: target, Params: maps.Clone(cfg.Params), Epoch: epoch}
+	return target, nil
+}
+
+// request builds the plugin request for agent on node, for incident, with its secrets.
+// target is the device: the one an attempt recorded when it was issued, or "" to
+// resolve it from the node now.
+func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Node, target, incident string, epoch int64) (plugin.Request, v1alpha1.Agent, error) {
+	cfg, ok := a.config[name]
+	if !ok {
+		return plugin.Request{}, cfg, plugin.Errorf(plugin.KindPermanent, "agent %s is not configured", name)
+	}
+	if target == "" {
+		var err error
+		if target, err = a.resolve(name, node, nil); err != nil {
+			return plugin.Request{}, cfg, err
+		}
+	}
+	req := plugin.Request{Node: node.Name, Target: target, Params: maps.Clone(cfg.Params), Epoch: epoch, Incident: incident}
 	if req.Params == nil {
 		req.Params = map[string]string{}
 	}
@@ -273,13 +284,14 @@ func (a *agentCaller) actsFor(agent string, node *corev1.Node) bool {
 // call carries out a DoFence or DoVerify step and returns the event to apply. Fencing
 // always asks for off: a Reboot policy powers the node on again only after its workloads
 // were released, never inside the fence, so that "verified off" is always read back.
-func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.Node, incident string, epoch int64, deadline time.Time) fencer.Event {
+// target is the attempt's recorded device ("" to resolve it now).
+func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.Node, target, incident string, epoch int64, deadline time.Time) fencer.Event {
 	kind, method := fencer.FenceReturned, method(step)
 	if step.Kind == fencer.DoVerify {
 		kind = fencer.StateRead
 	}
 	ev := fencer.Event{Kind: kind, Level: step.Level, Agent: step.Agent, Try: step.Try}
-	req, cfg, err := a.request(ctx, step.Agent, node, incident, epoch)
+	req, cfg, err := a.request(ctx, step.Agent, node, target, incident, epoch)
 	if err == nil {
 		var res plugin.Result
 		if d := a.now().Add(cfg.Timeout.Duration); d.Before(deadline) {
@@ -351,18 +363,19 @@ func (a *agentCaller) notPowering(ctx context.Context, name string) string {
 	return ""
 }
 
-// unfence undoes what an agent's verified attempt did: powers the node on, restores
-// storage access.
-func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, node *corev1.Node, incident string, epoch int64) (plugin.Result, error) {
+// unfence undoes what an agent's attempt did: powers the node on, restores storage
+// access. It goes to the target the attempt recorded, and restore is what the agent's
+// Fence calls answered (fencer.FenceEvidenceOf).
+func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, restore string, node *corev1.Node, incident string, epoch int64) (plugin.Result, error) {
 	notCalled := plugin.Result{State: plugin.StateUnknown, Evidence: "nothing read back: the call was never made"}
 	if at.Agent == v1alpha1.WatchdogAgent {
 		return plugin.Result{State: plugin.StateUnknown, Evidence: "nothing to undo: the node's watchdog reset it, and it boots by itself"}, nil
 	}
-	req, cfg, err := a.request(ctx, at.Agent, node, incident, epoch)
+	req, cfg, err := a.request(ctx, at.Agent, node, at.Target, incident, epoch)
 	if err != nil {
 		return notCalled, err
 	}
-	req.Restore = at.Evidence
+	req.Restore = restore
 	agent, err := a.agents.Agent(at.Agent)
 	if err != nil {
 		return notCalled, fmt.Errorf("agent %s: %w", at.Agent, err)

@@ -36,7 +36,7 @@ func TestAgentDeadlineOnControllerClock(t *testing.T) {
 			fake := time.Now().Add(offset)
 			c.now = func() time.Time { return fake }
 			step := fencer.Step{Kind: fencer.DoVerify, Level: 1, Agent: "ipmi", Try: 1}
-			ev := c.caller.call(context.Background(), step, node, "node-1-x", 1, fake.Add(20*time.Second))
+			ev := c.caller.call(context.Background(), step, node, "", "node-1-x", 1, fake.Add(20*time.Second))
 			if ev.Err != nil || ev.State != fencer.StateFenced {
 				t.Fatalf("read back %q, %v (kind %s); want off", ev.State, ev.Err, ev.ErrKind)
 			}
@@ -44,7 +44,7 @@ func TestAgentDeadlineOnControllerClock(t *testing.T) {
 				t.Errorf("the agent's context has %s left, want the attempt's 20s", left)
 			}
 			// The agent's own timeout (30s by default) bounds a later attempt deadline.
-			c.caller.call(context.Background(), step, node, "node-1-x", 1, fake.Add(time.Hour))
+			c.caller.call(context.Background(), step, node, "", "node-1-x", 1, fake.Add(time.Hour))
 			if timeout := c.cfg.Agents[0].Timeout.Duration; left <= timeout-5*time.Second || left > timeout {
 				t.Errorf("the agent's context has %s left, want its timeout %s", left, timeout)
 			}

@@ -65,7 +65,8 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			// Written ahead: the call is on record, with its target and time, before it
 			// is sent, so a crash or an API server outage cannot hide an action the
 			// device took.
-			c.step(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, node, step))
+			target, terr := c.fenceTarget(nf, node, step)
+			c.step(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, step, target, terr))
 			// The one fresh read of the leader Lease an incident needs: a power-off is
 			// the act a deposed replica must never send, so it does not ride on an
 			// earlier confirmation. It goes out together with the write of the issued
@@ -73,7 +74,8 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			// deadline); the call waits for both (issue 24).
 			checked := make(chan error, 1)
 			go func() { checked <- c.checkLease(ctx) }()
-			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
+			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try,
+				Target: target}); err != nil {
 				<-checked
 				return 0, err
 			}
@@ -108,7 +110,10 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 // callAndApply calls the agent for step and applies the outcome to the incident in
 // memory; it reports whether there is anything new to record.
 func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, plan fencer.Plan, step fencer.Step) (bool, error) {
-	a := lastAttempt(nf)
+	a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try)
+	if a == nil {
+		return false, fmt.Errorf("incident %s: no try %d of agent %s at level %d to call", nf.Name, step.Try, step.Agent, step.Level)
+	}
 	ev := c.callStep(ctx, nf, node, step, a.Deadline.Time)
 	if step.Kind == fencer.DoFence {
 		c.pause.at(PauseAfterFenceCall)
@@ -135,23 +140,45 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 	return true, nil
 }
 
-// callStep carries out a DoFence or DoVerify step of nf: a call to its agent, or for a
-// watchdog level, the controller's own check.
+// callStep carries out a DoFence or DoVerify step of nf: a call to its agent, at the
+// target its attempt recorded, or for a watchdog level, the controller's own check.
 func (c *Controller) callStep(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, step fencer.Step, deadline time.Time) fencer.Event {
 	if step.Agent == v1alpha1.WatchdogAgent {
 		return c.watchdogEvent(nf, node, step)
 	}
-	return c.caller.call(ctx, step, node, nf.Name, c.currentEpoch(), deadline)
+	target := ""
+	if a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try); a != nil {
+		target = a.Target
+	}
+	return c.caller.call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)
 }
 
-// callRecord describes the Fence call step is about to send; a re-issue (the outcome of
-// the same try was lost to a crash or an API server outage) names the call before it.
-func (c *Controller) callRecord(nf *v1alpha1.NodeFence, node *corev1.Node, step fencer.Step) string {
-	msg := fmt.Sprintf("level %d agent %s try %d: Fence off, target %s", step.Level, step.Agent, step.Try, c.caller.targetFor(step.Agent, node))
-	for _, a := range nf.Status.Attempts {
-		if a.Level == step.Level && a.Agent == step.Agent && a.Try == step.Try && a.State == v1alpha1.AttemptFencing {
-			msg += fmt.Sprintf("; re-issued: the outcome of the call sent at %s was lost", fencer.Stamp(a.Started.Time))
-		}
+// fenceTarget is the device step's Fence call goes to: the one its attempt recorded when
+// it was first issued (a re-issue goes where the first call went), or the one the node
+// names now. A mapping that fails gives "" and its error: the call then fails with it.
+func (c *Controller) fenceTarget(nf *v1alpha1.NodeFence, node *corev1.Node, step fencer.Step) (string, error) {
+	if step.Agent == v1alpha1.WatchdogAgent {
+		return "", nil
+	}
+	if a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try); a != nil && a.Target != "" {
+		return a.Target, nil
+	}
+	return c.caller.resolve(step.Agent, node, nil)
+}
+
+// callRecord describes the Fence call step is about to send to target; a re-issue (the
+// outcome of the same try was lost to a crash or an API server outage) names the call
+// before it.
+func (c *Controller) callRecord(nf *v1alpha1.NodeFence, step fencer.Step, target string, err error) string {
+	switch {
+	case step.Agent == v1alpha1.WatchdogAgent:
+		target = "(the node's own watchdog)"
+	case err != nil:
+		target = "(none: " + err.Error() + ")"
+	}
+	msg := fmt.Sprintf("level %d agent %s try %d: Fence off, target %s", step.Level, step.Agent, step.Try, target)
+	if a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try); a != nil && a.State == v1alpha1.AttemptFencing {
+		msg += fmt.Sprintf("; re-issued: the outcome of the call sent at %s was lost", fencer.Stamp(a.Started.Time))
 	}
 	return msg
 }

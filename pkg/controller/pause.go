@@ -28,6 +28,12 @@ const (
 	// PauseAfterFenced: the fence is verified (saved with the release's end, so the record
 	// still says Fencing); nothing released yet.
 	PauseAfterFenced = "after-fenced"
+	// PauseBeforeUnfence: recovery's Unfence is on record and the Lease was read; the
+	// call is not sent.
+	PauseBeforeUnfence = "before-unfence"
+	// PauseBeforePowerOn: the Reboot action's power on is on record and the Lease was
+	// read; the call is not sent.
+	PauseBeforePowerOn = "before-power-on"
 	// PauseDeletePod, PauseDeleteVolumeAttachment: the release is about to delete a pod,
 	// a VolumeAttachment (the remediate package's actions).
 	PauseDeletePod              = remediate.ActionDeletePod

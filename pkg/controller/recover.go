@@ -43,11 +43,11 @@ func lastUnfenceFailure(nf *v1alpha1.NodeFence, agent string) string {
 // nothing is undone.
 func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, obs detector.Observation) (time.Duration, error) {
 	c.clearContradiction(ctx, nf, obs)
-	if err := c.checkLease(ctx); err != nil {
-		return 0, err
-	}
 	for _, at := range c.attemptsToUndo(nf) {
-		res, err := c.caller.unfence(ctx, at, node, nf.Name, c.currentEpoch())
+		res, err := c.undo(ctx, nf, node, at, undoUnfence)
+		if errors.Is(err, errNotSent) {
+			return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
+		}
 		if err != nil {
 			// Nothing is released on a failed Unfence, whatever was read back after it:
 			// the try is retried with backoff, and the timeline records each new state

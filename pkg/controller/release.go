@@ -93,9 +93,13 @@ func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceSkipped, fmt.Sprintf("agent %s not asked to power the node on: %s", at.Agent, why))
 			continue
 		}
-		res, err := c.caller.unfence(ctx, at, node, nf.Name, c.currentEpoch())
+		res, err := c.undo(ctx, nf, node, at, undoPowerOn)
+		if errors.Is(err, errNotSent) {
+			klog.FromContext(ctx).Error(err, "Powering the node on")
+			return // its record could not be saved, or the Lease not confirmed: nothing more is sent or written
+		}
 		if err != nil {
-			_, msg := unfenceFailure(at.Agent, "power on", res, err)
+			_, msg := unfenceFailure(at.Agent, undoPowerOn, res, err)
 			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
 			continue
 		}

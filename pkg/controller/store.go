@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/coalesce"
+	"github.com/kubefence/kubefence/pkg/fencer"
 	fencingclient "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/typed/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/leader"
 )
@@ -279,6 +280,7 @@ func clampStatus(st *v1alpha1.NodeFenceStatus) {
 		a := &st.Attempts[i]
 		a.Evidence, a.Error = clampText(a.Evidence, maxText), clampText(a.Error, maxText)
 		a.ErrorKind, a.PowerState = clampText(a.ErrorKind, 64), clampText(a.PowerState, 32)
+		a.Target, a.FenceEvidence = clampText(a.Target, 1024), clampText(a.FenceEvidence, fencer.MaxFenceEvidence)
 	}
 }
 

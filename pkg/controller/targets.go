@@ -100,7 +100,12 @@ func (a *agentCaller) checkTargets(ctx context.Context, policies []v1alpha1.Poli
 // checkTarget reads one node's target through agent, bounded by the agent's timeout.
 func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev1.Node, owners map[string][]string) TargetCheck {
 	tc := TargetCheck{Node: node.Name, Agent: agent, Target: a.targetFor(agent, node)}
-	req, cfg, err := a.requestOwned(ctx, agent, node, 0, owners)
+	target, err := a.resolve(agent, node, owners)
+	if err != nil {
+		tc.Err = err
+		return tc
+	}
+	req, cfg, err := a.request(ctx, agent, node, target, "", 0)
 	if err != nil {
 		tc.Err = err
 		return tc

@@ -183,7 +183,7 @@ func sharedTargetCases(t *testing.T, a *agentCaller, a1, a2, other, node5 *corev
 		{"ipmi", node5, ""},
 		{"rack", a1, `agent rack: target template on node node-1: template: target:1:10: executing "target" at <.Labels.rack>: map has no entry for key "rack"`},
 	} {
-		_, _, err := a.request(context.Background(), tc.agent, tc.node, "", 1)
+		_, _, err := a.request(context.Background(), tc.agent, tc.node, "", "", 1)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s on %s (index %v): %v, want the target acted on", tc.agent, tc.node.Name, a.owned != nil, err)

@@ -103,7 +103,7 @@ func BenchmarkTargetCheck(b *testing.B) {
 		b.Run(way.name, func(b *testing.B) {
 			a.owned = way.owned
 			for b.Loop() {
-				if _, _, err := a.request(context.Background(), "ipmi", all[nodes/2], "", 1); err != nil {
+				if _, _, err := a.request(context.Background(), "ipmi", all[nodes/2], "", "", 1); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -2,6 +2,7 @@ package fencer
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -48,6 +49,9 @@ type Event struct {
 	Level int32
 	Agent string
 	Try   int32
+	// Target is, on FenceIssued, the device the call goes to: recorded on a new attempt,
+	// and ignored on a re-issue, which goes to the attempt's recorded target.
+	Target string
 	// State is the power state the agent read: "on", "off" or "unknown".
 	State    string
 	Evidence string
@@ -97,9 +101,52 @@ func issue(st *v1alpha1.NodeFenceStatus, lv Level, ev Event, now time.Time) {
 		return
 	}
 	st.Attempts = append(st.Attempts, v1alpha1.Attempt{
-		Level: ev.Level, Agent: ev.Agent, Try: ev.Try, State: v1alpha1.AttemptFencing,
+		Level: ev.Level, Agent: ev.Agent, Try: ev.Try, State: v1alpha1.AttemptFencing, Target: ev.Target,
 		Started: micro(now), Deadline: micro(now.Add(lv.Timeout)),
 	})
+}
+
+// MaxFenceEvidence bounds an attempt's FenceEvidence (the CRD's limit). A Fence answer
+// that would not fit whole is not kept: a restore record cut in the middle could not be
+// read, and the first answers, which did the removing, are the ones that matter.
+const MaxFenceEvidence = 32768
+
+// keepFenceEvidence adds what a Fence call answered to a's FenceEvidence, one answer per
+// line: re-issues of one attempt each add theirs.
+func keepFenceEvidence(a *v1alpha1.Attempt, evidence string) {
+	if evidence == "" {
+		return
+	}
+	kept := a.FenceEvidence
+	if kept != "" {
+		kept += "\n"
+	}
+	if kept += evidence; len(kept) <= MaxFenceEvidence {
+		a.FenceEvidence = kept
+	}
+}
+
+// AttemptOf is the attempt of agent at level with try, nil if there is none.
+func AttemptOf(st *v1alpha1.NodeFenceStatus, level int32, agent string, try int32) *v1alpha1.Attempt {
+	for i := len(st.Attempts) - 1; i >= 0; i-- {
+		if a := &st.Attempts[i]; a.Level == level && a.Agent == agent && a.Try == try {
+			return a
+		}
+	}
+	return nil
+}
+
+// FenceEvidenceOf is what every Fence call of agent in the incident answered, oldest
+// first, one answer per line: what an Unfence of that agent restores. Earlier tries of a
+// level that later verified, and earlier levels, may have removed access too.
+func FenceEvidenceOf(st *v1alpha1.NodeFenceStatus, agent string) string {
+	var lines []string
+	for _, a := range st.Attempts {
+		if a.Agent == agent && a.FenceEvidence != "" {
+			lines = append(lines, a.FenceEvidence)
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {
@@ -109,6 +156,9 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 	}
 	if ev.Evidence != "" {
 		a.Evidence = ev.Evidence
+	}
+	if ev.Kind == FenceReturned {
+		keepFenceEvidence(a, ev.Evidence)
 	}
 	if ev.State != "" {
 		a.PowerState = ev.State

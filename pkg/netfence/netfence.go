@@ -44,6 +44,9 @@ const (
 	NodeLabel      = "fencing.kubefence.io/node"
 	AgentLabel     = "fencing.kubefence.io/agent"
 	IncidentLabel  = "fencing.kubefence.io/incident"
+	// IncidentAnnotation carries the incident's whole name: the label's value is cut and
+	// hashed when the name is longer than a label allows.
+	IncidentAnnotation = "fencing.kubefence.io/incident"
 )
 
 // Config is one NetworkFence agent, as configured (v1alpha1.NetworkFence).
@@ -63,7 +66,10 @@ type Config struct {
 // Agent is a plugin.Agent whose device is the API server's NetworkFence objects.
 type Agent struct {
 	client dynamic.NamespaceableResourceInterface
-	cfg    Config
+	// incidents reads NodeFences: an Unfence leaves alone a fence another incident that
+	// is still open made.
+	incidents dynamic.NamespaceableResourceInterface
+	cfg       Config
 }
 
 // New is the NetworkFence agent cfg, writing through client. With a nil client (a
@@ -75,7 +81,7 @@ func New(client dynamic.Interface, cfg Config) *Agent {
 	}
 	a := &Agent{cfg: cfg}
 	if client != nil {
-		a.client = client.Resource(Resource)
+		a.client, a.incidents = client.Resource(Resource), client.Resource(v1alpha1.NodeFenceResource)
 	}
 	return a
 }
@@ -200,10 +206,13 @@ func (a *Agent) lookup(ctx context.Context, req plugin.Request) (string, []strin
 	return name, cidrs, obj, nil
 }
 
-// Unfence sets every NetworkFence this agent keeps for the node Unfenced, those of
-// earlier incidents too, waits until csi-addons reports the driver unfenced each, then
-// deletes them. Called only after the node's new boot. One another agent, or not
-// kubefence, created is not listed, so never touched.
+// Unfence sets the NetworkFences this agent keeps for the node Unfenced, waits until
+// csi-addons reports the driver unfenced each, then deletes them. Called only after the
+// node's new boot, for req's incident: its own fences, and those incidents that have
+// ended left in place (a level that was never verified), never one another incident
+// still open made. A paused leader's late Unfence must not lift the fence its
+// successor's new incident holds. One another agent, or not kubefence, created is not
+// listed, so never touched.
 func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
 	if a.client == nil {
 		return plugin.Result{}, a.errNoClient()
@@ -213,18 +222,58 @@ func (a *Agent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result,
 	if err != nil {
 		return plugin.Result{}, plugin.Errorf(plugin.KindRetryable, "list NetworkFences of node %s: %v", req.Node, err)
 	}
-	if len(list.Items) == 0 {
-		return plugin.Result{State: plugin.StateOn, Evidence: fmt.Sprintf("no NetworkFence of node %s: nothing to unfence", req.Node)}, nil
-	}
 	var evidence []string
 	for i := range list.Items {
-		ev, err := a.unfence(ctx, &list.Items[i])
+		obj := &list.Items[i]
+		why, err := a.leaveAlone(ctx, obj, req)
+		if err != nil {
+			return plugin.Result{State: plugin.StateUnknown, Evidence: strings.Join(evidence, "; ")}, err
+		}
+		if why != "" {
+			evidence = append(evidence, fmt.Sprintf("NetworkFence %s left in place: %s", obj.GetName(), why))
+			continue
+		}
+		ev, err := a.unfence(ctx, obj)
 		evidence = append(evidence, ev)
 		if err != nil {
 			return plugin.Result{State: plugin.StateUnknown, Evidence: strings.Join(evidence, "; ")}, err
 		}
 	}
+	if len(evidence) == 0 {
+		return plugin.Result{State: plugin.StateOn, Evidence: fmt.Sprintf("no NetworkFence of node %s: nothing to unfence", req.Node)}, nil
+	}
 	return plugin.Result{State: plugin.StateOn, Evidence: strings.Join(evidence, "; ")}, nil
+}
+
+// leaveAlone says why an Unfence for req must not touch obj, "" when it may: obj is
+// req's incident's, or that of an incident that has ended or is gone. One made before
+// objects carried IncidentAnnotation names its incident by label only, which is cut for
+// a long name: when no incident has that name, it is left for a person.
+func (a *Agent) leaveAlone(ctx context.Context, obj *unstructured.Unstructured, req plugin.Request) (string, error) {
+	named, label := obj.GetAnnotations()[IncidentAnnotation], obj.GetLabels()[IncidentLabel]
+	if named == req.Incident || (named == "" && label == v1alpha1.LabelValue(req.Incident)) {
+		return "", nil
+	}
+	incident := named
+	if incident == "" {
+		incident = label
+	}
+	if incident == "" {
+		return "it names no incident; a person checks it", nil
+	}
+	nf, err := a.incidents.Get(ctx, incident, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) && named != "":
+		return "", nil
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("no incident is named %q, its label, which may be a long name cut; a person checks it", incident), nil
+	case err != nil:
+		return "", plugin.Errorf(plugin.KindRetryable, "read incident %s of NetworkFence %s: %v", incident, obj.GetName(), err)
+	}
+	if phase, _, _ := unstructured.NestedString(nf.Object, "status", "phase"); v1alpha1.Phase(phase).Open() {
+		return fmt.Sprintf("incident %s, which made it, is still open (phase %q)", incident, phase), nil
+	}
+	return "", nil
 }
 
 // unfence sets obj Unfenced, waits for csi-addons to report it done, and deletes it.
@@ -289,6 +338,7 @@ func (a *Agent) object(name, node, incident string, cidrs []string) *unstructure
 	u.SetName(name)
 	u.SetLabels(map[string]string{ManagedByLabel: ManagedBy, NodeLabel: v1alpha1.LabelValue(node),
 		AgentLabel: v1alpha1.LabelValue(a.cfg.Name), IncidentLabel: v1alpha1.LabelValue(incident)})
+	u.SetAnnotations(map[string]string{IncidentAnnotation: incident})
 	return u
 }
 

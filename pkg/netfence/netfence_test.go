@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -26,7 +27,7 @@ var (
 
 func newAgent(objs ...runtime.Object) (*Agent, *dynamicfake.FakeDynamicClient) {
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{Resource: "NetworkFenceList"}, objs...)
+		map[schema.GroupVersionResource]string{Resource: "NetworkFenceList", v1alpha1.NodeFenceResource: "NodeFenceList"}, objs...)
 	return New(client, Config{Name: "ceph", Driver: "rbd.csi.ceph.com", Parameters: map[string]string{"clusterID": "c1"},
 		SecretNamespace: "rook-ceph", SecretName: "rook-csi-rbd-provisioner", PollInterval: time.Millisecond}), client
 }
@@ -324,13 +325,14 @@ func TestObjectName(t *testing.T) {
 // Fenced and Succeeded (its level was not verified, or the node never recovered through
 // kubefence) may no longer hold (Rook's unfence of the same addresses lifts Ceph's one
 // blocklist entry): this incident makes its own and counts only that; the node's
-// recovery unfences both.
+// recovery unfences both, the earlier incident having ended.
 func TestOnlyThisIncidentsFenceCounts(t *testing.T) {
 	oldName := ObjectName("ceph", "node-1", "node-1-old", []string{"10.77.0.1/32"})
 	old := networkFence(oldName, map[string]string{ManagedByLabel: ManagedBy, NodeLabel: "node-1", AgentLabel: "ceph", IncidentLabel: "node-1-old"},
 		stateFenced, "10.77.0.1/32")
+	old.SetAnnotations(map[string]string{IncidentAnnotation: "node-1-old"})
 	old.Object["status"] = map[string]any{"result": resultOK, "message": "fencing operation successful"}
-	a, _ := newAgent(old)
+	a, _ := newAgent(old, incident("node-1-old", v1alpha1.PhaseFailed))
 	ctx := context.Background()
 	if res, err := a.Fence(ctx, req, plugin.ActionOff); err != nil || res.State != plugin.StateUnknown {
 		t.Fatalf("Fence with an earlier incident's fence in place: %v, %v; want a fresh one, unknown", res, err)
@@ -348,6 +350,67 @@ func TestOnlyThisIncidentsFenceCounts(t *testing.T) {
 			t.Errorf("%s still there after the recovery's unfence: %v", n, err)
 		}
 	}
+}
+
+// TestUnfenceLeavesAnotherOpenIncidentsFence: an Unfence for one incident never lifts a
+// fence another incident of the node still open made (a deposed leader's late recovery
+// while its successor fences the node again), nor one whose incident it cannot name
+// whole; an ended or deleted incident's leftover it unfences.
+func TestUnfenceLeavesAnotherOpenIncidentsFence(t *testing.T) {
+	fenced := func(incident string, annotated bool) *unstructured.Unstructured {
+		o := networkFence(ObjectName("ceph", "node-1", incident, []string{"10.77.0.1/32"}),
+			map[string]string{ManagedByLabel: ManagedBy, NodeLabel: "node-1", AgentLabel: "ceph", IncidentLabel: v1alpha1.LabelValue(incident)},
+			stateFenced, "10.77.0.1/32")
+		if annotated {
+			o.SetAnnotations(map[string]string{IncidentAnnotation: incident})
+		}
+		o.Object["status"] = map[string]any{"result": resultOK, "message": "fencing operation successful"}
+		return o
+	}
+	long := "node-1-" + strings.Repeat("x", 70)
+	for name, tc := range map[string]struct {
+		obj      *unstructured.Unstructured
+		incident *unstructured.Unstructured
+		lifted   bool
+	}{
+		"another incident, open":                        {fenced("node-1-new", true), incident("node-1-new", v1alpha1.PhaseFenced), false},
+		"another incident, remediated (still open)":     {fenced("node-1-new", true), incident("node-1-new", v1alpha1.PhaseRemediated), false},
+		"another incident, recovered":                   {fenced("node-1-new", true), incident("node-1-new", v1alpha1.PhaseRecovered), true},
+		"another incident, deleted":                     {fenced("node-1-new", true), nil, true},
+		"made before the annotation, incident open":     {fenced("node-1-new", false), incident("node-1-new", v1alpha1.PhaseFencing), false},
+		"made before the annotation, name cut, unknown": {fenced(long, false), nil, false},
+		"made before the annotation, this incident":     {fenced("node-1-abc", false), nil, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := []runtime.Object{tc.obj}
+			if tc.incident != nil {
+				objs = append(objs, tc.incident)
+			}
+			a, _ := newAgent(objs...)
+			a.answer(t, tc.obj.GetName(), resultOK, unfencedMessage)
+			res, err := a.Unfence(context.Background(), req)
+			if err != nil {
+				t.Fatalf("Unfence: %v", err)
+			}
+			_, gerr := a.client.Get(context.Background(), tc.obj.GetName(), metav1.GetOptions{})
+			if lifted := apierrors.IsNotFound(gerr); lifted != tc.lifted {
+				t.Errorf("lifted %t, want %t (evidence %q)", lifted, tc.lifted, res.Evidence)
+			}
+			if !tc.lifted && !strings.Contains(res.Evidence, "left in place") {
+				t.Errorf("evidence %q does not say the fence was left in place", res.Evidence)
+			}
+		})
+	}
+}
+
+// incident is a NodeFence as the dynamic client reads it.
+func incident(name string, phase v1alpha1.Phase) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"nodeName": "node-1"},
+		"status": map[string]any{"phase": string(phase)}}}
+	u.SetAPIVersion(v1alpha1.SchemeGroupVersion.String())
+	u.SetKind("NodeFence")
+	u.SetName(name)
+	return u
 }
 
 // TestTwoAgentsKeepApart: two NetworkFence agents fencing one node (RBD and CephFS) each

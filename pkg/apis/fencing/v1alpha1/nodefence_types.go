@@ -231,6 +231,21 @@ type Attempt struct {
 	// Finished is when it was verified or failed.
 	// +optional
 	Finished *metav1.MicroTime `json:"finished,omitempty"`
+	// Target is the device the Fence call went to (a BMC address, an instance ID, an
+	// initiator IQN), resolved from the Node when the attempt was issued. Every later
+	// call for this attempt (Status, Unfence, a re-issued Fence) goes to this target,
+	// never to one resolved again: a mapping edited mid-incident must not make the
+	// read-back look at another device than the one fenced. Empty for the watchdog level
+	// and for a mapping that failed (the attempt then failed with it).
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Target string `json:"target,omitempty"`
+	// FenceEvidence is what the agent's Fence calls for this attempt returned, kept apart
+	// from Evidence, which every read back replaces: an Unfence restores exactly what it
+	// says was removed (an iSCSI agent's "removed:" lines).
+	// +kubebuilder:validation:MaxLength=32768
+	// +optional
+	FenceEvidence string `json:"fenceEvidence,omitempty"`
 	// PowerState is the last state the agent read back: on, off or unknown.
 	// +kubebuilder:validation:MaxLength=32
 	// +optional

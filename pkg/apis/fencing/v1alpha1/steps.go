@@ -72,6 +72,9 @@ const (
 	StepContradiction = "Contradiction"
 	// StepContradictionCleared: the node came back with a new boot after all.
 	StepContradictionCleared = "ContradictionCleared"
+	// StepUnfenceCalled: an Unfence, or the Reboot action's power on, is about to be
+	// sent to the target the fence went to; on record before the call, as a Fence is.
+	StepUnfenceCalled = "UnfenceCalled"
 	// StepUnfenceFailed: an Unfence (power on, storage restored) failed; the message has the state read after it.
 	StepUnfenceFailed = "UnfenceFailed"
 	// StepUnfenced: an agent undid its fence.
