@@ -90,15 +90,18 @@ func (c *Controller) policyByName(name string) *v1alpha1.Policy {
 
 // decision is policy's answer for a pending or held incident of node. A person's
 // request fences a node the detector does not (yet) find unhealthy; the budget still
-// applies to it, through admit.
+// applies to it, through admit. A node no policy selects now (relabelled since its
+// incident opened) is viewed under the incident's recorded policy, and whatever policy
+// governs it, a live controller replica on it holds its fence.
 func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1.Node, incident string, now time.Time) (policy.Decision, error) {
 	cl, err := c.cluster(pol, now)
 	if err != nil {
 		return policy.Decision{}, err
 	}
 	if pn.Name == "" {
-		pn = policy.NewNode(pol, node.Name, node.Labels)
+		pn, _ = c.view(pol, node, now)
 	}
+	pn.ControllerHere = c.replicas.on(node.Name, now)
 	pn.Unhealthy = true
 	return c.admit(pol, pn, cl, incident, now), nil
 }
