@@ -15,11 +15,10 @@ import (
 )
 
 // liveSignOfLife reads the node's Lease from the API server and compares it with the
-// renewTime recorded when the incident opened.
-func (c *Controller) liveSignOfLife(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) (string, error) {
-	if nf.Status.LeaseRenewTime == nil {
-		return "", nil
-	}
+// renewTime recorded when the incident opened. An incident that recorded none (its
+// creator stopped before its first status write) is judged on this replica's own view
+// of the node under pol, with the live read in it: it must still be unhealthy.
+func (c *Controller) liveSignOfLife(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (string, error) {
 	lease, err := c.client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, node.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -27,8 +26,15 @@ func (c *Controller) liveSignOfLife(ctx context.Context, nf *v1alpha1.NodeFence,
 	case err != nil:
 		return "", fmt.Errorf("incident %s: read lease of node %s: %w", nf.Name, node.Name, err)
 	}
-	c.detector.ObserveLease(lease, c.now())
-	return fencer.SignOfLife(nf, detector.Observation{RenewTime: ptr.Deref(lease.Spec.RenewTime, metav1.MicroTime{}).Time}), nil
+	now := c.now()
+	c.detector.ObserveLease(lease, now)
+	if nf.Status.LeaseRenewTime != nil {
+		return fencer.SignOfLife(nf, detector.Observation{RenewTime: ptr.Deref(lease.Spec.RenewTime, metav1.MicroTime{}).Time}), nil
+	}
+	if _, obs := c.view(pol, node, now); obs.Health != detector.Unhealthy {
+		return "its Lease, read from the API server, shows it healthy: " + obs.Evidence, nil
+	}
+	return "", nil
 }
 
 // cancel ends an incident that has not started fencing, on a sign of life.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -44,3 +45,57 @@ func TestReplicaHoldsWhateverThePolicy(t *testing.T) {
 	}
 }
 
+
+// TestPersonsRequestOutlivedByARecovery: a person's NodeFence created while the node's
+// incident was open is not driven, once that incident recovers the node, on evidence
+// that predates the recovery: it is held, saying why, until the person forces it; the
+// controller's own incident would be cancelled.
+func TestPersonsRequestOutlivedByARecovery(t *testing.T) {
+	f := backOnANewBoot(t, fixtureConfig())
+	person := &v1alpha1.NodeFence{
+		ObjectMeta: metav1.ObjectMeta{Name: "maint-1", ResourceVersion: "1", Labels: map[string]string{v1alpha1.NodeLabel: "node-1"},
+			CreationTimestamp: metav1.NewTime(f0.Add(30 * time.Second))},
+		Spec: v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: "alice", Reason: "node-1 looks dead"},
+	}
+	if _, err := f.dyn.FencingV1alpha1().NodeFences().Create(context.Background(), person, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.cache(person)
+	f.sync("node-1") // the older incident recovers the node
+	f.expectCalls("Unfence bmc-node-1")
+	f.catchUp("node-1")
+	f.now = f.now.Add(time.Second)
+	f.sync("node-1")
+	f.expectCalls()
+	got := stored(t, f.c, "maint-1")
+	if got.Status.Phase != v1alpha1.PhaseHeld || !strings.Contains(got.Status.Message, "node-1-x0 of node node-1 ended Recovered") {
+		t.Fatalf("person's request %s (%q), want Held, outlived by node-1-x0's recovery", got.Status.Phase, got.Status.Message)
+	}
+	// The person confirms: the request is forced, and the node fenced.
+	got.Annotations = map[string]string{v1alpha1.ForceAnnotation: "true"}
+	f.cache(got)
+	f.now = f.now.Add(time.Second)
+	f.sync("node-1")
+	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+}
+
+// TestUnwrittenIncidentReadLive: an incident whose creator stopped before its first
+// status write has no recorded evidence; this replica fences it on its own view only
+// after reading the node's Lease from the API server, and a renewal there cancels it.
+func TestUnwrittenIncidentReadLive(t *testing.T) {
+	nf := fencedIncident("", "")
+	nf.Status = v1alpha1.NodeFenceStatus{}
+	f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	// The cache missed node-1's latest renewals; the API server has them.
+	l := fixtureLease("node-1", f.now.Add(-5*time.Second))
+	if _, err := f.kube.CoordinationV1().Leases(NodeLeaseNamespace).Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.sync("node-1")
+	f.expectCalls()
+	if got := f.incident("node-1"); got.Status.Phase != v1alpha1.PhaseCancelled {
+		t.Errorf("phase %s (%q), want Cancelled on the live renewal", got.Status.Phase, got.Status.Message)
+	}
+}

@@ -30,7 +30,8 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		}
 		nf.Status.Policy = pol.Name
 	}
-	f := fencer.Facts{Now: c.now(), Obs: obs, Ready: nodeReady(node), Identity: c.opts.Identity, Strategy: pol.Remediation}
+	f := fencer.Facts{Now: c.now(), Obs: obs, Ready: nodeReady(node), Identity: c.opts.Identity, Strategy: pol.Remediation,
+		CreatedHere: ctx.Value(createdKey{}) == nf.Name, Superseded: c.supersededBy(nf)}
 	for {
 		a := fencer.Lifecycle(nf, f)
 		switch a.Kind {
@@ -41,7 +42,7 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			}
 			f.Decision = &d
 		case fencer.ActConfirmLive:
-			life, err := c.liveSignOfLife(ctx, nf, node)
+			life, err := c.liveSignOfLife(ctx, nf, node, pol)
 			if err != nil {
 				return 0, err
 			}
@@ -77,6 +78,36 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			return 0, nil
 		}
 	}
+}
+
+// createdKey marks a context whose sync created the incident it names, right after a
+// read of the node's Lease from the API server.
+type createdKey struct{}
+
+// supersededBy says why nf's evidence predates the node's life: another incident of the
+// node ended after nf opened, Recovered on a new boot or Cancelled on a sign of life;
+// "" when none did. The end is on the controller's clock and the opening on the API
+// server's, to the second: within that second, an incident counts as opened before.
+func (c *Controller) supersededBy(nf *v1alpha1.NodeFence) string {
+	incs, err := c.store.forNode(nf.Spec.NodeName)
+	if err != nil {
+		return "" // an incident the cache cannot decode fails the node's sync first
+	}
+	opened := nf.CreationTimestamp.Time
+	for _, other := range incs {
+		var ended time.Time
+		switch other.Status.Phase {
+		case v1alpha1.PhaseRecovered:
+			ended = fencer.StepTime(other, v1alpha1.StepRecovered)
+		case v1alpha1.PhaseCancelled:
+			ended = fencer.StepTime(other, v1alpha1.StepCancelled)
+		}
+		if other.Name != nf.Name && !ended.IsZero() && !ended.Before(opened) {
+			return fmt.Sprintf("incident %s of node %s ended %s at %s, after this one opened at %s: the node lived since",
+				other.Name, nf.Spec.NodeName, other.Status.Phase, fencer.Stamp(ended), fencer.Stamp(opened))
+		}
+	}
+	return ""
 }
 
 func (c *Controller) policyByName(name string) *v1alpha1.Policy {

@@ -184,7 +184,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
 	c.metrics.phaseDuration.WithLabelValues(durationDetect).Observe(now.Sub(obs.Since).Seconds())
 	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
-	ctx = withLogValues(ctx, "incident", created.Name)
+	ctx = context.WithValue(withLogValues(ctx, "incident", created.Name), createdKey{}, created.Name)
 	klog.FromContext(ctx).Info("Incident opened", "evidence", obs.Evidence)
 	// Go on at once rather than wait for the informer to bring the new incident back; the
 	// first decision writes the status with the detection in it.

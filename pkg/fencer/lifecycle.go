@@ -2,6 +2,7 @@ package fencer
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,11 +19,15 @@ import (
 // ConfirmLive, fills the Facts it asked for and asks again. Every state an incident can
 // be in and every way out of it:
 //
-//	"", Pending, Held  a sign of life (own incident, no attempt yet)       Cancel → Cancelled
+//	"", Pending, Held  outlived: another incident ended since on proof of  Cancel → Cancelled
+//	                   life, or a request's node booted anew (own, request)
+//	                   outlived, a person's request (not forced)           NotYet → Held
+//	                   a sign of life (own incident, no attempt yet)       Cancel → Cancelled
 //	                   no detection recorded, node not unhealthy here      Recheck
 //	                   policy not asked yet                                Decide
 //	                   policy says wait or hold (dry run holds)            NotYet → Pending / Held
-//	                   fence, on another replica's evidence, not read live ConfirmLive
+//	                   fence, on another replica's evidence (or on an      ConfirmLive
+//	                   incident nobody wrote), not read live
 //	                   fence, and the live read shows a renewal since      Cancel → Cancelled
 //	                   fence (or forced past a budget hold)                StartFencing → Fencing
 //	Fencing            always                                              Fence (Next, Apply) → Fenced / Failed
@@ -66,6 +71,14 @@ type Facts struct {
 	// Live is what a read of the node's Lease from the API server showed: a sign of life,
 	// or "" for none; nil until the machine asks for it (ActConfirmLive).
 	Live *string
+	// CreatedHere: this replica created the incident in this sync, right after it read
+	// the node's Lease from the API server (an incident no controller has written yet is
+	// otherwise adopted: its creator may have stopped before it wrote a thing).
+	CreatedHere bool
+	// Superseded, when not empty, says that another incident of the node ended after this
+	// one opened, on proof that the node lived (Recovered on a new boot, or Cancelled on
+	// a sign of life): this one's evidence predates it.
+	Superseded string
 }
 
 // Act is what the controller does for an incident.
@@ -139,6 +152,12 @@ func decide(nf *v1alpha1.NodeFence, f Facts) Action {
 		st.BootID = f.Obs.BootID
 	}
 	own := nf.Spec.RequestedBy == v1alpha1.RequestedByController
+	request := strings.HasPrefix(nf.Spec.RequestedBy, v1alpha1.RequestedByRemediationPrefix)
+	if len(st.Attempts) == 0 {
+		if a, stop := outlived(nf, f, own || request); stop {
+			return a
+		}
+	}
 	// The controller's own incident ends on a sign of life from the node; a person's
 	// request stands until it is fenced or deleted. Evidence recorded by an earlier
 	// leader stands too: this replica's restarted clocks are not a sign of life.
@@ -178,9 +197,10 @@ func decide(nf *v1alpha1.NodeFence, f Facts) Action {
 		}
 		return a
 	}
-	if own && adopted(nf, f.Identity) {
+	if own && (adopted(nf, f.Identity) || (st.Leader == "" && !f.CreatedHere)) {
 		// Evidence this replica did not gather is checked against the API server once
-		// before it fences on it.
+		// before it fences on it; so is an incident nobody has written, whose creator
+		// stopped before its first status write, fenced on this replica's cache.
 		if f.Live == nil {
 			return Action{Kind: ActConfirmLive}
 		}
@@ -190,6 +210,36 @@ func decide(nf *v1alpha1.NodeFence, f Facts) Action {
 	}
 	return Action{Kind: ActStartFencing, Decision: d, Forced: forced}
 }
+
+// outlived ends or holds an incident that has not started fencing when the node has
+// lived past its evidence: another incident of the node ended since this one opened on
+// proof that the node lived (Superseded), or, for a health checker's request, the node
+// booted anew since the request was decided. The controller's own incidents and health
+// checkers' requests are cancelled; a person's request is held until the person forces
+// it (ForceAnnotation) or deletes it. stop is false when nothing outlived the incident.
+func outlived(nf *v1alpha1.NodeFence, f Facts, cancel bool) (a Action, stop bool) {
+	st := &nf.Status
+	why := f.Superseded
+	if why == "" && strings.HasPrefix(nf.Spec.RequestedBy, v1alpha1.RequestedByRemediationPrefix) &&
+		st.BootID != "" && f.Obs.BootID != "" && f.Obs.BootID != st.BootID {
+		why = fmt.Sprintf("the node booted anew (boot %s) since the request was decided on boot %s", f.Obs.BootID, st.BootID)
+	}
+	switch {
+	case why == "":
+		return Action{}, false
+	case cancel:
+		return Action{Kind: ActCancel, Life: why}, true
+	case nf.Annotations[v1alpha1.ForceAnnotation] == "true":
+		return Action{}, false
+	}
+	d := policy.Decision{Verdict: policy.Hold, Reason: ReasonOutlived,
+		Message: fmt.Sprintf("%s; set %s=true on it to fence the node anyway, or delete it", why, v1alpha1.ForceAnnotation)}
+	return Action{Kind: ActNotYet, Phase: v1alpha1.PhaseHeld, Decision: d, After: HoldRecheck,
+		Record: st.Phase != v1alpha1.PhaseHeld || st.Message != d.Message || st.Leader == ""}, true
+}
+
+// ReasonOutlived holds a person's request that the node outlived (outlived).
+const ReasonOutlived = "OutlivedByNode"
 
 // remediated is the machine for an incident whose node's workloads were released.
 func remediated(nf *v1alpha1.NodeFence, f Facts) Action {

@@ -61,6 +61,9 @@ func lifecycleCases() []lifecycleCase {
 	other := func(nf *v1alpha1.NodeFence) { nf.Status.Leader = "other" }
 	person := func(nf *v1alpha1.NodeFence) { nf.Spec.RequestedBy = "alice" }
 	force := func(nf *v1alpha1.NodeFence) { nf.Annotations = map[string]string{v1alpha1.ForceAnnotation: "true"} }
+	request := func(nf *v1alpha1.NodeFence) {
+		nf.Spec.RequestedBy = v1alpha1.RequestedByRemediationPrefix + "NodeHealthCheck (KubefenceRemediation ns/x)"
+	}
 	storm := decided(policy.Hold, policy.ReasonStorm, "3 of 3 unhealthy")
 	fence := decided(policy.Fence, "", "within budget")
 	return []lifecycleCase{
@@ -99,6 +102,27 @@ func lifecycleCases() []lifecycleCase {
 			Action{Kind: ActStartFencing, Decision: *fence}},
 		{"a person's adopted request is not read live", with(with(incidentIn(v1alpha1.PhasePending), other), person), Facts{Obs: unhealthy, Identity: "me", Decision: fence},
 			Action{Kind: ActStartFencing, Decision: *fence}},
+		{"nobody wrote it: read live first", with(incidentIn(v1alpha1.PhasePending), func(nf *v1alpha1.NodeFence) { nf.Status.Leader = "" }),
+			Facts{Obs: unhealthy, Identity: "me", Decision: fence}, Action{Kind: ActConfirmLive}},
+		{"created here after a live read: fence", with(incidentIn(v1alpha1.PhasePending), func(nf *v1alpha1.NodeFence) { nf.Status.Leader = "" }),
+			Facts{Obs: unhealthy, Identity: "me", Decision: fence, CreatedHere: true}, Action{Kind: ActStartFencing, Decision: *fence}},
+		// Outlived: another incident of the node ended on proof of life after this one
+		// opened, or a health checker's request's node booted anew.
+		{"outlived, own: cancel", incidentIn(v1alpha1.PhasePending), Facts{Obs: unhealthy, Decision: fence, Superseded: "incident x recovered"},
+			Action{Kind: ActCancel, Life: "incident x recovered"}},
+		{"outlived, a request: cancel", with(incidentIn(v1alpha1.PhaseHeld), request), Facts{Obs: unhealthy, Decision: fence, Superseded: "incident x recovered"},
+			Action{Kind: ActCancel, Life: "incident x recovered"}},
+		{"outlived, a person's: held", with(incidentIn(v1alpha1.PhasePending), person), Facts{Obs: unhealthy, Decision: fence, Superseded: "incident x recovered"},
+			Action{Kind: ActNotYet, Phase: v1alpha1.PhaseHeld, Record: true, After: HoldRecheck, Decision: *decided(policy.Hold, ReasonOutlived,
+				"incident x recovered; set "+v1alpha1.ForceAnnotation+"=true on it to fence the node anyway, or delete it")}},
+		{"outlived, a person's, forced", with(with(incidentIn(v1alpha1.PhaseHeld), person), force), Facts{Obs: unhealthy, Decision: fence, Superseded: "incident x recovered"},
+			Action{Kind: ActStartFencing, Decision: *fence}},
+		{"a request's node booted anew: cancel", with(incidentIn(v1alpha1.PhaseHeld), request), Facts{Obs: back, Decision: fence},
+			Action{Kind: ActCancel, Life: "the node booted anew (boot boot-2) since the request was decided on boot boot-1"}},
+		{"a person's request, node booted anew: stands", with(incidentIn(v1alpha1.PhaseHeld), person), Facts{Obs: back, Decision: fence},
+			Action{Kind: ActStartFencing, Decision: *fence}},
+		{"outlived once fencing began: fence on", incidentIn(v1alpha1.PhaseFencing), Facts{Obs: unhealthy, Superseded: "incident x recovered"},
+			Action{Kind: ActFence}},
 		// Fencing and release.
 		{"fencing", incidentIn(v1alpha1.PhaseFencing), Facts{Obs: back}, Action{Kind: ActFence}},
 		{"fenced", incidentIn(v1alpha1.PhaseFenced), Facts{Obs: back}, Action{Kind: ActRelease}},

@@ -2,6 +2,7 @@ package healthcheck
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -213,6 +214,12 @@ func mirrorPhase(nf *v1alpha1.NodeFence, timedOut bool, progress func(bool, meta
 	}
 	reason := string(phase)
 	switch {
+	case (phase == v1alpha1.PhaseRemediated || (phase == v1alpha1.PhaseRecovered && nf.Status.Verified())) && releaseSkipped(nf):
+		// The fence held and the node came back on a new boot before its workloads were
+		// released: nothing was released, and its pods restart with it.
+		progress(false, metav1.ConditionTrue, ReasonRebootedBeforeRelease, fmt.Sprintf(
+			"node %s verified fenced at level %d; it booted again before its workloads were released, so nothing was released (NodeFence %s)",
+			nf.Spec.NodeName, nf.Status.VerifiedLevel, nf.Name))
 	case phase == v1alpha1.PhaseRemediated || (phase == v1alpha1.PhaseRecovered && nf.Status.Verified()):
 		progress(false, metav1.ConditionTrue, reason, fmt.Sprintf(
 			"node %s verified fenced at level %d and its workloads released (NodeFence %s)", nf.Spec.NodeName, nf.Status.VerifiedLevel, nf.Name))
@@ -227,4 +234,13 @@ func mirrorPhase(nf *v1alpha1.NodeFence, timedOut bool, progress func(bool, meta
 	default:
 		progress(true, metav1.ConditionUnknown, reason, fmt.Sprintf("NodeFence %s is %s: %s", nf.Name, phase, nf.Status.Message))
 	}
+}
+
+// ReasonRebootedBeforeRelease is the conditions' reason for an incident whose node booted
+// again after its fence held and before its release: done, with nothing released.
+const ReasonRebootedBeforeRelease = "RebootedBeforeRelease"
+
+// releaseSkipped reports whether nf's release was skipped: the node booted again first.
+func releaseSkipped(nf *v1alpha1.NodeFence) bool {
+	return slices.ContainsFunc(nf.Status.Timeline, func(s v1alpha1.Step) bool { return s.Type == v1alpha1.StepReleaseSkipped })
 }

@@ -128,6 +128,12 @@ func TestMirror(t *testing.T) {
 		}
 		return nf
 	}
+	rebootedBeforeRelease := func(phase v1alpha1.Phase) *v1alpha1.NodeFence {
+		nf := incident(phase, 1, 1)
+		nf.Status.Timeline = append(nf.Status.Timeline, v1alpha1.Step{Type: v1alpha1.StepReleaseSkipped,
+			Message: "release node node-1: node booted again since the incident opened"})
+		return nf
+	}
 	plain := request("node-1", nil)
 	timedOut := request("node-1", map[string]string{v1alpha1.RemediationTimedOutAnnotation: "x"})
 	type want struct {
@@ -155,6 +161,10 @@ func TestMirror(t *testing.T) {
 		"withdrawn on the timeout":   {timedOut, incident(v1alpha1.PhaseCancelled, 0, 0), nil, want{F, F, "TimedOut"}},
 		"timed out while fencing":    {timedOut, incident(v1alpha1.PhaseFencing, 0, 1), nil, want{T, U, "Fencing"}},
 		"timed out, released anyway": {timedOut, incident(v1alpha1.PhaseRemediated, 1, 1), nil, want{F, T, "Remediated"}},
+		// The fence held and the node booted again before its release: done, nothing
+		// released, and the conditions do not say "released".
+		"rebooted before the release": {plain, rebootedBeforeRelease(v1alpha1.PhaseRemediated), nil, want{F, T, ReasonRebootedBeforeRelease}},
+		"rebooted, then recovered":    {plain, rebootedBeforeRelease(v1alpha1.PhaseRecovered), nil, want{F, T, ReasonRebootedBeforeRelease}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			st := Mirror(tc.r, "node-1", tc.nf, tc.problem)
@@ -167,6 +177,9 @@ func TestMirror(t *testing.T) {
 			if p.Status != tc.want.processing || s.Status != tc.want.succeeded || s.Reason != tc.want.reason || d.Status != metav1.ConditionFalse {
 				t.Errorf("Processing=%s Succeeded=%s (%s) PermanentNodeDeletionExpected=%s; want %s %s (%s) False",
 					p.Status, s.Status, s.Reason, d.Status, tc.want.processing, tc.want.succeeded, tc.want.reason)
+			}
+			if tc.want.reason == ReasonRebootedBeforeRelease && strings.Contains(s.Message, "workloads released") {
+				t.Errorf("Succeeded says %q: the workloads were not released", s.Message)
 			}
 			if tc.nf != nil && (st.NodeFence != tc.nf.Name || (len(tc.nf.Status.Attempts) > 0 && st.Evidence != "chassis power off")) {
 				t.Errorf("status %+v does not name the incident and its evidence", st)
@@ -189,3 +202,4 @@ func equalConditions(a, b []metav1.Condition) bool {
 	}
 	return true
 }
+

@@ -148,10 +148,16 @@ func (g *LeaseGuard) Check(ctx context.Context, epoch int64, now time.Time) erro
 		return err
 	}
 	// Confirmed for a renew deadline past the read, and never past the Lease's expiry as
-	// a standby counts it (renewTime was written by this process's own clock).
+	// a standby counts it (renewTime was written by this process's own clock). The
+	// expiry is a wall-clock time: it is turned into a time on the monotonic clock, as
+	// the read's is, so that Confirmed compares monotonic readings and a step of the wall
+	// clock backwards cannot stretch a confirmation.
 	until := r.Sent.Add(g.Config.RenewDeadline.Duration)
-	if !expiry.IsZero() && expiry.Before(until) {
-		until = expiry
+	if !expiry.IsZero() {
+		read := time.Now()
+		if bound := read.Add(expiry.Sub(read)); bound.Before(until) {
+			until = bound
+		}
 	}
 	g.mu.Lock()
 	if until.After(g.confirmedUntil) {

@@ -3,6 +3,7 @@ package leader
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,6 +83,30 @@ func TestLeaseGuardConfirmed(t *testing.T) {
 			_ = g.Check(context.Background(), 1, now.Add(-20*time.Second))
 			if got := g.Confirmed(); got != tc.confirmed {
 				t.Errorf("Confirmed() = %v, want %v", got, tc.confirmed)
+			}
+		})
+	}
+}
+
+// TestLeaseGuardConfirmedOnTheMonotonicClock: however a confirmation is bounded (the
+// renew deadline, or the Lease's expiry, a wall-clock time), it is a time on the
+// monotonic clock: Confirmed compares monotonic readings, and the wall clock stepping
+// backwards (NTP, a VM restored) cannot stretch it.
+func TestLeaseGuardConfirmedOnTheMonotonicClock(t *testing.T) {
+	now := time.Now()
+	for name, deadline := range map[string]time.Duration{"bound by the expiry": time.Hour, "bound by the renew deadline": time.Second} {
+		t.Run(name, func(t *testing.T) {
+			g := guardFor(fake.NewClientset(leaderLease("me", 0, now)))
+			g.Config.RenewDeadline = metav1.Duration{Duration: deadline}
+			if err := g.Check(context.Background(), 1, now); err != nil {
+				t.Fatal(err)
+			}
+			until := g.ConfirmedUntil()
+			if !strings.Contains(until.String(), "m=") {
+				t.Errorf("confirmed until %s: no monotonic reading", until)
+			}
+			if !g.Confirmed() {
+				t.Error("not confirmed right after a check that passed")
 			}
 		})
 	}
