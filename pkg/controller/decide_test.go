@@ -45,7 +45,6 @@ func TestReplicaHoldsWhateverThePolicy(t *testing.T) {
 	}
 }
 
-
 // TestPersonsRequestOutlivedByARecovery: a person's NodeFence created while the node's
 // incident was open is not driven, once that incident recovers the node, on evidence
 // that predates the recovery: it is held, saying why, until the person forces it; the

@@ -202,4 +202,3 @@ func equalConditions(a, b []metav1.Condition) bool {
 	}
 	return true
 }
-
