@@ -645,7 +645,8 @@ func TestFixtureFenceFails(t *testing.T) {
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
 	f.sync("node-1")
-	f.expectRequests("get leases node-1", "list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status")
+	// Before it ends Failed, the node is read for a release of this incident (none).
+	f.expectRequests("get leases node-1", "get nodes node-1", "list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status")
 	f.expectCalls("Fence bmc-node-1")
 	if nf := f.incident("node-1"); nf.Status.Phase != v1alpha1.PhaseFailed || !strings.Contains(nf.Status.Message, "authentication failed") {
 		t.Errorf("phase %s (%s), want Failed naming the agent's error", nf.Status.Phase, nf.Status.Message)

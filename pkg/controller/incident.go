@@ -65,6 +65,18 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			}
 			return c.startFencing(ctx, nf, node, pol, a)
 		case fencer.ActFence:
+			if adoptedFencing(nf, c.opts.Identity) {
+				// A release the earlier leader made and did not record is carried on,
+				// not fenced again.
+				if marked, err := c.releasedBefore(ctx, nf); err != nil || len(marked) > 0 {
+					if err != nil {
+						return 0, err
+					}
+					if done, requeue, err := c.resumeRelease(ctx, nf, node, pol, marked); done {
+						return requeue, err
+					}
+				}
+			}
 			return c.fence(ctx, nf, node, pol)
 		case fencer.ActRelease:
 			return c.release(ctx, nf, node, pol)
@@ -78,6 +90,11 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			return 0, nil
 		}
 	}
+}
+
+// adoptedFencing reports whether nf is Fencing on another replica's record.
+func adoptedFencing(nf *v1alpha1.NodeFence, identity string) bool {
+	return nf.Status.Phase == v1alpha1.PhaseFencing && nf.Status.Leader != "" && nf.Status.Leader != identity
 }
 
 // createdKey marks a context whose sync created the incident it names, right after a

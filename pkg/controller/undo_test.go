@@ -18,6 +18,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
 // lead makes the controller lead at epoch 1 under a Lease it holds, checked before every
@@ -213,5 +214,59 @@ func TestRecoveryRestoresWhatTheFenceRemoved(t *testing.T) {
 	}
 	if restore != "removed: target=iqn.x:t iqn=iqn.x:a" {
 		t.Errorf("Unfence restore %q, want the Fence call's removed line", restore)
+	}
+}
+
+// TestReleaseRecordSurvivesACrash: a leader that released a node after a verified fence
+// and died before it recorded the release (inside the storm's release gate, say) leaves
+// an incident Fencing on record and its taints on the node, marked as the incident's. A
+// successor that cannot read the fence back (the BMC died with the node) records the
+// release from the mark and ends Remediated, never Failed with "nothing was released";
+// the same holds when its own tries failed first.
+func TestReleaseRecordSurvivesACrash(t *testing.T) {
+	for name, tc := range map[string]struct {
+		leader string
+		state  v1alpha1.AttemptState
+		calls  []string
+	}{
+		"adopted, the read back lost":     {"other", v1alpha1.AttemptFencing, nil},
+		"this replica's own tries failed": {"me", v1alpha1.AttemptFailed, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := fencedIncident(v1alpha1.PhaseFencing, tc.state)
+			nf.Status.Leader = tc.leader
+			nf.Status.Attempts[0].Target = "bmc-node-1"
+			if tc.state == v1alpha1.AttemptFailed {
+				nf.Status.Attempts[0].ErrorKind = string(plugin.KindPermanent)
+				nf.Status.Attempts[0].Error = "no answer"
+				nf.Status.Level = 2 // every level failed
+			}
+			objs := threeNodes()
+			n := fixtureNode("node-1", "boot-node-1", false)
+			n.Spec.Taints = []corev1.Taint{remediate.FencedTaint, remediate.OutOfServiceTaint}
+			n.Annotations[remediate.OwnerAnnotation] = nf.Name + "=" + remediate.FencedTaint.Key + "," + remediate.OutOfServiceTaint.Key
+			objs[0] = n
+			f := newFixture(t, fixtureConfig(), append(objs, nf)...)
+			unreachable := plugin.Errorf(plugin.KindTargetUnreachable, "bmc-node-1: no answer")
+			f.bmc.fence = func(context.Context) error { return unreachable }
+			f.bmc.status = func(string) error { return unreachable }
+			f.now = f0.Add(time.Minute)
+			f.renewAllBut("node-1")
+			f.sync("node-1")
+			f.expectCalls(tc.calls...)
+			got := f.incident("node-1")
+			if got.Status.Phase != v1alpha1.PhaseRemediated {
+				t.Fatalf("phase %s (%q), want Remediated", got.Status.Phase, got.Status.Message)
+			}
+			if taints := got.Status.Remediation.TaintsAdded; len(taints) != 2 {
+				t.Errorf("taints recorded %v, want both the mark names", taints)
+			}
+			if found := stepsOf(got, v1alpha1.StepReleaseFound); len(found) != 1 || !strings.Contains(found[0], "owner mark") {
+				t.Errorf("ReleaseFound steps %q, want one citing the owner mark", found)
+			}
+			if got.Status.VerifiedLevel != 1 || got.Status.Attempts[0].State != v1alpha1.AttemptVerified {
+				t.Errorf("verified level %d, attempt %s; want level 1 verified", got.Status.VerifiedLevel, got.Status.Attempts[0].State)
+			}
+		})
 	}
 }

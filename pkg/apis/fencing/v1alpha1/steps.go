@@ -54,6 +54,9 @@ const (
 	StepPodsDeleted = "PodsDeleted"
 	// StepVolumeAttachmentsDeleted: the node's VolumeAttachments were deleted.
 	StepVolumeAttachmentsDeleted = "VolumeAttachmentsDeleted"
+	// StepReleaseFound: an earlier leader released the node after a verified fence and
+	// was gone before it recorded it; the node's owner mark names this incident.
+	StepReleaseFound = "ReleaseFound"
 	// StepReleaseSkipped: the node rebooted before its release; nothing was released.
 	StepReleaseSkipped = "ReleaseSkipped"
 	// StepRemediated: the node's workloads were released.
