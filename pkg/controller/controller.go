@@ -117,6 +117,8 @@ type Controller struct {
 	admission admission
 	// gate lets a storm's releases go before their records.
 	gate releaseGate
+	// offReads are fence devices read off while their node may live.
+	offReads *offReads
 
 	mu    sync.Mutex
 	epoch int64
@@ -186,6 +188,7 @@ func New(opts Options) (*Controller, error) {
 		names = append(names, a.Name)
 	}
 	c.metrics.initCounters(names)
+	c.offReads = newOffReads(c.metrics.registry, cfg.Detection.ExpectedRenewInterval.Duration)
 	// The agents read the controller's clock as it is at each call: a test that swaps it
 	// swaps theirs too.
 	var err error

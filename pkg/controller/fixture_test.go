@@ -49,6 +49,9 @@ type bmc struct {
 	// actions, when set, is what Describe offers (a storage fence offers no reboot);
 	// default a power agent's.
 	actions []plugin.Action
+	// readsOff are targets that read off whatever the machine does (another machine's
+	// BMC, switched off).
+	readsOff map[string]bool
 }
 
 func (b *bmc) Describe(context.Context) (plugin.Description, error) {
@@ -82,6 +85,9 @@ func (b *bmc) Fence(ctx context.Context, req plugin.Request, _ plugin.Action) (p
 }
 func (b *bmc) Status(_ context.Context, req plugin.Request) (plugin.Result, error) {
 	res := b.record("Status "+req.Target, false, false)
+	if b.readsOff[req.Target] {
+		res = plugin.Result{State: plugin.StateOff, Evidence: "power off"}
+	}
 	if b.status != nil {
 		if err := b.status(req.Target); err != nil {
 			return plugin.Result{}, err

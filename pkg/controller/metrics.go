@@ -8,6 +8,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
+	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -154,7 +155,7 @@ func (m *metrics) initCounters(agents []string) {
 	}
 	for _, r := range []string{policy.ReasonStorm, policy.ReasonZoneDark, policy.ReasonPaused, policy.ReasonExcluded,
 		policy.ReasonNothingToRelease, policy.ReasonCooldown, policy.ReasonControlPlane, policy.ReasonMaxConcurrent,
-		policy.ReasonRateLimited, policy.ReasonControllerHere} {
+		policy.ReasonRateLimited, policy.ReasonControllerHere, policy.ReasonTargetReadsOff, fencer.ReasonOutlived} {
 		m.holds.WithLabelValues(r)
 	}
 	kinds := []plugin.ErrorKind{plugin.KindRetryable, plugin.KindPermanent, plugin.KindTargetUnreachable,

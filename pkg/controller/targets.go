@@ -27,6 +27,8 @@ type TargetCheck struct {
 	State   plugin.PowerState
 	Latency time.Duration
 	Err     error
+	// At is when the answer came back, on the caller's clock.
+	At time.Time
 }
 
 // Up reports whether the device answered with a state.
@@ -112,7 +114,8 @@ func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev
 	}
 	start := a.now()
 	res, err := a.invoke(ctx, agent, methodStatus, req, start.Add(cfg.Timeout.Duration))
-	tc.Latency = a.now().Sub(start)
+	tc.At = a.now()
+	tc.Latency = tc.At.Sub(start)
 	if err != nil {
 		tc.Err = err
 		return tc
@@ -129,6 +132,9 @@ func (c *Controller) monitorTargets(ctx context.Context, every time.Duration) {
 		nodes, err := c.nodes.List(everything())
 		if err == nil {
 			c.recordTargets(ctx, c.caller.checkTargets(ctx, c.cfg.Policies, nodes))
+			for _, n := range nodes {
+				c.queue.Add(n.Name) // each sync asks whether a read of off was contradicted since
+			}
 		}
 		jitter := time.Duration(rand.Int64N(int64(every/10) + 1))
 		select {
@@ -140,6 +146,9 @@ func (c *Controller) monitorTargets(ctx context.Context, every time.Duration) {
 }
 
 func (c *Controller) recordTargets(ctx context.Context, checks []TargetCheck) {
+	for _, tc := range c.offReads.note(checks) {
+		c.clearTargetReadsOff(ctx, tc)
+	}
 	c.metrics.targetUp.Reset()
 	for _, tc := range checks {
 		up := 0.0

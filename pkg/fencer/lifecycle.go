@@ -142,6 +142,8 @@ const HoldRecheck = 2 * time.Second
 var budgetReasons = map[string]bool{
 	policy.ReasonStorm: true, policy.ReasonStormPending: true, policy.ReasonZoneDark: true, policy.ReasonCooldown: true, policy.ReasonControlPlane: true,
 	policy.ReasonMaxConcurrent: true, policy.ReasonRateLimited: true, policy.ReasonNothingToRelease: true,
+	// A person who checked the mapping confirms the fence device is the node's.
+	policy.ReasonTargetReadsOff: true,
 }
 
 // decide is the machine for an incident that has not started fencing.

@@ -144,6 +144,15 @@ func TestDecide(t *testing.T) {
 			}(),
 			verdict: Hold, reason: ReasonControllerHere, message: "this replica runs on it",
 		},
+		"its fence device read off while it lived: hold": {
+			policy: testPolicy(),
+			nodes: func() []Node {
+				ns := dead(nodes("n", 10, nil), 0)
+				ns[0].TargetReadsOff = "agent ipmi read target 10.0.0.9 off"
+				return ns
+			}(),
+			verdict: Hold, reason: ReasonTargetReadsOff, message: "agent ipmi read target 10.0.0.9 off",
+		},
 		"a fenced node in a zone keeps the zone from counting as lit": {
 			policy: testPolicy(maxUnhealthy(intstr.FromString("50%"))),
 			nodes: func() []Node {

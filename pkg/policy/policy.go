@@ -52,6 +52,7 @@ const (
 	ReasonMaxConcurrent    = "MaxConcurrentReached"
 	ReasonRateLimited      = "RateLimited"
 	ReasonControllerHere   = "ControllerReplicaAlive"
+	ReasonTargetReadsOff   = "TargetReadsOff"
 )
 
 // Decision is what to do about one node, and why.
@@ -97,6 +98,10 @@ type Node struct {
 	// controller runs on this node (this replica, or one whose identity Lease this replica
 	// saw renewed lately). Such a node is alive and is never fenced.
 	ControllerHere string
+	// TargetReadsOff, when not empty, says that the node's fence device read off while
+	// the node lived (the controller's mark, v1alpha1.TargetReadsOffAnnotation): a fence
+	// through it would verify without touching the node.
+	TargetReadsOff string
 	// LastFencedAt is when the node's most recent fence started; zero if never.
 	LastFencedAt time.Time
 

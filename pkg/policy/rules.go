@@ -13,7 +13,7 @@ type rule func(p *v1alpha1.Policy, node Node, cluster Cluster, v view, now time.
 
 // rules in the order Decide checks them. Switches a person set come first, then what
 // holds everything (storm, dark zone), then what only delays this node.
-var rules = []rule{controllerHere, paused, excluded, nothingToRelease, storm, zoneDark, cooldown, controlPlane, maxConcurrent, rateLimited}
+var rules = []rule{controllerHere, paused, excluded, targetReadsOff, nothingToRelease, storm, zoneDark, cooldown, controlPlane, maxConcurrent, rateLimited}
 
 func hold(reason, format string, args ...any) (Decision, bool) {
 	return Decision{Verdict: Hold, Reason: reason, Message: fmt.Sprintf(format, args...)}, true
@@ -30,6 +30,15 @@ func controllerHere(_ *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Tim
 	if node.ControllerHere != "" {
 		return hold(ReasonControllerHere, "node %s runs a live kubefence controller replica (%s): it is alive, not fenced",
 			node.Name, node.ControllerHere)
+	}
+	return Decision{}, false
+}
+
+// targetReadsOff holds a node whose fence device read off while the node lived: the
+// mapping names another machine, and a fence would verify without touching the node.
+func targetReadsOff(_ *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Time) (Decision, bool) {
+	if node.TargetReadsOff != "" {
+		return hold(ReasonTargetReadsOff, "%s", node.TargetReadsOff)
 	}
 	return Decision{}, false
 }

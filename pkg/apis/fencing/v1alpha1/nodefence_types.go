@@ -83,6 +83,13 @@ const MaxTimelineSteps = 1000
 // that failed are likely to fail again, and a person should look first.
 const RetryAnnotation = "fencing.kubefence.io/retry"
 
+// TargetReadsOffAnnotation, on a Node, is the controller's mark of a node whose fence
+// device read off while the node renewed its Lease after the read: the target mapping
+// names another machine, and the node's fencing is held (the message says which agent and
+// target). The controller removes it once the device reads on; a person may remove it, or
+// force an incident past it (ForceAnnotation).
+const TargetReadsOffAnnotation = "fencing.kubefence.io/target-reads-off"
+
 // FenceAction is what fencing does to the node.
 type FenceAction string
 

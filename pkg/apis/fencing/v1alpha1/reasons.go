@@ -33,4 +33,7 @@ const (
 	ReasonOrphanRepaired = "OrphanRepaired"
 	// ReasonOrphanTaint: the node carries kubefence's taint with no incident behind it.
 	ReasonOrphanTaint = "OrphanTaint"
+	// ReasonTargetReadsOff: a node's fence device read off while the node renewed its
+	// Lease; the mapping names another machine, and the node's fencing is held.
+	ReasonTargetReadsOff = "TargetReadsOff"
 )
