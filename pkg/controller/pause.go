@@ -28,6 +28,9 @@ const (
 	// PauseAfterFenced: the fence is verified (saved with the release's end, so the record
 	// still says Fencing); nothing released yet.
 	PauseAfterFenced = "after-fenced"
+	// PauseBeforeRecord: the release is done (taints, pods, attachments) and not yet
+	// recorded: where a storm's release gate holds the record back.
+	PauseBeforeRecord = "before-record"
 	// PauseBeforeUnfence: recovery's Unfence is on record and the Lease was read; the
 	// call is not sent.
 	PauseBeforeUnfence = "before-unfence"

@@ -63,6 +63,7 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		return 0, err
 	}
 	c.metrics.phaseDuration.WithLabelValues(durationRemediate).Observe(c.now().Sub(start).Seconds())
+	c.pause.at(PauseBeforeRecord)
 	c.yieldToReleases(ctx)
 	if err := c.save(ctx, nf); err != nil {
 		return 0, err

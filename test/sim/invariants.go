@@ -47,6 +47,7 @@ type Monitor struct {
 	cut        map[string][]span
 	initialACL map[string][]string
 	lastACL    map[string][]string
+	restored   map[string][]restore
 	samples    int
 	errs       []string
 	done       chan struct{}
@@ -153,6 +154,7 @@ func (m *Monitor) updateCuts(acl map[string][]string, now time.Time) {
 			m.cut[node] = append(spans, span{From: now})
 		case !isCut && open:
 			spans[len(spans)-1].To = now
+			m.noteRestore(node, now)
 		}
 	}
 }
@@ -216,8 +218,9 @@ type Evidence struct {
 	Disturbed map[string]bool
 	// Taints are each node's taint keys at the end.
 	Taints map[string][]string
-	// Final is each node's newest incident at the end, if any.
-	Final map[string]*v1alpha1.NodeFence
+	// Final is each node's newest incident at the end, if any; Incidents all of them.
+	Final     map[string]*v1alpha1.NodeFence
+	Incidents map[string][]v1alpha1.NodeFence
 	// Resets are when each node's watchdog reset its machine; Halts when the simulation
 	// killed a machine without its BMC (NodeAgents).
 	Resets, Halts map[string][]time.Time
@@ -242,6 +245,7 @@ func (m *Monitor) Check(ev Evidence) []string {
 	v = append(v, checkOpenIncidents(ev.Seen)...)
 	v = append(v, m.checkHealthy(ev)...)
 	v = append(v, m.checkLeftovers(ev)...)
+	v = append(v, m.checkRestores(ev)...)
 	m.mu.Lock()
 	pods := make([]string, 0, len(m.copies))
 	for p := range m.copies {
@@ -378,7 +382,7 @@ func (m *Monitor) checkLeftovers(ev Evidence) []string {
 // GatherEvidence reads the BMC logs, taints and newest incidents.
 func GatherEvidence(ctx context.Context, h *Harness, rec *Recorder, disturbed map[string]bool) (Evidence, error) {
 	ev := Evidence{Seen: rec.All(), Power: map[string][]bmc.PowerEvent{}, Disturbed: disturbed,
-		Taints: map[string][]string{}, Final: map[string]*v1alpha1.NodeFence{}}
+		Taints: map[string][]string{}, Final: map[string]*v1alpha1.NodeFence{}, Incidents: map[string][]v1alpha1.NodeFence{}}
 	for name, b := range h.BMCs {
 		e, err := b.Events()
 		if err != nil {
@@ -401,6 +405,7 @@ func GatherEvidence(ctx context.Context, h *Harness, rec *Recorder, disturbed ma
 		if len(incs) > 0 {
 			ev.Final[n.Name] = &incs[len(incs)-1]
 		}
+		ev.Incidents[n.Name] = incs
 	}
 	return ev, nil
 }

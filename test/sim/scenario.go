@@ -52,6 +52,10 @@ type Scenario struct {
 	// NodeAgents, when set, runs fence-node-agent on every node (NodeAgents), and sets
 	// the controller's watchdog.isolation to theirs.
 	NodeAgents *NodeAgentsSpec `json:"nodeAgents,omitempty"`
+	// PauseAt is a test pause point of the controller (controller.Pause*): the first
+	// replica stops itself (SIGSTOP) the first time it gets there; resumePaused continues
+	// it. Replicas started later do not pause.
+	PauseAt string `json:"pauseAt,omitempty"`
 }
 
 // NodeAgentsSpec are the node agents' settings.
@@ -115,6 +119,8 @@ type Condition struct {
 	Phase string `json:"phase,omitempty"`
 	// BMC: the node's BMC logged this action (e.g. off-requested, off).
 	BMC string `json:"bmc,omitempty"`
+	// Count: Phase has been seen on this many of the node's incidents (default 1).
+	Count int `json:"count,omitempty"`
 	// Timeout bounds the wait; default 2m.
 	Timeout Duration `json:"timeout,omitzero"`
 }
@@ -181,6 +187,7 @@ const (
 	ActResumePaused     = "resumePaused"     // SIGCONT the replica paused earlier
 	ActKillAgent        = "killAgent"        // SIGKILL the leader's fence-agent-ipmi child
 	ActRestartAPIServer = "restartAPIServer" // stop kube-apiserver, DownFor later start it again
+	ActEditTarget       = "editTarget"       // the node's BMC annotation is edited to name a spare machine's BMC, switched off
 	ActReleaseEarly     = "releaseEarly"     // planted bug: release the node's pods and volumes now
 	ActIgnoreBMC        = "ignoreBMC"        // planted bug: the machine keeps running whatever its BMC says
 	ActCrash            = "crash"            // the machine dies without its BMC (needs nodeAgents)
@@ -203,13 +210,13 @@ const (
 // do nothing and a scenario would pass without testing anything.
 var nodeActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActReleaseEarly: true, ActIgnoreBMC: true, ActCrash: true,
-	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true}
+	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true, ActEditTarget: true}
 
 var knownActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActKillLeader: true, ActPauseLeader: true,
 	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true,
 	ActRestartControllers: true, ActCrash: true, ActRollNodeAgents: true, ActKillNodeAgents: true,
-	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true}
+	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true, ActEditTarget: true}
 
 // Profiles.
 const (

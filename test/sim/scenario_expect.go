@@ -58,7 +58,7 @@ func (r *runner) unmet(ctx context.Context) []string {
 	var out []string
 	for _, ie := range e.Incidents {
 		node := r.node(ie.Node)
-		if !r.seenPhase(node, ie.Phase) {
+		if r.seenPhase(node, ie.Phase) == 0 {
 			out = append(out, fmt.Sprintf("incident of %s never seen %s", node, ie.Phase))
 			continue
 		}

@@ -119,6 +119,8 @@ type runner struct {
 	mu       sync.Mutex
 	replicas []*scenarioReplica
 	paused   *scenarioReplica
+	// spare is the switched-off BMC editTarget names; nil until a step needs it.
+	spare *bmc.IPMISim
 }
 
 // RunScenario runs sc on a fresh simulated cluster and stops every process it started,
@@ -427,6 +429,9 @@ func (r *runner) stop(pids func() map[string]int) []string {
 	}
 	if r.storage != nil {
 		errs = append(errs, r.storage.Server.Stop())
+	}
+	if r.spare != nil {
+		errs = append(errs, r.spare.Stop())
 	}
 	var left []string
 	if err := errors.Join(errs...); err != nil {

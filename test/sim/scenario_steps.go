@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
 // scenarioReplica is one fence-controller process and the identity it logged.
@@ -65,7 +69,11 @@ func (r *runner) startReplica(ctx context.Context, name string) (*scenarioReplic
 			return nil, err
 		}
 	}
-	rp, err := r.h.StartController(name, args...)
+	var env []string
+	if r.sc.PauseAt != "" && len(r.replicas) == 0 {
+		env = append(env, controller.PauseAtEnv+"="+r.sc.PauseAt)
+	}
+	rp, err := r.h.StartControllerWithEnv(name, env, args...)
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -179,7 +187,7 @@ func (r *runner) waitCondition(ctx context.Context, c Condition) error {
 		timeout = 2 * time.Minute
 	}
 	err := pollUntil(ctx, 20*time.Millisecond, timeout, func(context.Context) (bool, error) {
-		if c.Phase != "" && !r.seenPhase(node, c.Phase) {
+		if c.Phase != "" && r.seenPhase(node, c.Phase) < max(c.Count, 1) {
 			return false, nil
 		}
 		if c.BMC != "" {
@@ -203,13 +211,61 @@ func (r *runner) waitCondition(ctx context.Context, c Condition) error {
 	return nil
 }
 
-func (r *runner) seenPhase(node, phase string) bool {
+// seenPhase counts the node's incidents seen in phase.
+func (r *runner) seenPhase(node, phase string) int {
+	incidents := map[string]bool{}
 	for _, s := range r.rec.All() {
 		if s.Kind == SeenIncidentPhase && s.Node == node && s.Detail == phase {
-			return true
+			incidents[s.Object] = true
 		}
 	}
-	return false
+	return len(incidents)
+}
+
+// resumePaused continues the replica a pauseLeader step stopped, or the one that stopped
+// itself at the scenario's pauseAt. A self-pausing replica that never got there (it
+// was deposed or restarted first) leaves nothing to resume.
+func (r *runner) resumePaused() error {
+	r.mu.Lock()
+	p := r.paused
+	if p == nil {
+		for _, s := range r.replicas {
+			if strings.Contains(s.r.Log(), `"Pausing at test point"`) && s.alive() {
+				p = s
+			}
+		}
+	}
+	r.mu.Unlock()
+	if p == nil {
+		r.logf("no replica paused; nothing to resume")
+		return nil
+	}
+	r.logf("resuming replica %s (%s)", p.name, p.id)
+	return p.r.Signal(syscall.SIGCONT)
+}
+
+// editTarget rewrites each node's BMC annotation to name the spare BMC, a unique machine
+// switched off: a mapping edited mid-incident must not move its calls (they go to the
+// target the fence recorded), or a read back of the spare would "verify" a running node.
+func (r *runner) editTarget(ctx context.Context, nodes []string) error {
+	r.mu.Lock()
+	if r.spare == nil {
+		spare, err := bmc.StartIPMI(ctx, bmc.IPMIOptions{Dir: filepath.Join(r.o.Dir, "bmc", "spare"), PoweredOn: false})
+		if err != nil {
+			r.mu.Unlock()
+			return fmt.Errorf("start the spare BMC: %w", err)
+		}
+		r.spare = spare
+	}
+	addr := net.JoinHostPort(r.spare.Host(), strconv.Itoa(r.spare.Port()))
+	r.mu.Unlock()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, IPMIAddressKey, addr)
+	for _, n := range nodes {
+		if _, err := r.h.Cluster.Client.CoreV1().Nodes().Patch(ctx, n, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("edit the BMC annotation of %s: %w", n, err)
+		}
+	}
+	return nil
 }
 
 // act carries out one step's action.
@@ -284,10 +340,9 @@ func (r *runner) act(ctx context.Context, st Step) error {
 	case ActKillLeader, ActPauseLeader:
 		return r.signalLeader(ctx, st.Action)
 	case ActResumePaused:
-		if r.paused == nil {
-			return fmt.Errorf("no replica was paused")
-		}
-		return r.paused.r.Signal(syscall.SIGCONT)
+		return r.resumePaused()
+	case ActEditTarget:
+		return r.editTarget(ctx, nodes)
 	case ActKillAgent:
 		return r.killAgent(ctx)
 	case ActRestartAPIServer:
