@@ -212,7 +212,9 @@ func TestLeaderKilledBeforeItsReleaseRecord(t *testing.T) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	waitHolder(t, ctx, h, newID)
-	nf := waitIncidentN(t, ctx, h, victim, 1, func(nf v1alpha1.NodeFence) bool { return !nf.Status.Phase.Open() || nf.Status.Phase == v1alpha1.PhaseRemediated },
+	nf := waitIncidentN(t, ctx, h, victim, 1, func(nf v1alpha1.NodeFence) bool {
+		return !nf.Status.Phase.Open() || nf.Status.Phase == v1alpha1.PhaseRemediated
+	},
 		"the successor's record")
 	if nf.Status.Phase != v1alpha1.PhaseRemediated {
 		t.Fatalf("incident %s ended %s (%q), want Remediated: the node was released", nf.Name, nf.Status.Phase, nf.Status.Message)
