@@ -164,15 +164,19 @@ func (c *Controller) callStep(ctx context.Context, nf *v1alpha1.NodeFence, node 
 	return c.caller.call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)
 }
 
-// fenceTarget is the device step's Fence call goes to: the one its attempt recorded when
-// it was first issued (a re-issue goes where the first call went), or the one the node
-// names now. A mapping that fails gives "" and its error: the call then fails with it.
+// fenceTarget is the device step's Fence call goes to: the one the agent's first attempt
+// in the incident recorded (a re-issue, a retry and a later level go where the first
+// call went: one incident, one device per agent), or the one the node names now. A
+// mapping edited mid-incident takes effect with the node's next incident. A mapping that
+// fails gives "" and its error: the call then fails with it.
 func (c *Controller) fenceTarget(nf *v1alpha1.NodeFence, node *corev1.Node, step fencer.Step) (string, error) {
 	if step.Agent == v1alpha1.WatchdogAgent {
 		return "", nil
 	}
-	if a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try); a != nil && a.Target != "" {
-		return a.Target, nil
+	for _, a := range nf.Status.Attempts {
+		if a.Agent == step.Agent && a.Target != "" {
+			return a.Target, nil
+		}
 	}
 	return c.caller.resolve(step.Agent, node, nil)
 }

@@ -3,9 +3,11 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
@@ -52,8 +54,52 @@ func GenerateChaos(seed uint64) *Scenario {
 		Incidents: []IncidentExpect{{Node: "@web-0", Phase: string(final)}},
 		Moved:     []string{"web-0"},
 	}
+	// Drawn after everything above too: recovery under a leader that stops itself before
+	// its Unfence, a mapping edited mid-fence, and a storage fence whose node recovers and
+	// fails again while the leader that fenced it first sleeps.
+	switch rng.IntN(6) {
+	case 0:
+		if final == v1alpha1.PhaseRecovered {
+			sc.Controllers, sc.PauseAt = 2, controller.PauseBeforeUnfence
+			sc.Steps = append(sc.Steps, Step{Action: ActResumePaused, Until: &Condition{Node: "@web-0", Phase: string(final)}})
+		}
+	case 1:
+		if fault == ActPartition {
+			// While the BMC takes its time to power off, the node's mapping is edited to
+			// name a spare switched-off BMC: a read back of it would verify a running node.
+			sc.BMC.OffDelay = Duration{max(sc.BMC.OffDelay.Duration, 2*time.Second)}
+			edit := Step{Action: ActEditTarget, Node: "@web-0", Until: &Condition{Node: "@web-0", BMC: bmc.ActionOffRequested}}
+			sc.Steps = slices.Insert(sc.Steps, 1, edit)
+		}
+	case 2:
+		refence(sc)
+	}
 	sc.setDefaults()
 	return sc
+}
+
+// refence makes sc a storage fence the node needs twice: its initiator is cut from its
+// target on a real tgtd (the machine keeps running), the node comes back on a new boot,
+// and the first replica stops itself right before its recovery's Unfence. The standby
+// recovers the node, which is cut off again at once and fenced by a new incident; then
+// the stopped replica is resumed. Its late Unfence must not give the node its storage
+// back on the boot the new incident fenced (the checker's restore rule).
+func refence(sc *Scenario) {
+	sc.Storage, sc.Controllers, sc.PauseAt = "iscsi", 2, controller.PauseBeforeUnfence
+	sc.BMC.OffDelay = Duration{}
+	if sc.Policy == nil {
+		sc.Policy = map[string]any{}
+	}
+	sc.Policy["levels"] = []any{map[string]any{"agents": []any{iscsiAgent}, "timeout": "20s"}}
+	sc.Policy["budget"] = map[string]any{"cooldown": "1s"}
+	remediated, recovered := string(v1alpha1.PhaseRemediated), string(v1alpha1.PhaseRecovered)
+	sc.Steps = []Step{
+		{Action: ActPartition, Node: "@web-0"},
+		{Action: ActRestart, Node: "@web-0", Until: &Condition{Node: "@web-0", Phase: remediated}},
+		{Action: ActPartition, Node: "@web-0", Until: &Condition{Node: "@web-0", Phase: recovered}},
+		{Action: ActResumePaused, Until: &Condition{Node: "@web-0", Phase: remediated, Count: 2}},
+	}
+	sc.Expect = Expect{Incidents: []IncidentExpect{{Node: "@web-0", Phase: remediated}}, Moved: []string{"web-0"}}
 }
 
 func secs(n int) Duration { return Duration{time.Duration(n) * time.Second} }

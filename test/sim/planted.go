@@ -28,6 +28,18 @@ var PlantedBugs = map[string]PlantedBug{
 	"nofloor": {File: "pkg/detector/detector.go",
 		From: "obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor)",
 		To:   "obs := assess(st, node.Name, ready, now, leaseStaleAfter, notReadyAfter, 0*floor)"},
+	// unguardedundo: an Unfence goes out without the Lease check after a possible pause
+	// (safety invariant 11): a leader that slept there gives a node back the storage its
+	// successor cut again.
+	"unguardedundo": {File: "pkg/controller/undo.go",
+		From: "	if err := c.leaseConfirmed(ctx); err != nil {",
+		To:   "	if err := error(nil); err != nil {"},
+	// unpinned: the read back goes to the target the node's mapping names now, not the one
+	// the Fence went to: a mapping edited mid-fence to a switched-off machine verifies a
+	// running node.
+	"unpinned": {File: "pkg/controller/fence.go",
+		From: "	return c.caller.call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)",
+		To:   "	return c.caller.call(ctx, step, node, target[:0], nf.Name, c.currentEpoch(), deadline)"},
 }
 
 // PlantOverlay writes into dir the patched source and the `go build -overlay` file that
