@@ -136,6 +136,10 @@ type nodeState struct {
 	// answer.
 	probed   time.Time
 	answered bool
+	// kubeletAnswered is when a probe of the kubelet last got an answer, reset by a
+	// routine check that got none while the node's agent was among its peers: a kubelet
+	// whose silence means nothing (a firewalled port) gives no heartbeat evidence.
+	kubeletAnswered time.Time
 }
 
 // Detector keeps what it has seen of nodes and their Leases. It is safe for concurrent
@@ -292,6 +296,34 @@ func (d *Detector) ObserveKubeletProbe(node string, started time.Time, answered 
 		return // an older probe that finished late
 	}
 	st.probed, st.answered = started, answered
+	if answered {
+		st.kubeletAnswered = started
+	}
+}
+
+// ObserveKubeletCheck records a routine probe of node's kubelet begun at started, made
+// whatever its agent does: an answer makes the kubelet's later silence count as
+// evidence; no answer while the agent is among its peers makes it count for nothing
+// until the kubelet answers again. A check while the agent is gone says nothing more than
+// the probes the detector asks for (ProbeKubelet).
+func (d *Detector) ObserveKubeletCheck(node string, started time.Time, answered bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.state(node)
+	switch {
+	case answered && started.After(st.kubeletAnswered):
+		st.kubeletAnswered = started
+	case !answered && st.agentGone.IsZero() && started.After(st.kubeletAnswered):
+		st.kubeletAnswered = time.Time{}
+	}
+}
+
+// KubeletAnswered is when this process last had an answer from node's kubelet; zero if
+// never, or not since it went silent while the node's agent was among its peers.
+func (d *Detector) KubeletAnswered(node string) time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.state(node).kubeletAnswered
 }
 
 // heartbeatFrom is when a kubelet probe must have begun to count: after the agent went
@@ -305,7 +337,7 @@ func heartbeatFrom(st *nodeState) time.Time {
 
 // needsProbe says whether the heartbeat evidence waits on a kubelet probe.
 func (d *Detector) needsProbe(st *nodeState, now time.Time) bool {
-	if !d.th.Heartbeats || st.agentGone.IsZero() || st.observedAt.IsZero() || heartbeatFloor(st) == 0 {
+	if !d.th.Heartbeats || st.agentGone.IsZero() || st.observedAt.IsZero() || heartbeatFloor(st) == 0 || st.kubeletAnswered.IsZero() {
 		return false
 	}
 	return st.probed.Before(heartbeatFrom(st)) || now.Sub(st.probed) >= KubeletReprobe
