@@ -93,9 +93,12 @@ func (f *Feeder) Run(ctx context.Context) error {
 		// Reported (State.Stopped), so that a device the agent may not open, or that
 		// refuses the timeout, shows in the report and in why the watchdog level
 		// refuses the node, not only in the agent's log.
-		f.stop("not armed: " + err.Error())
 		var counting *CountingError
-		if errors.As(err, &counting) {
+		isCounting := errors.As(err, &counting)
+		f.mu.Lock()
+		f.st.Stopped, f.st.Counting = "not armed: "+err.Error(), isCounting
+		f.mu.Unlock()
+		if isCounting {
 			f.feedCounting(ctx, clk, counting.Timeout)
 		}
 		return err
@@ -146,9 +149,6 @@ func (f *Feeder) feedCounting(ctx context.Context, clk clock.WithTicker, timeout
 	if timeout >= 3*time.Second {
 		every = timeout / 3
 	}
-	f.mu.Lock()
-	f.st.Counting = true
-	f.mu.Unlock()
 	tick := clk.NewTicker(every)
 	defer tick.Stop()
 	for {

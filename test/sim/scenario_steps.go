@@ -251,11 +251,23 @@ func (r *runner) act(ctx context.Context, st Step) error {
 		for _, n := range nodes {
 			r.agents.CutFromController(n)
 		}
-	case ActRollNodeAgents, ActKillNodeAgents:
+	case ActRollNodeAgents:
+		return r.agents.Roll(ctx)
+	case ActKillNodeAgents:
 		for _, n := range r.h.Cluster.Nodes() {
-			if err := r.agents.Restart(n.Name(), st.Action == ActKillNodeAgents); err != nil {
+			if err := r.agents.Restart(n.Name(), true); err != nil {
 				return err
 			}
+		}
+	case ActStopNodeAgent:
+		for _, n := range nodes {
+			if err := r.agents.StopAgent(n); err != nil {
+				return err
+			}
+		}
+	case ActCutNodeAgentFromAPIServer:
+		for _, n := range nodes {
+			r.agents.CutAgentFromAPIServer(n)
 		}
 	case ActPowerLoss:
 		for _, n := range nodes {
