@@ -95,14 +95,19 @@ func TestDontKnowIsNoAck(t *testing.T) {
 	b.mu.Unlock()
 	a.p.Join(map[string]string{"b": b.p.Addr()})
 	pollFor(t, "b hearing a", func() bool { _, ok := b.p.Acks()["a"]; return ok })
-	a.p.Ask([]string{"a", "b"}, time.Second, 0)
-	pollFor(t, "b answering a's question", func() bool { return b.p.answered.Load() > 0 })
-	// A later round trip of b's probes: a's own probes of b, every 100ms, and the
-	// answer to its question have had their time.
+	// A later round trip of b's probes: a's own probes of b, every 100ms, have had their
+	// time.
 	probed := time.Now().Add(200 * time.Millisecond)
 	pollFor(t, "b's probes answered later", func() bool { at := b.p.Acks()["a"]; return at.After(probed) })
 	if at, ok := a.p.Acks()["b"]; ok {
-		t.Fatalf("a counted b's answer from %s, before b read anything", at)
+		t.Fatalf("a counted b's answer to a probe sent at %s, before b read anything", at)
+	}
+	a.p.Ask([]string{"a", "b"}, time.Second, 0)
+	pollFor(t, "b answering a's question", func() bool { return b.p.answered.Load() > 0 })
+	answered := time.Now().Add(200 * time.Millisecond)
+	pollFor(t, "b's probes answered later again", func() bool { at := b.p.Acks()["a"]; return at.After(answered) })
+	if at, ok := a.p.Acks()["b"]; ok {
+		t.Fatalf("a counted b's answer to its question of %s, before b read anything", at)
 	}
 	b.mu.Lock()
 	b.unread = false
