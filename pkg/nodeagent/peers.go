@@ -183,12 +183,6 @@ func nodeAt(name, addr string) *memberlist.Node {
 	return &memberlist.Node{Name: name, Addr: ip, Port: uint16(port)}
 }
 
-// joinsPerRound bounds how many agents one Join asks. One that answers sends its whole
-// member list back (memberlist's push-pull), and gossip carries the joiner to the rest:
-// asking every unknown agent at once made each of N agents starting together open N
-// state exchanges, and at 100 nodes the rollout alone held the machine's two cores.
-const joinsPerRound = 3
-
 // memberNames are the names of the members this agent knows; their addresses go into
 // the book.
 func (p *Peers) memberNames() map[string]bool {
@@ -201,34 +195,6 @@ func (p *Peers) memberNames() map[string]bool {
 		p.book[m.Name] = memberlist.Node{Name: m.Name, Addr: slices.Clone(m.Addr), Port: m.Port}
 	}
 	return known
-}
-
-func memberNames(ml *memberlist.Memberlist) map[string]bool {
-	known := map[string]bool{}
-	for _, m := range ml.Members() {
-		known[m.Name] = true
-	}
-	return known
-}
-
-// join asks a few of the agents at addrs that are not among known to take ml in.
-func join(ml *memberlist.Memberlist, known map[string]bool, addrs map[string]string) {
-	var todo []string
-	for name, addr := range addrs {
-		if !known[name] && addr != "" {
-			todo = append(todo, name+"/"+addr)
-		}
-	}
-	if len(todo) == 0 {
-		return
-	}
-	// A random few, so that an agent that is down does not hold back the others round
-	// after round.
-	rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
-	todo = todo[:min(len(todo), joinsPerRound)]
-	if n, err := ml.Join(todo); err != nil {
-		klog.V(2).InfoS("Joining peers", "joined", n, "asked", len(todo), "err", err)
-	}
 }
 
 // Acks are, per peer, when the latest probe it answered (and whose answer counted) was

@@ -142,3 +142,43 @@ func (a *NodeAgents) waitArmedSince(ctx context.Context, node string, since time
 	}
 	return nil
 }
+
+// actOnAgents carries out a step's action on the node agents (agentActions, and
+// cutFromController, which cuts a node off from the controller's seats among them).
+func (r *runner) actOnAgents(ctx context.Context, action string, nodes []string) error {
+	switch action {
+	case ActCrash:
+		for _, n := range nodes {
+			r.agents.Halt(n)
+		}
+	case ActKillNodeAgent:
+		for _, n := range nodes {
+			if err := r.agents.Kill(n); err != nil {
+				return err
+			}
+		}
+	case ActCutFromController:
+		for _, n := range nodes {
+			r.agents.CutFromController(n)
+		}
+	case ActRollNodeAgents:
+		return r.agents.Roll(ctx)
+	case ActKillNodeAgents:
+		for _, n := range r.h.Cluster.Nodes() {
+			if err := r.agents.Restart(n.Name(), true); err != nil {
+				return err
+			}
+		}
+	case ActStopNodeAgent:
+		for _, n := range nodes {
+			if err := r.agents.StopAgent(n); err != nil {
+				return err
+			}
+		}
+	case ActCutNodeAgentFromAPIServer:
+		for _, n := range nodes {
+			r.agents.CutAgentFromAPIServer(n)
+		}
+	}
+	return nil
+}

@@ -344,8 +344,7 @@ func (r *runner) adjustConfig(c *v1alpha1.Config) error {
 	}
 	if a := r.sc.NodeAgents; a != nil {
 		c.Watchdog.Isolation = metav1.Duration{Duration: a.Isolation.Duration}
-		// The simulation's watchdogs are emulated, and reset its simulated machines.
-		c.Watchdog.AllowEmulated = true
+		c.Watchdog.AllowEmulated = true // the simulation's watchdogs are emulated
 	}
 	if len(r.sc.Config) == 0 && len(r.sc.Policy) == 0 {
 		return nil
