@@ -310,7 +310,10 @@ func (a *NodeAgents) WaitReports(ctx context.Context, timeout time.Duration) err
 	err := pollUntil(ctx, 200*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
 		list, err := a.h.Cluster.Client.CoordinationV1().Leases(ControllerNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
-			return false, err
+			// An API server loaded by a hundred agents starting may time one list out:
+			// the next poll asks again.
+			missing = "the reports: " + err.Error()
+			return false, nil
 		}
 		reports := map[string]*coordinationv1.Lease{}
 		for i := range list.Items {
