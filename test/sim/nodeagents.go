@@ -92,7 +92,7 @@ func StartNodeAgents(ctx context.Context, h *Harness, o NodeAgentOptions) (*Node
 			return nil, err
 		}
 		if o.Batch > 0 && (i+1)%o.Batch == 0 {
-			if err := a.WaitReports(ctx, time.Minute); err != nil {
+			if err := a.WaitReports(ctx, 3*time.Minute); err != nil {
 				a.Stop()
 				return nil, err
 			}

@@ -244,7 +244,7 @@ func (r *runner) start(ctx context.Context) (func() map[string]int, error) {
 		if err != nil {
 			return pids, err
 		}
-		if err := r.agents.WaitReports(ctx, time.Minute); err != nil {
+		if err := r.agents.WaitReports(ctx, 3*time.Minute); err != nil {
 			return pids, err
 		}
 		if a.Heartbeats {
