@@ -54,7 +54,7 @@ func (a *Agent) report(ctx context.Context) {
 	defer cancel()
 	if err := a.write(wctx, r, now); err != nil {
 		klog.ErrorS(err, "Writing the report failed", "lease", klog.KRef(a.Namespace, LeaseName(a.Node)))
-		a.lease = nil // read it again: it may have changed or gone
+		a.forgetLease(err)
 		return
 	}
 	a.last, a.lastAt = &r, now
@@ -83,7 +83,7 @@ func (a *Agent) reportDisarm() error {
 			klog.InfoS("Reported the watchdog disarmed: the agent stops", "node", a.Node)
 			return nil
 		}
-		a.lease = nil
+		a.forgetLease(err)
 		if !apierrors.IsConflict(err) {
 			break
 		}
@@ -91,21 +91,35 @@ func (a *Agent) reportDisarm() error {
 	return fmt.Errorf("report %s/%s: %w", a.Namespace, LeaseName(a.Node), err)
 }
 
+// forgetLease drops the Lease the agent last wrote after a write failed for it (changed
+// or gone): the next write reads it again. After a timeout the next write tries the same
+// one, whose conflict, if it changed meanwhile, says so; reading it again after every
+// timeout doubled the requests of a hundred agents to an API server that was already
+// timing them out.
+func (a *Agent) forgetLease(err error) {
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
+		a.lease = nil
+	}
+}
+
 // write writes r as the report, at now; the caller holds writing.
 func (a *Agent) write(ctx context.Context, r Report, now time.Time) error {
 	leases := a.Kube.CoordinationV1().Leases(a.Namespace)
 	create := false
-	if a.lease == nil {
+	base := a.lease
+	if base == nil {
 		l, err := leases.Get(ctx, LeaseName(a.Node), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			l, create = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(a.Node), Namespace: a.Namespace}}, true
+			// Kept only once created: a create that timed out is read again next time.
+			base, create = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(a.Node), Namespace: a.Namespace}}, true
 		case err != nil:
 			return err
+		default:
+			base, a.lease = l, l
 		}
-		a.lease = l
 	}
-	l := a.lease.DeepCopy()
+	l := base.DeepCopy()
 	if err := r.Encode(l, a.Node); err != nil {
 		return err
 	}

@@ -123,7 +123,7 @@ func (a *NodeAgents) Roll(ctx context.Context) error {
 // report) after since.
 func (a *NodeAgents) waitArmedSince(ctx context.Context, node string, since time.Time) error {
 	var last string
-	err := pollUntil(ctx, 100*time.Millisecond, time.Minute, func(ctx context.Context) (bool, error) {
+	err := pollUntil(ctx, 500*time.Millisecond, 3*time.Minute, func(ctx context.Context) (bool, error) {
 		l, err := a.h.Cluster.Client.CoordinationV1().Leases(ControllerNamespace).Get(ctx, nodeagent.LeaseName(node), metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
