@@ -35,7 +35,7 @@ type options struct {
 	kubeconfig, bootIDFile, watchdog, health string
 	peerBind, peerAdvertise, peerKeyFile     string
 	peerProbe                                time.Duration
-	version                                  bool
+	version, allowNowayout                   bool
 	qps                                      float64
 }
 
@@ -52,6 +52,7 @@ func main() {
 	fs.DurationVar(&a.ReportEvery, "report-interval", 30*time.Second, "how often the report Lease is written when nothing in it changed")
 	fs.StringVar(&o.watchdog, "watchdog", "", "the watchdog to feed: a device of the Linux watchdog API such as /dev/watchdog (needs --peer-bind-address), or unix:PATH for an emulated one (tests); empty for none")
 	fs.DurationVar(&a.WatchdogTimeout, "watchdog-timeout", 5*time.Second, "the watchdog's countdown")
+	fs.BoolVar(&o.allowNowayout, "watchdog-allow-nowayout", false, "arm a watchdog device whose driver has nowayout (or whose nowayout state sysfs does not give): it never stops once opened, so every stop of this agent resets the node unless the next agent opens it within --watchdog-timeout")
 	fs.StringVar(&o.health, "health-probe-bind-address", ":8082", "address of /healthz (for the kubelet's probe) and /metrics, plain HTTP: the metrics say what the agent does, nothing secret")
 	fs.StringVar(&o.peerBind, "peer-bind-address", "", "host:port where the agent answers the other agents (UDP and TCP); empty: no peers, and only the agent's own reads keep its node alive")
 	fs.StringVar(&o.peerAdvertise, "peer-advertise-address", "", "host:port the other agents dial; default: the bind address")
@@ -83,7 +84,7 @@ func run(o options, a *nodeagent.Agent) error {
 		return fmt.Errorf("--boot-id-file: %w", err)
 	}
 	a.BootID = strings.TrimSpace(string(boot))
-	if a.Watchdog, err = device(o.watchdog, o.peerBind != ""); err != nil {
+	if a.Watchdog, err = device(o.watchdog, o.peerBind != "", o.allowNowayout); err != nil {
 		return err
 	}
 	if a.Peers, err = peers(o, a); err != nil {
@@ -171,7 +172,7 @@ func hostPort(flag, v string) (string, int, error) {
 // device is the watchdog named by --watchdog: unix:PATH for an emulated one, any other
 // path for a device of the Linux watchdog API (watchdog.Open). A device needs peers:
 // without them, an API server outage longer than --isolation would reset every node.
-func device(spec string, peers bool) (watchdog.Device, error) {
+func device(spec string, peers, allowNowayout bool) (watchdog.Device, error) {
 	if spec == "" {
 		return nil, nil
 	}
@@ -179,8 +180,12 @@ func device(spec string, peers bool) (watchdog.Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--watchdog: %w", err)
 	}
-	if _, isDevice := d.(*watchdog.Linux); isDevice && !peers {
+	l, isDevice := d.(*watchdog.Linux)
+	if isDevice && !peers {
 		return nil, fmt.Errorf("--watchdog %s: a watchdog device needs --peer-bind-address: without peers, an API server outage longer than --isolation resets every node", spec)
+	}
+	if isDevice {
+		l.AllowNowayout = allowNowayout
 	}
 	return d, nil
 }

@@ -376,18 +376,26 @@ func TestRenderNetworkFence(t *testing.T) {
 	}
 }
 
-// TestRenderNodeAgentWatchdog: an emulated watchdog's socket directory and the node's
-// boot ID file are mounted from the node, and the agent is told both, unprivileged; a
-// device path is mounted as itself, and only then does the agent run privileged and as
-// root; a device without peers, or a path that is neither, is refused naming the field.
+// TestRenderNodeAgentWatchdog: an emulated watchdog is refused unless the values say the
+// cluster is a test, and then its socket directory and the node's boot ID file are
+// mounted from the node, the agent is told both, unprivileged, and the controller counts
+// emulated watchdogs; a device path is mounted as itself, and only then does the agent
+// run privileged and as root, allowed a nowayout device only when the values say so; a
+// device without peers, or a path that is neither, is refused naming the field.
 func TestRenderNodeAgentWatchdog(t *testing.T) {
-	out, err := Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true,
+	emulated := map[string]any{"enabled": true,
 		"watchdog":   map[string]any{"path": "unix:/run/kubefence-watchdog/$(NODE_NAME).sock", "timeout": "4s"},
-		"bootIDFile": "/proc/sys/kernel/random/boot_id"}})
+		"bootIDFile": "/proc/sys/kernel/random/boot_id"}
+	if _, err := Render(chartDir, map[string]any{"nodeAgent": emulated}); err == nil || !strings.Contains(err.Error(), "nodeAgent.watchdog.emulatedForTests") {
+		t.Errorf("an emulated watchdog without emulatedForTests: err = %v, want it refused naming the value", err)
+	}
+	emulated["watchdog"].(map[string]any)["emulatedForTests"] = true
+	out, err := Render(chartDir, map[string]any{"nodeAgent": emulated})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
+		"allowEmulated: true",
 		"- --watchdog=unix:/run/kubefence-watchdog/$(NODE_NAME).sock", "- --watchdog-timeout=4s", "- --boot-id-file=/host/boot_id",
 		"mountPath: /run/kubefence-watchdog", "path: /run/kubefence-watchdog\n            type: Directory",
 		"path: /proc/sys/kernel/random/boot_id\n            type: File", "allowPrivilegeEscalation: false",
@@ -405,6 +413,14 @@ func TestRenderNodeAgentWatchdog(t *testing.T) {
 		"watchdog": map[string]any{"path": "/dev/watchdog1"}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if bytes.Contains(out, []byte("--watchdog-allow-nowayout")) || bytes.Contains(out, []byte("allowEmulated")) {
+		t.Error("rendered with a watchdog device and default values: nowayout allowed, or emulated watchdogs counted")
+	}
+	nowayout, err := Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true, "peers": peers,
+		"watchdog": map[string]any{"path": "/dev/watchdog1", "allowNowayout": true}}})
+	if err != nil || !bytes.Contains(nowayout, []byte("- --watchdog-allow-nowayout\n")) {
+		t.Errorf("rendered with a watchdog device and allowNowayout: no --watchdog-allow-nowayout (err %v)", err)
 	}
 	for _, want := range []string{
 		"- --watchdog=/dev/watchdog1", "- --watchdog-timeout=5s",

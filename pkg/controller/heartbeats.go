@@ -26,9 +26,11 @@ const (
 )
 
 // heartbeats is this replica's seat among the node agents' peers (config heartbeats): it
-// joins the agents their reports name, tells the detector which agents are gone, and
-// probes the kubelets the detector asks about. Standbys keep a seat too, so that a new
-// leader knows at once which agents are gone.
+// joins the agents their reports name, tells the detector which agents are gone, probes
+// the kubelets the detector asks about, and every kubelet now and then
+// (heartbeats.kubeletCheckInterval), so that a kubelet's silence counts only from one this
+// replica has heard. Standbys keep a seat and check the kubelets too, so that a new
+// leader knows at once which agents are gone and which kubelets answer.
 type heartbeats struct {
 	cfg      *v1alpha1.Heartbeats
 	seat     *nodeagent.Observer
@@ -57,11 +59,9 @@ func newHeartbeats(cfg *v1alpha1.Heartbeats, reg prometheus.Registerer) *heartbe
 		}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubefence_kubelet_probes_total",
-			Help: "Probes of the kubelets of nodes whose agent is gone, by result (answered, silent).",
-		}, []string{"result"}),
+			Help: "Probes of each node's kubelet by this replica, by result (answered, silent): the routine checks and those of nodes whose agent is gone. A kubelet that never answers gives no heartbeat evidence.",
+		}, []string{"node", "result"}),
 	}
-	h.probes.WithLabelValues(probeAnswered)
-	h.probes.WithLabelValues(probeSilent)
 	reg.MustRegister(h.members, h.measured, h.probes)
 	return h
 }
@@ -87,11 +87,12 @@ func (c *Controller) startHeartbeats(ctx context.Context) error {
 			return fmt.Errorf("heartbeats.advertiseAddress: %w", err)
 		}
 	}
-	h.seat, err = nodeagent.StartObserver(pc, c.opts.Identity, func(node string) { c.queue.Add(node) }, c.now)
+	h.seat, err = nodeagent.StartObserver(pc, c.opts.Identity, h.cfg.LeaveGrace.Duration, func(node string) { c.queue.Add(node) }, c.now)
 	if err != nil {
 		return fmt.Errorf("heartbeats: %w", err)
 	}
 	klog.FromContext(ctx).Info("Seated among the node agents' peers", "address", h.seat.Addr())
+	go c.checkKubelets(ctx)
 	go func() {
 		wait.UntilWithContext(ctx, func(context.Context) {
 			h.seat.Join(c.watchdogs.peers())
@@ -112,10 +113,96 @@ func (c *Controller) observeAgent(node string) {
 	c.detector.ObserveAgent(node, at, gone)
 }
 
+// agentLeft is when this replica's seat last saw node's agent leave its peers with a
+// goodbye; zero without heartbeats.
+func (c *Controller) agentLeft(node string) time.Time {
+	if c.heartbeats == nil || c.heartbeats.seat == nil {
+		return time.Time{}
+	}
+	return c.heartbeats.seat.Left(node)
+}
+
 // probeKubelet asks node's kubelet for an answer, on every InternalIP at once, and
-// records whether any came within heartbeats.kubeletTimeout.
+// records whether any came within heartbeats.kubeletTimeout. A node with no address
+// gives no evidence, and so no verdict.
 func (c *Controller) probeKubelet(ctx context.Context, node *corev1.Node, now time.Time) {
+	answered, probed := c.heartbeats.probe(ctx, node)
+	klog.FromContext(ctx).V(2).Info("Probed the kubelet of a node whose agent is gone", "answered", answered)
+	c.detector.ObserveKubeletProbe(node.Name, now, answered || !probed)
+}
+
+// checkKubelets probes every node's kubelet once per heartbeats.kubeletCheckInterval,
+// at most kubeletChecksAtOnce at a time, until ctx ends: the first round at once (until
+// a kubelet has answered, its silence counts for nothing), the next ones spread over the
+// interval.
+func (c *Controller) checkKubelets(ctx context.Context) {
 	h := c.heartbeats
+	every := h.cfg.KubeletCheckInterval.Duration
+	slots := make(chan struct{}, kubeletChecksAtOnce)
+	checked := map[string]bool{}
+	for round := 0; ctx.Err() == nil; round++ {
+		nodes, err := c.nodes.List(everything())
+		if err != nil {
+			nodes = nil
+		}
+		gap := every / time.Duration(max(len(nodes), 1))
+		if round == 0 {
+			gap = 0
+		}
+		now := map[string]bool{}
+		for _, n := range nodes {
+			now[n.Name] = true
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				defer func() { <-slots }()
+				started := c.now()
+				if answered, probed := h.probe(ctx, n); probed && ctx.Err() == nil {
+					c.detector.ObserveKubeletCheck(n.Name, started, answered)
+				}
+			}()
+			if !pause(ctx, gap) {
+				return
+			}
+		}
+		for name := range checked {
+			if !now[name] {
+				h.probes.DeleteLabelValues(name, probeAnswered)
+				h.probes.DeleteLabelValues(name, probeSilent)
+			}
+		}
+		checked = now
+		if (round == 0 || len(nodes) == 0) && !pause(ctx, every) {
+			return
+		}
+	}
+}
+
+// kubeletChecksAtOnce bounds the routine probes in flight.
+const kubeletChecksAtOnce = 32
+
+// pause waits d, or until ctx ends, and says whether ctx is still live: the pacing of a
+// background loop, not a wait for a condition.
+func pause(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// probe asks node's kubelet for an answer on every InternalIP at once, and counts the
+// result; probed is false for a node with no address.
+func (h *heartbeats) probe(ctx context.Context, node *corev1.Node) (answered, probed bool) {
 	port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
 	if port == 0 {
 		port = 10250
@@ -126,31 +213,27 @@ func (c *Controller) probeKubelet(ctx context.Context, node *corev1.Node, now ti
 			addrs = append(addrs, net.JoinHostPort(a.Address, strconv.Itoa(int(port))))
 		}
 	}
-	answered := len(addrs) == 0 // no address to probe: no evidence, and so no verdict
-	if !answered {
-		ctx, cancel := context.WithTimeout(ctx, h.cfg.KubeletTimeout.Duration)
-		defer cancel()
-		results := make(chan error, len(addrs))
-		for _, addr := range addrs {
-			go func() { results <- h.get(ctx, addr) }()
-		}
-		var errs []string
-		for range addrs {
-			if err := <-results; err != nil {
-				errs = append(errs, err.Error())
-				continue
-			}
+	if len(addrs) == 0 {
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.KubeletTimeout.Duration)
+	defer cancel()
+	results := make(chan error, len(addrs))
+	for _, addr := range addrs {
+		go func() { results <- h.get(ctx, addr) }()
+	}
+	for range addrs {
+		if err := <-results; err == nil {
 			answered = true
 			cancel()
 		}
-		klog.FromContext(ctx).V(2).Info("Probed the kubelet of a node whose agent is gone", "answered", answered, "errors", errs)
 	}
 	result := probeSilent
 	if answered {
 		result = probeAnswered
 	}
-	h.probes.WithLabelValues(result).Inc()
-	c.detector.ObserveKubeletProbe(node.Name, now, answered)
+	h.probes.WithLabelValues(node.Name, result).Inc()
+	return answered, true
 }
 
 // get returns nil once addr answers an HTTPS request with any status.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -26,13 +27,17 @@ var heartbeatKey = []byte("0123456789abcdef")
 // heartbeatFixture is the fixture with heartbeats on and a seat taken on loopback; the
 // nodes' Leases are renewed every 2s until f0+8s (a measured cadence, so a heartbeat
 // floor of 3s); node-1's agent is a member, and its kubelet is at kubelet (host:port).
-func heartbeatFixture(t *testing.T, kubelet string) (*fixture, *nodeagent.Peers) {
+// change, when given, changes the heartbeats' configuration.
+func heartbeatFixture(t *testing.T, kubelet string, change ...func(*v1alpha1.Heartbeats)) (*fixture, *nodeagent.Peers) {
 	key := filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(key, heartbeatKey, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := fixtureConfig()
 	cfg.Heartbeats = &v1alpha1.Heartbeats{KeyFile: key, BindAddress: "127.0.0.1:0"}
+	for _, c := range change {
+		c(cfg.Heartbeats)
+	}
 	cfg.Default()
 	cfg.Heartbeats.ProbeInterval.Duration = 100 * time.Millisecond
 	nodes := threeNodes()
@@ -48,7 +53,7 @@ func heartbeatFixture(t *testing.T, kubelet string) (*fixture, *nodeagent.Peers)
 		t.Fatal(err)
 	}
 	agent, err := nodeagent.StartPeers(nodeagent.PeerConfig{Node: "node-1", BindAddr: "127.0.0.1", Key: heartbeatKey,
-		ProbeInterval: 100 * time.Millisecond}, func() []string { return nil }, clock.RealClock{})
+		ProbeInterval: 100 * time.Millisecond}, func() ([]nodeagent.Entry, bool) { return nil, true }, clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,17 +93,35 @@ func silentKubelet(t *testing.T) string {
 	return addr
 }
 
+// answeringKubelet is a kubelet's port that answers every request (401, as a kubelet
+// does without credentials).
+func answeringKubelet(t *testing.T) *httptest.Server {
+	kubelet := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(kubelet.Close)
+	return kubelet
+}
+
+// heardKubelet waits until the replica's routine check of node-1's kubelet got an answer.
+func heardKubelet(t *testing.T, f *fixture) {
+	pollUntil(t, "the routine check of node-1's kubelet answered", func() bool { return !f.c.detector.KubeletAnswered("node-1").IsZero() })
+}
+
 // crashAgent stops node-1's agent without a goodbye and waits until the seat counts it gone.
 func crashAgent(t *testing.T, f *fixture, agent *nodeagent.Peers) {
 	agent.Crash()
 	pollUntil(t, "node-1's agent gone", func() bool { _, gone := f.c.heartbeats.seat.Gone("node-1"); return gone })
 }
 
-// A node whose agent is gone and whose kubelet does not answer is fenced once its Lease has
-// been silent for the heartbeat floor (3s here), long before the Lease threshold (30s),
-// and not before.
+// A node whose agent is gone and whose kubelet, heard before, does not answer is fenced
+// once its Lease has been silent for the heartbeat floor (3s here), long before the
+// Lease threshold (30s), and not before.
 func TestHeartbeatVerdict(t *testing.T) {
-	f, agent := heartbeatFixture(t, silentKubelet(t))
+	kubelet := answeringKubelet(t)
+	f, agent := heartbeatFixture(t, kubelet.Listener.Addr().String())
+	heardKubelet(t, f)
+	kubelet.Close()
 	last := f.now
 	crashAgent(t, f, agent)
 	f.now = last.Add(2900 * time.Millisecond)
@@ -118,10 +141,7 @@ func TestHeartbeatVerdict(t *testing.T) {
 
 // An agent gone with its kubelet answering is no verdict: the agent may have been stopped.
 func TestHeartbeatKubeletAnswers(t *testing.T) {
-	kubelet := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusUnauthorized)
-	}))
-	t.Cleanup(kubelet.Close)
+	kubelet := answeringKubelet(t)
 	f, agent := heartbeatFixture(t, kubelet.Listener.Addr().String())
 	last := f.now
 	crashAgent(t, f, agent)
@@ -147,4 +167,59 @@ func TestHeartbeatAgentPresent(t *testing.T) {
 		t.Fatalf("incident at +9s with the agent a member: %s", nfs[0].Spec.Reason)
 	}
 	f.expectCalls()
+}
+
+// TestHeartbeatKubeletNeverHeard: a kubelet whose port never answered this replica (a
+// firewall, a NetworkPolicy) gives no heartbeat evidence: with its agent gone and its
+// Lease silent three heartbeat floors, the node is left to the Lease threshold; and the
+// probes show in the metric, per node, as silent.
+func TestHeartbeatKubeletNeverHeard(t *testing.T) {
+	f, agent := heartbeatFixture(t, silentKubelet(t))
+	pollUntil(t, "the routine check of node-1's kubelet", func() bool {
+		return testutil.ToFloat64(f.c.heartbeats.probes.WithLabelValues("node-1", probeSilent)) > 0
+	})
+	last := f.now
+	crashAgent(t, f, agent)
+	for _, at := range []time.Duration{3100 * time.Millisecond, 6 * time.Second, 9 * time.Second} {
+		f.now = last.Add(at)
+		f.renewAllBut("node-1")
+		f.sync("node-1")
+		if nfs := f.incidents("node-1"); len(nfs) > 0 {
+			t.Fatalf("incident at +%s for a kubelet never heard: %s", at, nfs[0].Spec.Reason)
+		}
+	}
+	f.expectCalls()
+	if n := testutil.ToFloat64(f.c.heartbeats.probes.WithLabelValues("node-1", probeAnswered)); n != 0 {
+		t.Errorf("kubefence_kubelet_probes_total{node=node-1,result=answered} = %v, want 0", n)
+	}
+}
+
+// TestHeartbeatGoodbyeIsNotGone: an agent that leaves its peers with a goodbye (a
+// rollout's SIGTERM) is not gone for heartbeats.leaveGrace (5s here): a kubelet silent
+// meanwhile and a Lease silent past the heartbeat floor open nothing; once the grace is
+// over the agent is gone, and the node is fenced on heartbeats.
+func TestHeartbeatGoodbyeIsNotGone(t *testing.T) {
+	kubelet := answeringKubelet(t)
+	f, agent := heartbeatFixture(t, kubelet.Listener.Addr().String(), func(h *v1alpha1.Heartbeats) {
+		h.LeaveGrace = metav1.Duration{Duration: 5 * time.Second}
+	})
+	heardKubelet(t, f)
+	kubelet.Close()
+	last := f.now
+	agent.Stop()
+	pollUntil(t, "the seat hearing node-1's goodbye", func() bool { return !f.c.heartbeats.seat.Left("node-1").IsZero() })
+	for _, at := range []time.Duration{3100 * time.Millisecond, 4900 * time.Millisecond} {
+		f.now = last.Add(at)
+		f.renewAllBut("node-1")
+		f.sync("node-1")
+		if nfs := f.incidents("node-1"); len(nfs) > 0 {
+			t.Fatalf("incident at +%s, within the grace of the agent's goodbye: %s", at, nfs[0].Spec.Reason)
+		}
+	}
+	f.now = last.Add(5100 * time.Millisecond)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	if nf := f.incident("node-1"); !strings.Contains(nf.Spec.Reason, "agent gone from its peers") {
+		t.Errorf("reason %q once the grace is over, want the heartbeat evidence", nf.Spec.Reason)
+	}
 }

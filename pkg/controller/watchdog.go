@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/nodeagent"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/selffence"
+	"github.com/kubefence/kubefence/pkg/watchdog"
 )
 
 // armedKept is how many observations of armed reports are kept per node: enough to find
@@ -35,7 +37,8 @@ type watchdogs struct {
 	// armed are when the latest reports of an armed watchdog were observed, per node,
 	// oldest first.
 	armed map[string][]time.Time
-	// held is, per NodeFence, when each member was first seen holding it.
+	// held is, per NodeFence, when each member was first seen holding it, since its
+	// reports last stopped doing so.
 	held map[string]map[string]time.Time
 }
 
@@ -52,7 +55,10 @@ func newWatchdogs(cfg v1alpha1.WatchdogConfig, now func() time.Time) *watchdogs 
 }
 
 // observe records a report Lease as seen now, and returns the incidents it holds that
-// no earlier report of the node held.
+// no earlier report of the node held. A member whose report no longer holds an incident
+// (an agent restarted and not read yet, or one that lost it) holds it no more: should it
+// hold it again, it counts from then. Only a member that held the NodeFence all along
+// must pass it on in every answer, which Verify's majority rests on.
 func (w *watchdogs) observe(l *coordinationv1.Lease) []string {
 	node := nodeagent.NodeOf(l)
 	if node == "" || l.Name != nodeagent.LeaseName(node) {
@@ -66,6 +72,11 @@ func (w *watchdogs) observe(l *coordinationv1.Lease) []string {
 		return nil
 	}
 	w.latest[node] = seenReport{rv: l.ResourceVersion, at: now, report: r, err: err}
+	for name, holders := range w.held {
+		if _, ok := holders[node]; ok && (err != nil || !slices.Contains(r.Holds, name)) {
+			delete(holders, node)
+		}
+	}
 	if err != nil {
 		return nil
 	}
@@ -115,11 +126,12 @@ func (w *watchdogs) forget(incident, node string) {
 }
 
 // verdict is selffence.Verify for incident nf of node, with members the cluster's Node
-// objects and lastLife the latest sign of the kubelet's life this replica saw. issued
-// says the level's attempt already passed its Fence step, which a node that was not
-// eligible then fails: so the node was armed when the incident started fencing, even if
-// this replica (a new leader, started since) never saw that report.
-func (w *watchdogs) verdict(nf *v1alpha1.NodeFence, node *corev1.Node, members []*corev1.Node, lastLife time.Time, issued bool) selffence.Verdict {
+// objects, lastLife the latest sign of the kubelet's life this replica saw and left the
+// latest goodbye of the node's agent its seat among the peers saw. issued says the
+// level's attempt already passed its Fence step, which a node that was not eligible then
+// fails: so the node was armed when the incident started fencing, even if this replica
+// (a new leader, started since) never saw that report.
+func (w *watchdogs) verdict(nf *v1alpha1.NodeFence, node *corev1.Node, members []*corev1.Node, lastLife, left time.Time, issued bool) selffence.Verdict {
 	visible := fencer.StepTime(nf, v1alpha1.StepFenceStarted)
 	if visible.IsZero() {
 		visible = nf.CreationTimestamp.Time
@@ -135,7 +147,7 @@ func (w *watchdogs) verdict(nf *v1alpha1.NodeFence, node *corev1.Node, members [
 	w.mu.Lock()
 	seen, ok := w.latest[node.Name]
 	c := selffence.Case{Visible: visible, BootID: node.Status.NodeInfo.BootID, Members: names, NewestMember: newest,
-		Held: map[string]time.Time{}, LastLife: lastLife}
+		Held: map[string]time.Time{}, LastLife: lastLife, KubeletLife: lastLife, AgentLeft: left}
 	for _, at := range w.armed[node.Name] {
 		if !at.After(visible) {
 			c.ArmedBefore = at
@@ -158,6 +170,8 @@ func (w *watchdogs) verdict(nf *v1alpha1.NodeFence, node *corev1.Node, members [
 		return no("node %s: %v", node.Name, seen.err)
 	case seen.report.IsolationLimit() > w.cfg.Isolation.Duration:
 		return no("node %s: its agent's isolation %s is longer than watchdog.isolation %s", node.Name, seen.report.Isolation, w.cfg.Isolation.Duration)
+	case seen.report.Watchdog.Armed && seen.report.Watchdog.Kind == "":
+		return no("node %s: its agent's report does not say what its watchdog is (an agent older than this controller)", node.Name)
 	}
 	r := seen.report
 	if want := nodeagent.MembersOf(names); r.Members != want {
@@ -168,8 +182,10 @@ func (w *watchdogs) verdict(nf *v1alpha1.NodeFence, node *corev1.Node, members [
 	if seen.at.After(c.LastLife) {
 		c.LastLife = seen.at
 	}
-	c.Report = &selffence.Report{At: seen.at, Armed: r.Watchdog.Armed, Timeout: r.WatchdogTimeout(), BootID: r.BootID, Members: names}
-	v := selffence.Verify(c, selffence.Params{Isolation: w.cfg.Isolation.Duration, ReportMaxAge: w.cfg.ReportMaxAge.Duration}, w.now())
+	c.Report = &selffence.Report{At: seen.at, Armed: r.Watchdog.Armed, Timeout: r.WatchdogTimeout(), BootID: r.BootID, Members: names,
+		Every: r.Every(), Emulated: r.Watchdog.Kind == watchdog.KindEmulated}
+	v := selffence.Verify(c, selffence.Params{Isolation: w.cfg.Isolation.Duration, ReportMaxAge: w.cfg.ReportMaxAge.Duration,
+		AllowEmulated: w.cfg.AllowEmulated}, w.now())
 	if v.State == selffence.Ineligible {
 		v.Reason = "node " + node.Name + ": " + v.Reason
 	}
@@ -190,7 +206,7 @@ func (c *Controller) watchdogEvent(nf *v1alpha1.NodeFence, node *corev1.Node, st
 		ev.Err, ev.ErrKind = err, plugin.KindRetryable
 		return ev
 	}
-	v := c.watchdogs.verdict(nf, node, members, c.detector.LastLife(node.Name), step.Kind == fencer.DoVerify)
+	v := c.watchdogs.verdict(nf, node, members, c.detector.LastLife(node.Name), c.agentLeft(node.Name), step.Kind == fencer.DoVerify)
 	ev.Evidence = v.Reason
 	switch {
 	case v.State == selffence.Ineligible && step.Kind == fencer.DoFence:

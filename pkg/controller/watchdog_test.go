@@ -11,6 +11,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
+	"github.com/kubefence/kubefence/pkg/watchdog"
 )
 
 // watchdogConfig has one policy whose only level is the node's watchdog.
@@ -20,14 +21,20 @@ func watchdogConfig() *v1alpha1.Config {
 	return cfg
 }
 
-// report is node's agent reporting at the fixture's clock: armed at 5s unless not, on
-// node's boot, the three nodes as members, holding incidents.
+// report is node's agent reporting at the fixture's clock, every 30s: a watchdog device
+// armed at 5s unless not, on node's boot, the three nodes as members, holding incidents.
 func (f *fixture) report(node string, armed bool, holds ...string) {
 	f.t.Helper()
+	f.reportOf(node, nodeagent.WatchdogReport{Kind: watchdog.KindDevice, Armed: armed}, holds...)
+}
+
+// reportOf is report with its watchdog as given (its timeout 5s while armed).
+func (f *fixture) reportOf(node string, wd nodeagent.WatchdogReport, holds ...string) {
+	f.t.Helper()
 	f.reports++
-	r := nodeagent.Report{BootID: "boot-" + node, Isolation: "10s", Holds: holds,
-		Members: nodeagent.MembersOf([]string{"node-1", "node-2", "node-3"}), Watchdog: nodeagent.WatchdogReport{Armed: armed}}
-	if armed {
+	r := nodeagent.Report{BootID: "boot-" + node, Isolation: "10s", ReportInterval: "30s", Holds: holds,
+		Members: nodeagent.MembersOf([]string{"node-1", "node-2", "node-3"}), Watchdog: wd}
+	if wd.Armed {
 		r.Watchdog.Timeout = "5s"
 	}
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.DefaultLeaseNamespace, Name: nodeagent.LeaseName(node),

@@ -104,10 +104,12 @@ func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Ti
 // heartbeatSignal is the heartbeat evidence, when it is bad: the node's agent is gone from
 // its peers, a probe of its kubelet begun since then, since its last renewal seen and
 // within KubeletReprobe got no answer, and then, once its Lease has been silent for the
-// heartbeat floor, the node is unhealthy. Without a measured cadence there is none.
+// heartbeat floor, the node is unhealthy. Without a measured cadence there is none, nor
+// for a kubelet this process never had an answer from (or none since it went silent
+// while the agent was there): its silence is its port's, not its death.
 func heartbeatSignal(st *nodeState, now time.Time, heartbeats bool) (signal, bool) {
 	hb := heartbeatFloor(st)
-	if !heartbeats || hb == 0 || st.agentGone.IsZero() || st.observedAt.IsZero() {
+	if !heartbeats || hb == 0 || st.agentGone.IsZero() || st.observedAt.IsZero() || st.kubeletAnswered.IsZero() {
 		return signal{}, false
 	}
 	if st.answered || st.probed.Before(heartbeatFrom(st)) || now.Sub(st.probed) >= KubeletReprobe {

@@ -13,15 +13,21 @@ import (
 )
 
 // hbCase is one generated world for the heartbeat evidence: a kubelet renewing every
-// cadence plus up to 4% (the kubelet's own jitter), seen through a watch delayed by up
-// to a quarter cadence; its agent gone from its peers at some moment (or never), and a
-// prober whose answers the world chooses.
+// cadence plus up to 4% (the kubelet's own jitter), and, for a kubelet whose port never
+// answered, one renewal in five up to late (60%) of a cadence late, seen through a watch
+// delayed by up to a quarter cadence;
+// its agent gone from its peers at some moment (or never), and a prober whose answers
+// the world chooses.
 type hbCase struct {
 	cadence, delay time.Duration
+	late           float64
 	goneAt         time.Duration // -1: the agent stays
-	probes         string        // "fail": the kubelet never answers; "answer": it always does
-	deathAfter     int           // renewals before the kubelet dies; -1 never
-	restart        time.Duration // when the controller takes over; -1 never
+	// probes: "fail": the kubelet answered the routine checks while its agent was there,
+	// and no probe once the agent is gone; "answer": it always answers; "never": its port
+	// never answered anything (firewalled).
+	probes     string
+	deathAfter int           // renewals before the kubelet dies; -1 never
+	restart    time.Duration // when the controller takes over; -1 never
 }
 
 func genHBCase(rng *rand.Rand) hbCase {
@@ -30,7 +36,10 @@ func genHBCase(rng *rand.Rand) hbCase {
 	if rng.IntN(4) > 0 {
 		c.goneAt = time.Duration(rng.Int64N(int64(30 * c.cadence)))
 	}
-	c.probes = []string{"fail", "answer"}[rng.IntN(2)]
+	c.probes = []string{"fail", "answer", "never"}[rng.IntN(3)]
+	if c.probes == "never" {
+		c.late = 0.6
+	}
 	if rng.IntN(2) == 0 {
 		c.deathAfter = 3 + rng.IntN(30)
 	}
@@ -42,9 +51,11 @@ func genHBCase(rng *rand.Rand) hbCase {
 
 // TestHeartbeatFloorProperty: over 10,000 generated worlds, heartbeat evidence never
 // makes a node with a live kubelet Unhealthy, even with its agent gone and every probe of
-// its kubelet failing; never makes any node Unhealthy while its agent is a member or its
-// kubelet answers; and finds a dead kubelet whose agent is gone Unhealthy once its Lease
-// has been silent for the heartbeat floor, well before the Lease floor.
+// its kubelet failing, nor with renewals up to 60% late from a kubelet whose port never
+// answered; never makes any node Unhealthy while its agent is a member or its kubelet
+// answers, or ever for a kubelet never heard; and finds a dead kubelet whose agent is
+// gone Unhealthy once its Lease has been silent for the heartbeat floor, well before the
+// Lease floor.
 func TestHeartbeatFloorProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(25, 2026))
 	for i := range 10000 {
@@ -62,6 +73,8 @@ func (c hbCase) check(rng *rand.Rand) string {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
 	fc := floorCase{duration: int32((4*c.cadence + time.Second - 1) / time.Second)}
+	// The routine checks while the agent was there: answered, unless the port never does.
+	d.ObserveKubeletCheck("n", t0, c.probes != "never")
 	look := func(at time.Duration) detector.Observation {
 		now := t0.Add(at)
 		d.ObserveAgent("n", t0.Add(c.goneAt), c.goneAt >= 0 && at >= c.goneAt)
@@ -78,7 +91,11 @@ func (c hbCase) check(rng *rand.Rand) string {
 	renew, lastSeen := time.Duration(0), time.Duration(0)
 	d.ObserveLease(fc.lease(t0, 0), t0)
 	for k := 1; c.deathAfter < 0 || k <= c.deathAfter; k++ {
-		renew += c.cadence + time.Duration(rng.Int64N(int64(c.cadence/25)+1))
+		late := c.cadence / 25
+		if c.late > 0 && rng.IntN(5) == 0 {
+			late = time.Duration(float64(c.cadence) * c.late)
+		}
+		renew += c.cadence + time.Duration(rng.Int64N(int64(late)+1))
 		seen := renew + time.Duration(rng.Int64N(int64(c.delay)+1))
 		if seen > 40*c.cadence {
 			return ""
@@ -103,8 +120,8 @@ func (c hbCase) check(rng *rand.Rand) string {
 		obs := look(at)
 		agentHere := c.goneAt < 0 || at < c.goneAt
 		if obs.Undamped == detector.Unhealthy && obs.Reason == detector.ReasonHeartbeatLost {
-			if agentHere || c.probes == "answer" {
-				return fmt.Sprintf("HeartbeatLost at +%s with the agent present or the kubelet answering: %s", at, obs.Evidence)
+			if agentHere || c.probes != "fail" {
+				return fmt.Sprintf("HeartbeatLost at +%s with the agent present, the kubelet answering or never heard: %s", at, obs.Evidence)
 			}
 			if silence, floor := at-from, d.HeartbeatFloor("n"); silence < floor || floor < detector.MinHeartbeatFloor {
 				return fmt.Sprintf("HeartbeatLost at +%s after %s of silence, below the heartbeat floor %s", at, silence, floor)

@@ -55,17 +55,23 @@ type Agent struct {
 
 	mu       sync.Mutex
 	apiRead  time.Time
-	fenced   []string // nodes, for Live
-	holds    []string // NodeFences, for the report
+	readOnce bool     // a read has succeeded: the agent knows what it answers
+	fenced   []Entry  // the NodeFences past their budget in the latest read
+	holds    []string // their names, for the report
 	members  []string
 	readErr  string
 	loopedAt time.Time
 	feeder   *watchdog.Feeder
-	lease    *coordinationv1.Lease
-	last     *Report
-	lastAt   time.Time
 	peers    *Peers
 	joining  sync.Mutex // one Join at a time
+
+	// writing serializes the report's writes; final is set once the agent reported
+	// that it disarms, after which nothing else is written.
+	writing sync.Mutex
+	final   bool
+	lease   *coordinationv1.Lease
+	last    *Report
+	lastAt  time.Time
 }
 
 // Validate checks the settings, naming the flag-like field that is wrong.
@@ -110,7 +116,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	var reports cache.SharedIndexInformer
 	if a.Peers != nil {
-		peers, err := StartPeers(*a.Peers, a.ownFenced, a.Clock)
+		peers, err := StartPeers(*a.Peers, a.ownRead, a.Clock)
 		if err != nil {
 			return err
 		}
@@ -126,7 +132,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	fed := make(chan error, 1)
 	if a.Watchdog != nil {
-		feeder := &watchdog.Feeder{Dev: a.Watchdog, Timeout: a.WatchdogTimeout, Live: a.live, Clock: a.Clock}
+		feeder := &watchdog.Feeder{Dev: a.Watchdog, Timeout: a.WatchdogTimeout, Live: a.live, Clock: a.Clock, Disarming: a.reportDisarm}
 		a.mu.Lock()
 		a.feeder = feeder
 		a.mu.Unlock()
@@ -235,25 +241,34 @@ func (a *Agent) read(ctx context.Context) {
 		klog.InfoS("Reading the NodeFences works again", "node", a.Node)
 	}
 	a.readErr = ""
-	a.apiRead = began
-	var fenced, holds []string
+	a.apiRead, a.readOnce = began, true
+	var fenced []Entry
+	var holds []string
 	for i := range list.Items {
 		if nf := &list.Items[i]; PastBudget(nf) {
-			fenced = append(fenced, nf.Spec.NodeName)
+			fenced = append(fenced, Entry{Node: nf.Spec.NodeName, UID: string(nf.UID)})
 			holds = append(holds, nf.Name)
 		}
 	}
-	slices.Sort(fenced)
-	fenced = slices.Compact(fenced)
 	slices.Sort(holds)
 	a.holds = holds
-	if slices.Contains(fenced, a.Node) && !slices.Contains(a.fenced, a.Node) {
+	if slices.Contains(nodesOf(fenced), a.Node) && !slices.Contains(nodesOf(a.fenced), a.Node) {
 		klog.InfoS("The cluster wants this node fenced", "node", a.Node)
 	}
 	a.fenced = fenced
 	if a.peers != nil {
 		a.peers.Forget(fenced, began)
 	}
+}
+
+// nodesOf are the nodes of entries, sorted, each once.
+func nodesOf(entries []Entry) []string {
+	nodes := make([]string, 0, len(entries))
+	for _, e := range entries {
+		nodes = append(nodes, e.Node)
+	}
+	slices.Sort(nodes)
+	return slices.Compact(nodes)
 }
 
 // join asks the agents whose reports give an address, and that are not members yet, to
@@ -286,11 +301,12 @@ func (a *Agent) join(leases []any) {
 	}
 }
 
-// ownFenced are the nodes the agent's own reads show the cluster wants fenced.
-func (a *Agent) ownFenced() []string {
+// ownRead are the NodeFences past their budget in the agent's latest read, and whether it
+// has read them yet: before that, it answers its peers "don't know".
+func (a *Agent) ownRead() ([]Entry, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return slices.Clone(a.fenced)
+	return slices.Clone(a.fenced), a.readOnce
 }
 
 // PastBudget says whether nf asks its node to be fenced now: open, and past Pending and
@@ -306,10 +322,10 @@ func PastBudget(nf *v1alpha1.NodeFence) bool {
 // live is selffence.Live on what the agent knows now.
 func (a *Agent) live(now time.Time) string {
 	a.mu.Lock()
-	v := selffence.AgentView{Node: a.Node, Members: a.members, APIRead: a.apiRead, Fenced: a.fenced}
+	v := selffence.AgentView{Node: a.Node, Members: a.members, APIRead: a.apiRead, Read: nodesOf(a.fenced)}
 	a.mu.Unlock()
 	if a.peers != nil {
-		v.Acks, v.Fenced = a.peers.Acks(), a.peers.Fenced()
+		v.Acks, v.Relayed = a.peers.Acks(), a.peers.Relayed()
 	}
 	return selffence.Live(v, a.Isolation, now)
 }
@@ -321,78 +337,4 @@ func MembersOf(names []string) Members {
 	sorted = slices.Compact(sorted)
 	sum := sha256.Sum256([]byte(strings.Join(sorted, "\n")))
 	return Members{Count: len(sorted), SHA256: hex.EncodeToString(sum[:])}
-}
-
-// Current is the report as of now.
-func (a *Agent) Current() Report {
-	a.mu.Lock()
-	r := Report{BootID: a.BootID, Isolation: a.Isolation.String(), Members: MembersOf(a.members), Holds: slices.Clone(a.holds)}
-	feeder, peers := a.feeder, a.peers
-	a.mu.Unlock()
-	if peers != nil {
-		r.Peer = peers.Addr()
-	}
-	if feeder == nil {
-		r.Watchdog.Stopped = "no watchdog configured"
-		return r
-	}
-	st := feeder.State()
-	r.Watchdog = WatchdogReport{Armed: st.Armed, Stopped: st.Stopped, Error: st.FeedError}
-	if st.Armed {
-		r.Watchdog.Timeout = st.Timeout.String()
-	}
-	return r
-}
-
-// report writes the report when it changed, or when ReportEvery passed since the last
-// write. A failed write is tried again on the next round.
-func (a *Agent) report(ctx context.Context) {
-	r := a.Current()
-	now := a.Clock.Now()
-	if a.last != nil && equalReports(*a.last, r) && now.Sub(a.lastAt) < a.ReportEvery {
-		return
-	}
-	wctx, cancel := context.WithTimeout(ctx, a.ReadEvery)
-	defer cancel()
-	if err := a.write(wctx, r, now); err != nil {
-		klog.ErrorS(err, "Writing the report failed", "lease", klog.KRef(a.Namespace, LeaseName(a.Node)))
-		a.lease = nil // read it again: it may have changed or gone
-		return
-	}
-	a.last, a.lastAt = &r, now
-}
-
-func (a *Agent) write(ctx context.Context, r Report, now time.Time) error {
-	leases := a.Kube.CoordinationV1().Leases(a.Namespace)
-	create := false
-	if a.lease == nil {
-		l, err := leases.Get(ctx, LeaseName(a.Node), metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			l, create = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(a.Node), Namespace: a.Namespace}}, true
-		case err != nil:
-			return err
-		}
-		a.lease = l
-	}
-	l := a.lease.DeepCopy()
-	if err := r.Encode(l, a.Node); err != nil {
-		return err
-	}
-	renewed(l, now, a.ReportEvery)
-	var err error
-	if create {
-		l, err = leases.Create(ctx, l, metav1.CreateOptions{})
-	} else {
-		l, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return err
-	}
-	a.lease = l
-	return nil
-}
-
-func equalReports(a, b Report) bool {
-	return a.BootID == b.BootID && a.Isolation == b.Isolation && a.Peer == b.Peer && a.Watchdog == b.Watchdog && a.Members == b.Members && slices.Equal(a.Holds, b.Holds)
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,17 +27,25 @@ import (
 const ns = "kubefence"
 
 type fixture struct {
-	agent   *Agent
-	kube    *kubefake.Clientset
-	fencing *fencingfake.Clientset
-	emu     *watchdog.Emulator
-	expired atomic.Int32
-	readErr atomic.Bool
+	agent    *Agent
+	kube     *kubefake.Clientset
+	fencing  *fencingfake.Clientset
+	emu      *watchdog.Emulator
+	expired  atomic.Int32
+	readErr  atomic.Bool
+	writeErr atomic.Bool
+	stop     func() error // ends Run and returns its error
 }
 
 // newFixture is an agent on node a of nodes a, b, c, with an emulated watchdog when
 // withWatchdog, and the given NodeFences.
 func newFixture(t *testing.T, withWatchdog bool, fences ...*v1alpha1.NodeFence) *fixture {
+	t.Helper()
+	return newFixtureOf(t, withWatchdog, nil, fences...)
+}
+
+// newFixtureOf is newFixture with setup changing the agent before it runs.
+func newFixtureOf(t *testing.T, withWatchdog bool, setup func(*Agent), fences ...*v1alpha1.NodeFence) *fixture {
 	t.Helper()
 	scheme := metadatafake.NewTestScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
@@ -47,6 +56,14 @@ func newFixture(t *testing.T, withWatchdog bool, fences ...*v1alpha1.NodeFence) 
 		nodes = append(nodes, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
 	f := &fixture{kube: kubefake.NewClientset()}
+	for _, verb := range []string{"create", "update"} {
+		f.kube.PrependReactor(verb, "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if f.writeErr.Load() {
+				return true, nil, errors.New("connection refused")
+			}
+			return false, nil, nil
+		})
+	}
 	var objs []runtime.Object
 	for _, nf := range fences {
 		objs = append(objs, nf)
@@ -72,12 +89,20 @@ func newFixture(t *testing.T, withWatchdog bool, fences ...*v1alpha1.NodeFence) 
 		f.agent.Watchdog = &watchdog.Socket{Path: f.emu.Path}
 		f.agent.WatchdogTimeout = time.Second
 	}
+	if setup != nil {
+		setup(f.agent)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.agent.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	f.stop = func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := f.stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})

@@ -1,8 +1,6 @@
 package nodeagent
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kubefence/kubefence/pkg/watchdog"
@@ -27,6 +25,9 @@ func (a *Agent) Metrics() *prometheus.Registry {
 		return st
 	}
 	gauge("watchdog_armed", "1 while the node's watchdog is armed.", func() float64 { return boolean(watchdog().Armed) })
+	gauge("watchdog_counting", "1 while a watchdog device whose arming failed counts down anyway (nowayout): the agent feeds it while the node may live, and the controller does not count on it.", func() float64 {
+		return boolean(watchdog().Counting)
+	})
 	gauge("watchdog_feeding", "1 while the agent feeds the armed watchdog; 0 once it stopped for good (the node resets within the timeout) or before it is armed.", func() float64 {
 		st := watchdog()
 		return boolean(st.Armed && st.Stopped == "")
@@ -55,13 +56,18 @@ func (a *Agent) Metrics() *prometheus.Registry {
 			return 0
 		}
 		n := 0
-		now := time.Now()
 		for _, at := range peers.Acks() {
-			if now.Sub(at) <= a.Isolation {
+			if a.Clock.Since(at) <= a.Isolation {
 				n++
 			}
 		}
 		return float64(n)
+	})
+	gauge("relayed", "How many NodeFences the peers' answers carried that no read of this agent has dropped yet.", func() float64 {
+		if _, peers := a.started(); peers != nil {
+			return float64(len(peers.Relayed()))
+		}
+		return 0
 	})
 	counter := func(name, help string, f func(*Peers) uint64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kubefence_node_agent_" + name, Help: help}, func() float64 {

@@ -1,11 +1,14 @@
 package nodeagent
 
 import (
+	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"k8s.io/klog/v2"
 )
 
 // ObserverPrefix starts the member name of a controller replica among the agents' peers:
@@ -20,28 +23,37 @@ const ObserverPrefix = "kubefence-controller:"
 //
 // An agent gone is not a node dead: the agent may have been stopped, or only this seat
 // cut off from it. The controller counts it only with evidence from elsewhere
-// (detector.Detector.ObserveAgent).
+// (detector.Detector.ObserveAgent). An agent that left with a goodbye (memberlist's
+// leave, as a stopped agent says it: every DaemonSet rollout) is not gone for a grace
+// period: its replacement is on its way.
 type Observer struct {
 	ml     *memberlist.Memberlist
 	now    func() time.Time
 	notify func(node string)
+	grace  time.Duration
 
-	mu   sync.Mutex
-	gone map[string]time.Time // node → when this seat learned its agent left or was declared dead
-	seen map[string]bool      // nodes whose agent this seat has seen as a member
-	stop sync.Once
+	mu      sync.Mutex
+	dead    map[string]time.Time // node → when SWIM declared its agent dead, until it joins again
+	leaving map[string]time.Time // node → when its agent said goodbye, until it joins again
+	left    map[string]time.Time // node → its agent's latest goodbye, kept
+	byes    map[string]bool      // nodes whose agent said goodbye since it last joined
+	seen    map[string]bool      // nodes whose agent this seat has seen as a member
+	stop    sync.Once
 }
 
-// StartObserver takes a seat named ObserverPrefix+identity; notify is called with a
-// node's name whenever its agent joins or goes, outside any lock.
-func StartObserver(cfg PeerConfig, identity string, notify func(node string), now func() time.Time) (*Observer, error) {
+// StartObserver takes a seat named ObserverPrefix+identity; an agent that leaves with a
+// goodbye is gone once grace has passed. notify is called with a node's name whenever its
+// agent joins or goes, and when a goodbye's grace ends, outside any lock.
+func StartObserver(cfg PeerConfig, identity string, grace time.Duration, notify func(node string), now func() time.Time) (*Observer, error) {
 	cfg.Node = ObserverPrefix + identity
 	mc, err := memberlistConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	o := &Observer{now: now, notify: notify, gone: map[string]time.Time{}, seen: map[string]bool{}}
+	o := &Observer{now: now, notify: notify, grace: grace, dead: map[string]time.Time{}, leaving: map[string]time.Time{},
+		left: map[string]time.Time{}, byes: map[string]bool{}, seen: map[string]bool{}}
 	mc.Events = observerEvents{o}
+	mc.Delegate = observerDelegate{o}
 	mc.Ping = observerPing{}
 	if o.ml, err = createMemberlist(mc, cfg); err != nil {
 		return nil, err
@@ -53,14 +65,27 @@ func StartObserver(cfg PeerConfig, identity string, notify func(node string), no
 // seat in: a random few each time (see Peers.Join).
 func (o *Observer) Join(addrs map[string]string) { join(o.ml, memberNames(o.ml), addrs) }
 
-// Gone returns when this seat learned that node's agent had left or been declared dead,
-// and whether it is gone now. An agent this seat never saw as a member is not gone: its
-// absence says nothing.
+// Gone returns since when node's agent is gone, and whether it is gone now: declared
+// dead, or left with a goodbye more than the grace ago (and then gone since the grace
+// ended). An agent this seat never saw as a member is not gone: its absence says nothing.
 func (o *Observer) Gone(node string) (time.Time, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	at, ok := o.gone[node]
-	return at, ok
+	if at, ok := o.dead[node]; ok {
+		return at, true
+	}
+	if at, ok := o.leaving[node]; ok && o.now().Sub(at) >= o.grace {
+		return at.Add(o.grace), true
+	}
+	return time.Time{}, false
+}
+
+// Left is when this seat last saw node's agent leave with a goodbye; zero if never. A
+// goodbye after the agent's latest report means its watchdog may have been disarmed.
+func (o *Observer) Left(node string) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.left[node]
 }
 
 // Members is how many agents are members now, this seat's view.
@@ -84,23 +109,90 @@ func (o *Observer) changed(n *memberlist.Node, gone bool) {
 	if strings.HasPrefix(n.Name, ObserverPrefix) {
 		return
 	}
+	name := n.Name
 	o.mu.Lock()
-	if gone {
-		if o.seen[n.Name] {
-			o.gone[n.Name] = o.now()
+	switch {
+	case !gone:
+		o.seen[name] = true
+		delete(o.dead, name)
+		delete(o.leaving, name)
+		delete(o.byes, name)
+	case o.byes[name]:
+		now := o.now()
+		o.left[name] = now
+		if o.seen[name] {
+			o.leaving[name] = now
+			// The grace's end changes the verdict with no event of its own.
+			time.AfterFunc(o.grace, func() { o.notifyOf(name) })
 		}
-	} else {
-		o.seen[n.Name] = true
-		delete(o.gone, n.Name)
+	case o.seen[name]:
+		o.dead[name] = o.now()
 	}
 	o.mu.Unlock()
+	o.notifyOf(name)
+}
+
+func (o *Observer) notifyOf(node string) {
 	if o.notify != nil {
-		o.notify(n.Name)
+		o.notify(node)
 	}
 }
 
-// observerEvents follows the member list. memberlist reports a member that left and one
-// declared dead alike (NotifyLeave); both count as gone.
+// byeWait bounds how long a stopping agent waits for its goodbyes to be taken.
+const byeWait = 2 * time.Second
+
+// sayBye tells the controller's seats among ml's members that this agent is stopping,
+// each over a stream, waiting at most byeWait. memberlist reports a member that left and
+// one declared dead alike (its node state is not passed on), so a seat knows a goodbye
+// only from this message, authenticated with the peers' key like every other.
+func sayBye(ml *memberlist.Memberlist) {
+	b, err := json.Marshal(askMsg{Bye: true, From: ml.LocalNode().Name})
+	if err != nil {
+		return
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, m := range ml.Members() {
+		if !strings.HasPrefix(m.Name, ObserverPrefix) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := ml.SendReliable(m, b); err != nil {
+				klog.V(2).InfoS("Saying goodbye to a controller's seat", "seat", m.Name, "err", err)
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(byeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// observerDelegate takes the agents' goodbyes.
+type observerDelegate struct{ o *Observer }
+
+func (observerDelegate) NodeMeta(int) []byte             { return nil }
+func (observerDelegate) GetBroadcasts(int, int) [][]byte { return nil }
+func (observerDelegate) LocalState(bool) []byte          { return nil }
+func (observerDelegate) MergeRemoteState([]byte, bool)   {}
+
+func (d observerDelegate) NotifyMsg(b []byte) {
+	var m askMsg
+	if json.Unmarshal(b, &m) != nil || !m.Bye || m.From == "" {
+		return
+	}
+	d.o.mu.Lock()
+	d.o.byes[m.From] = true
+	d.o.mu.Unlock()
+}
+
+// observerEvents follows the member list: a member that leaves after its goodbye left,
+// any other that leaves was declared dead.
 type observerEvents struct{ o *Observer }
 
 func (e observerEvents) NotifyJoin(n *memberlist.Node)   { e.o.changed(n, false) }
@@ -113,3 +205,38 @@ type observerPing struct{}
 func (observerPing) AckPayload() []byte { return []byte("{}") }
 
 func (observerPing) NotifyPingComplete(*memberlist.Node, time.Duration, []byte) {}
+
+// joinsPerRound bounds how many agents one Join asks. One that answers sends its whole
+// member list back (memberlist's push-pull), and gossip carries the joiner to the rest:
+// asking every unknown agent at once made each of N agents starting together open N
+// state exchanges, and at 100 nodes the rollout alone held the machine's two cores.
+const joinsPerRound = 3
+
+// memberNames are the names of ml's members.
+func memberNames(ml *memberlist.Memberlist) map[string]bool {
+	known := map[string]bool{}
+	for _, m := range ml.Members() {
+		known[m.Name] = true
+	}
+	return known
+}
+
+// join asks a few of the agents at addrs that are not among known to take ml in.
+func join(ml *memberlist.Memberlist, known map[string]bool, addrs map[string]string) {
+	var todo []string
+	for name, addr := range addrs {
+		if !known[name] && addr != "" {
+			todo = append(todo, name+"/"+addr)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	// A random few, so that an agent that is down does not hold back the others round
+	// after round.
+	rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
+	todo = todo[:min(len(todo), joinsPerRound)]
+	if n, err := ml.Join(todo); err != nil {
+		klog.V(2).InfoS("Joining peers", "joined", n, "asked", len(todo), "err", err)
+	}
+}

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ func pollFor(t *testing.T, what string, cond func() bool) {
 func TestObserverGone(t *testing.T) {
 	changed := make(chan string, 100)
 	o, err := StartObserver(PeerConfig{BindAddr: "127.0.0.1", Key: peerKey, ProbeInterval: 100 * time.Millisecond},
-		"replica-1", func(node string) {
+		"replica-1", 0, func(node string) {
 			select {
 			case changed <- node:
 			default:
@@ -80,5 +81,49 @@ func TestObserverGone(t *testing.T) {
 		if _, gone := o.Gone(n); gone {
 			t.Errorf("agent %s, running, is gone", n)
 		}
+	}
+}
+
+// TestObserverGoodbyeGrace: an agent that leaves with a goodbye (a stop, a rollout) is
+// not gone until the grace has passed, on the seat's clock, and then gone from the end
+// of the grace; its goodbye is kept (Left) after it joins again. One that crashes is
+// gone at once.
+func TestObserverGoodbyeGrace(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
+	clk := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	o, err := StartObserver(PeerConfig{BindAddr: "127.0.0.1", Key: peerKey, ProbeInterval: 100 * time.Millisecond}, "replica-1", time.Minute, nil, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Stop)
+	a, b := startTestPeer(t, "a", peerKey), startTestPeer(t, "b", peerKey)
+	o.Join(map[string]string{"a": a.p.Addr(), "b": b.p.Addr()})
+	pollFor(t, "the seat sees both agents", func() bool { return o.Members() == 2 })
+	a.p.Stop()
+	pollFor(t, "a's goodbye", func() bool { return !o.Left("a").IsZero() })
+	if _, gone := o.Gone("a"); gone {
+		t.Error("a, which said goodbye, is gone before the grace passed")
+	}
+	mu.Lock()
+	left := now
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	if at, gone := o.Gone("a"); !gone || !at.Equal(left.Add(time.Minute)) {
+		t.Errorf("a after the grace: gone %t since %s; want gone since the grace ended", gone, at)
+	}
+	b.p.Crash()
+	pollFor(t, "crashed b gone at once", func() bool { _, gone := o.Gone("b"); return gone })
+	if !o.Left("b").IsZero() {
+		t.Error("b, which crashed, said goodbye")
+	}
+	a2 := startTestPeer(t, "a", peerKey)
+	pollFor(t, "a back", func() bool {
+		o.Join(map[string]string{"a": a2.p.Addr()})
+		_, gone := o.Gone("a")
+		return !gone
+	})
+	if !o.Left("a").Equal(left) {
+		t.Errorf("a's goodbye %s forgotten once it joined again", o.Left("a"))
 	}
 }

@@ -17,12 +17,6 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// maxAnswer bounds an answer's payload: it rides in a memberlist ack, one UDP packet
-// (memberlist's UDPBufferSize is 1400 bytes). An agent that holds more than fits answers
-// "overflow", and such an answer is not counted: an answer that left a NodeFence out
-// could keep alive a node the cluster wants fenced.
-const maxAnswer = 1000
-
 // PeerConfig says where an agent answers its peers.
 type PeerConfig struct {
 	// Node is the agent's node: its name among the peers.
@@ -55,17 +49,6 @@ func SplitAddress(s string) (string, int, error) {
 	return host, n, nil
 }
 
-// answer is the payload of an agent's acks: the nodes it holds a NodeFence for.
-type answer struct {
-	Fenced   []string `json:"f,omitempty"`
-	Overflow bool     `json:"o,omitempty"`
-}
-
-// relayed is a node a peer's answer said the cluster wants fenced.
-type relayed struct {
-	received time.Time
-}
-
 // Peers are the agents' answers to each other, carried by hashicorp/memberlist (SWIM
 // with Lifeguard): its probes are the pings, every ack carries the nodes the answering
 // agent holds a NodeFence for, and a probe's round trip dates the answer: it was made
@@ -75,13 +58,14 @@ type relayed struct {
 type Peers struct {
 	ml    *memberlist.Memberlist
 	clock clock.PassiveClock
-	// own is what the agent's own reads hold now; its answers carry that and what the
-	// peers' answers relayed.
-	own func() []string
+	// own is what the agent's latest read holds, and false before its first read; its
+	// answers carry that and what the peers' answers relayed.
+	own func() ([]Entry, bool)
 
 	mu      sync.Mutex
 	acks    map[string]time.Time
-	relayed map[string]relayed
+	relayed map[string]relayed   // by UID
+	refuted map[string]time.Time // UIDs a read of this agent showed ended, and when
 	asked   map[uint64]time.Time // rounds of Ask: nonce → when it was sent
 	askedAt map[string]time.Time // per peer, when Ask last asked it
 	// book is where each agent this one has known answers: memberlist's members as of
@@ -97,14 +81,15 @@ type Peers struct {
 	stop                sync.Once
 }
 
-// StartPeers starts answering and probing; own says which nodes this agent's own reads
-// show the cluster wants fenced.
-func StartPeers(cfg PeerConfig, own func() []string, clk clock.PassiveClock) (*Peers, error) {
+// StartPeers starts answering and probing; own says which NodeFences this agent's latest
+// read holds, and whether it has read them yet.
+func StartPeers(cfg PeerConfig, own func() ([]Entry, bool), clk clock.PassiveClock) (*Peers, error) {
 	mc, err := memberlistConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{}, askedAt: map[string]time.Time{}, book: map[string]memberlist.Node{}}
+	p := &Peers{clock: clk, own: own, acks: map[string]time.Time{}, relayed: map[string]relayed{}, refuted: map[string]time.Time{},
+		asked: map[uint64]time.Time{}, askedAt: map[string]time.Time{}, book: map[string]memberlist.Node{}}
 	mc.Ping = pingDelegate{p}
 	mc.Delegate = askDelegate{p}
 	if p.ml, err = createMemberlist(mc, cfg); err != nil {
@@ -198,12 +183,6 @@ func nodeAt(name, addr string) *memberlist.Node {
 	return &memberlist.Node{Name: name, Addr: ip, Port: uint16(port)}
 }
 
-// joinsPerRound bounds how many agents one Join asks. One that answers sends its whole
-// member list back (memberlist's push-pull), and gossip carries the joiner to the rest:
-// asking every unknown agent at once made each of N agents starting together open N
-// state exchanges, and at 100 nodes the rollout alone held the machine's two cores.
-const joinsPerRound = 3
-
 // memberNames are the names of the members this agent knows; their addresses go into
 // the book.
 func (p *Peers) memberNames() map[string]bool {
@@ -218,34 +197,6 @@ func (p *Peers) memberNames() map[string]bool {
 	return known
 }
 
-func memberNames(ml *memberlist.Memberlist) map[string]bool {
-	known := map[string]bool{}
-	for _, m := range ml.Members() {
-		known[m.Name] = true
-	}
-	return known
-}
-
-// join asks a few of the agents at addrs that are not among known to take ml in.
-func join(ml *memberlist.Memberlist, known map[string]bool, addrs map[string]string) {
-	var todo []string
-	for name, addr := range addrs {
-		if !known[name] && addr != "" {
-			todo = append(todo, name+"/"+addr)
-		}
-	}
-	if len(todo) == 0 {
-		return
-	}
-	// A random few, so that an agent that is down does not hold back the others round
-	// after round.
-	rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
-	todo = todo[:min(len(todo), joinsPerRound)]
-	if n, err := ml.Join(todo); err != nil {
-		klog.V(2).InfoS("Joining peers", "joined", n, "asked", len(todo), "err", err)
-	}
-}
-
 // Acks are, per peer, when the latest probe it answered (and whose answer counted) was
 // sent.
 func (p *Peers) Acks() map[string]time.Time {
@@ -258,36 +209,13 @@ func (p *Peers) Acks() map[string]time.Time {
 	return out
 }
 
-// Fenced are the nodes this agent's answers carry: those its own reads hold, and those
-// the peers' answers relayed, sorted.
-func (p *Peers) Fenced() []string {
-	fenced := p.own()
-	p.mu.Lock()
-	for node := range p.relayed {
-		fenced = append(fenced, node)
-	}
-	p.mu.Unlock()
-	slices.Sort(fenced)
-	return slices.Compact(fenced)
-}
-
-// Forget drops the relayed nodes that a read begun at began did not show wanted fenced,
-// among those received before it began: the read is newer than the answer.
-func (p *Peers) Forget(fenced []string, began time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for node, r := range p.relayed {
-		if r.received.Before(began) && !slices.Contains(fenced, node) {
-			delete(p.relayed, node)
-		}
-	}
-}
-
 // askMsg is a question (Ask: a peer's answer now, outside the probes' turn) or its answer
 // (Answer, with the nonce of the round it answers). Both travel as memberlist user
 // messages, encrypted and authenticated with the peers' key like every packet.
 type askMsg struct {
-	Ask  bool   `json:"a,omitempty"`
+	Ask bool `json:"a,omitempty"`
+	// Bye is an agent's goodbye to the controller's seats (sayBye).
+	Bye  bool   `json:"b,omitempty"`
 	From string `json:"n"`
 	// Addr is where the asker takes answers: a peer that has not heard of it yet (gossip
 	// carries a newcomer to everyone only in time) answers there.
@@ -420,7 +348,12 @@ func (p *Peers) member(name string) *memberlist.Node {
 }
 
 // Stop leaves the peers and stops answering.
-func (p *Peers) Stop() { p.stop.Do(func() { leave(p.ml) }) }
+func (p *Peers) Stop() {
+	p.stop.Do(func() {
+		sayBye(p.ml)
+		leave(p.ml)
+	})
+}
 
 // Crash stops answering without a goodbye, as a killed agent does: for tests.
 func (p *Peers) Crash() { p.stop.Do(func() { _ = p.ml.Shutdown() }) }
@@ -432,33 +365,6 @@ func leave(ml *memberlist.Memberlist) {
 }
 
 type pingDelegate struct{ p *Peers }
-
-// answer is this agent's answer now: the overflow answer when it would not fit a packet.
-func (p *Peers) answer() answer {
-	a := answer{Fenced: p.Fenced()}
-	if b, err := json.Marshal(a); err != nil || len(b) > maxAnswer {
-		return answer{Overflow: true}
-	}
-	return a
-}
-
-// heard records an answer from peer to a question sent at sent. An overflowed answer
-// does not count: it may have left out the asker's own NodeFence.
-func (p *Peers) heard(peer string, a answer, sent time.Time) {
-	if a.Overflow {
-		klog.V(2).InfoS("A peer's answer does not count", "peer", peer, "overflow", true)
-		return
-	}
-	now := p.clock.Now()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if sent.After(p.acks[peer]) {
-		p.acks[peer] = sent
-	}
-	for _, node := range a.Fenced {
-		p.relayed[node] = relayed{received: now}
-	}
-}
 
 // AckPayload is this agent's answer.
 func (d pingDelegate) AckPayload() []byte {

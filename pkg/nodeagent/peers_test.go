@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,10 +18,19 @@ import (
 )
 
 type testPeer struct {
-	p   *Peers
-	mu  sync.Mutex
-	own []string
+	p      *Peers
+	mu     sync.Mutex
+	own    []Entry
+	unread bool // before its first read
 }
+
+func (tp *testPeer) hold(own ...Entry) {
+	tp.mu.Lock()
+	tp.own = own
+	tp.mu.Unlock()
+}
+
+var x = Entry{Node: "x", UID: "uid-x"}
 
 func startTestPeer(t *testing.T, node string, key []byte) *testPeer {
 	t.Helper()
@@ -31,7 +41,7 @@ func startTestPeerEvery(t *testing.T, node string, key []byte, probe time.Durati
 	t.Helper()
 	tp := &testPeer{}
 	p, err := StartPeers(PeerConfig{Node: node, BindAddr: "127.0.0.1", BindPort: 0, Key: key, ProbeInterval: probe},
-		func() []string { tp.mu.Lock(); defer tp.mu.Unlock(); return slices.Clone(tp.own) }, clock.RealClock{})
+		func() ([]Entry, bool) { tp.mu.Lock(); defer tp.mu.Unlock(); return slices.Clone(tp.own), !tp.unread }, clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,11 +75,9 @@ func TestPeersAnswer(t *testing.T) {
 			t.Errorf("a's ack from %s dated %s, not within the test", name, at)
 		}
 	}
-	a.mu.Lock()
-	a.own = []string{"x"}
-	a.mu.Unlock()
+	a.hold(x)
 	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
-		return slices.Equal(b.p.Fenced(), []string{"x"}) && slices.Equal(c.p.Fenced(), []string{"x"}), nil
+		return slices.Equal(b.p.Fenced(), []Entry{x}) && slices.Equal(c.p.Fenced(), []Entry{x}), nil
 	})
 	if err != nil {
 		t.Fatalf("a holds x; b carries %v, c %v", b.p.Fenced(), c.p.Fenced())
@@ -77,12 +85,10 @@ func TestPeersAnswer(t *testing.T) {
 	// A read that begins after the relay and does not show x drops it; one that began
 	// before keeps it.
 	b.p.Forget(nil, start)
-	if !slices.Equal(b.p.Fenced(), []string{"x"}) {
+	if !slices.Equal(b.p.Fenced(), []Entry{x}) {
 		t.Errorf("a read older than the relay dropped it: %v", b.p.Fenced())
 	}
-	a.mu.Lock()
-	a.own = nil
-	a.mu.Unlock()
+	a.hold()
 	c.p.Forget(nil, time.Now().Add(time.Minute)) // c's own read no longer shows x
 	b.p.Forget(nil, time.Now().Add(time.Minute))
 	// Relays still in flight may carry x back once; a read after them drops it for good.
@@ -118,16 +124,23 @@ func TestPeersNeedTheKey(t *testing.T) {
 	}
 }
 
+// TestAnswerOverflow: a dozen NodeFences fit an answer; twenty do not, and the answer
+// says it overflowed.
 func TestAnswerOverflow(t *testing.T) {
-	p := &Peers{own: func() []string {
-		var many []string
-		for i := range 200 {
-			many = append(many, "node-with-a-long-name-"+string(rune('a'+i%26))+string(rune('a'+i/26)))
-		}
-		return many
-	}, relayed: map[string]relayed{}}
-	if got := string(pingDelegate{p}.AckPayload()); got != `{"o":true}` {
-		t.Errorf("payload of 200 nodes: %.80s, want the overflow answer", got)
+	holding := func(n int) *Peers {
+		return &Peers{own: func() ([]Entry, bool) {
+			var many []Entry
+			for i := range n {
+				many = append(many, Entry{Node: fmt.Sprintf("node-%d", i), UID: fmt.Sprintf("5e0c2c64-3e2a-4a4b-9a43-1c7a5f0d9e%02d", i)})
+			}
+			return many, true
+		}, relayed: map[string]relayed{}}
+	}
+	if got := (pingDelegate{holding(12)}).AckPayload(); len(got) > maxAnswer || strings.Contains(string(got), `"o"`) {
+		t.Errorf("payload of 12 NodeFences: %d bytes, %.80s; want them all", len(got), got)
+	}
+	if got := string((pingDelegate{holding(20)}).AckPayload()); got != `{"o":true}` {
+		t.Errorf("payload of 20 NodeFences: %.80s, want the overflow answer", got)
 	}
 }
 
@@ -136,13 +149,13 @@ func TestAnswerOverflow(t *testing.T) {
 func TestOverflowAnswerNotCounted(t *testing.T) {
 	p := &Peers{clock: clock.RealClock{}, acks: map[string]time.Time{}, relayed: map[string]relayed{}}
 	d := pingDelegate{p}
-	for _, payload := range []string{`{"o":true}`, `not json`} {
+	for _, payload := range []string{`{"o":true}`, `not json`, `{"f":["c"]}`} {
 		d.NotifyPingComplete(&memberlist.Node{Name: "b"}, time.Millisecond, []byte(payload))
 	}
 	if len(p.Acks()) != 0 {
 		t.Errorf("acks %v from answers that do not count", p.Acks())
 	}
-	d.NotifyPingComplete(&memberlist.Node{Name: "b"}, time.Millisecond, []byte(`{"f":["c"]}`))
+	d.NotifyPingComplete(&memberlist.Node{Name: "b"}, time.Millisecond, []byte(`{"f":[{"n":"c","u":"uid-c"}]}`))
 	if _, ok := p.Acks()["b"]; !ok {
 		t.Error("a whole answer was not counted")
 	}
@@ -184,9 +197,7 @@ func TestAskHearsAMajority(t *testing.T) {
 	}
 	pollFor(t, "twelve members", func() bool { return peers[0].p.ml.NumMembers() == 12 && peers[11].p.ml.NumMembers() == 12 })
 	for _, p := range peers[:11] {
-		p.mu.Lock()
-		p.own = []string{"x"}
-		p.mu.Unlock()
+		p.hold(x)
 	}
 	a := peers[11]
 	asked := time.Now()
@@ -203,7 +214,7 @@ func TestAskHearsAMajority(t *testing.T) {
 			t.Errorf("answer of %s dated %s, not within the test", peer, at)
 		}
 	}
-	if !slices.Contains(a.p.Fenced(), "x") {
+	if !slices.Contains(a.p.Fenced(), x) {
 		t.Errorf("the answers did not relay x: %v", a.p.Fenced())
 	}
 }
@@ -221,7 +232,7 @@ func TestAskAsksWhatAMajorityNeeds(t *testing.T) {
 		others = append(others, startTestPeerEvery(t, names[len(names)-1], peerKey, time.Hour))
 	}
 	a, err := StartPeers(PeerConfig{Node: "p0", BindAddr: "127.0.0.1", Key: peerKey, ProbeInterval: time.Hour},
-		func() []string { return nil }, clk)
+		func() ([]Entry, bool) { return nil, true }, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +292,7 @@ func TestAnswerNeedsItsRound(t *testing.T) {
 	p := &Peers{clock: clk, acks: map[string]time.Time{}, relayed: map[string]relayed{}, asked: map[uint64]time.Time{7: clk.Now()}, askedAt: map[string]time.Time{}}
 	d := askDelegate{p}
 	answerFor := func(nonce uint64) []byte {
-		b, _ := json.Marshal(askMsg{From: "b", Nonce: nonce, Answer: &answer{Fenced: []string{"c"}}})
+		b, _ := json.Marshal(askMsg{From: "b", Nonce: nonce, Answer: &answer{Fenced: []Entry{{Node: "c", UID: "uid-c"}}}})
 		return b
 	}
 	d.NotifyMsg(answerFor(8))

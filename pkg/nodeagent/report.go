@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/watchdog"
 )
 
 const (
@@ -60,6 +61,10 @@ type Report struct {
 	Members Members `json:"members"`
 	// Isolation is the agent's --isolation (Go duration).
 	Isolation string `json:"isolation"`
+	// ReportInterval is the agent's --report-interval (Go duration): a live agent writes
+	// its report at least that often, and the controller does not count on a watchdog
+	// whose node lived on more than two of them after the agent's latest report.
+	ReportInterval string `json:"reportInterval,omitempty"`
 	// Peer is host:port where the agent answers the other agents; empty without peers.
 	Peer string `json:"peer,omitempty"`
 	// Holds are the names of the NodeFences the agent knows to be past their budget
@@ -72,8 +77,15 @@ type Report struct {
 
 // WatchdogReport is the watchdog part of a Report.
 type WatchdogReport struct {
+	// Kind is "device" for a device of the Linux watchdog API and "emulated" for an
+	// emulated watchdog (unix:), which resets only a test's simulated machine.
+	Kind string `json:"kind,omitempty"`
 	// Armed is true while the agent's watchdog is armed.
 	Armed bool `json:"armed"`
+	// Counting is true for a device whose arming failed but which counts down anyway
+	// and cannot be stopped (nowayout): the agent feeds it while the node may live, and
+	// it is not armed.
+	Counting bool `json:"counting,omitempty"`
 	// Timeout is the countdown in force while armed (Go duration, e.g. "5s").
 	Timeout string `json:"timeout,omitempty"`
 	// Stopped is why feeding stopped for good (the node resets within Timeout), or, before
@@ -140,6 +152,14 @@ func (r Report) validate() error {
 	if d, err := time.ParseDuration(r.Isolation); err != nil || d <= 0 {
 		return fmt.Errorf("isolation %q: not a positive duration", r.Isolation)
 	}
+	if d, err := time.ParseDuration(r.ReportInterval); r.ReportInterval != "" && (err != nil || d <= 0) {
+		return fmt.Errorf("reportInterval %q: not a positive duration", r.ReportInterval)
+	}
+	switch r.Watchdog.Kind {
+	case "", watchdog.KindDevice, watchdog.KindEmulated:
+	default:
+		return fmt.Errorf("watchdog.kind %q: want %s or %s", r.Watchdog.Kind, watchdog.KindDevice, watchdog.KindEmulated)
+	}
 	if r.Members.Count < 0 {
 		return fmt.Errorf("members.count %d: negative", r.Members.Count)
 	}
@@ -160,6 +180,13 @@ func (r Report) validate() error {
 // IsolationLimit is the agent's isolation (Decode checked it).
 func (r Report) IsolationLimit() time.Duration {
 	d, _ := time.ParseDuration(r.Isolation)
+	return d
+}
+
+// Every is the agent's report interval, zero when the report does not say (an older
+// agent).
+func (r Report) Every() time.Duration {
+	d, _ := time.ParseDuration(r.ReportInterval)
 	return d
 }
 

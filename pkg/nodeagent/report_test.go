@@ -30,3 +30,20 @@ func TestReportLeaseOfALongNodeName(t *testing.T) {
 		}
 	}
 }
+
+// TestEqualReportsByGist: a report whose reason for not feeding changed only in its
+// details (a count of answers) is not written again before the report interval; one
+// whose reason changed, or whose watchdog was armed, is.
+func TestEqualReportsByGist(t *testing.T) {
+	base := Report{BootID: "b", Isolation: "10s", Watchdog: WatchdogReport{Kind: "device", Stopped: "not armed yet: node a is cut off: answers from 3 of 100 members"}}
+	same := base
+	same.Watchdog.Stopped = "not armed yet: node a is cut off: answers from 4 of 100 members"
+	other := base
+	other.Watchdog.Stopped = "not armed: watchdog /dev/watchdog: open: permission denied"
+	armed := base
+	armed.Watchdog = WatchdogReport{Kind: "device", Armed: true, Timeout: "5s"}
+	if !equalReports(base, same) || equalReports(base, other) || equalReports(base, armed) {
+		t.Errorf("equal: same gist %t, another reason %t, armed %t; want true, false, false",
+			equalReports(base, same), equalReports(base, other), equalReports(base, armed))
+	}
+}

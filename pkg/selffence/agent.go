@@ -20,16 +20,20 @@ type AgentView struct {
 	APIRead time.Time
 	// Acks are, per peer, when the agent sent the latest ping that peer answered. An answer
 	// is made after its ping was sent, so it carries what the peer knew at that moment or
-	// later, whatever the network delayed.
+	// later, whatever the network delayed. An answer of a peer that has not read the
+	// NodeFences yet ("don't know") is no ack.
 	Acks map[string]time.Time
-	// Fenced are the nodes with an open NodeFence, as the agent's own reads and its peers'
-	// answers reported them. The agent keeps a node here until a read shows its
-	// incidents closed, and passes the list on in every answer it gives.
-	Fenced []string
+	// Read are the nodes with a NodeFence past its budget in the agent's latest successful
+	// read (the one begun at APIRead).
+	Read []string
+	// Relayed are the nodes named by the NodeFences that peers' answers carried, each kept
+	// until a read of the agent's own, begun after the answer arrived, no longer lists
+	// that NodeFence (by UID).
+	Relayed []string
 }
 
 // Live returns "" while the agent may feed its node's watchdog at now, or why it must not:
-// the cluster wants the node fenced (an open NodeFence for it, read or reported), or the
+// the cluster wants the node fenced (an open NodeFence for it, read or relayed), or the
 // node has been cut off for longer than isolation, with neither a read from the API server
 // nor answers from a majority of the members within it.
 //
@@ -38,12 +42,22 @@ type AgentView struct {
 // watchdog fence only after a majority of the members have reported holding the
 // NodeFence (Verify), and any two majorities of one member list share a node, whose
 // answers carry the NodeFence.
+//
+// A relayed NodeFence of the node's own counts only once the agent's own read is older
+// than isolation. While that read is fresh it decides: a read begun after the NodeFence
+// was created lists it (quorum reads), so one that does not either began before it (and
+// then keeps the node alive no longer than isolation after it, which Verify waits for)
+// or shows the incident ended. A peer that cannot read and still passes on a NodeFence
+// that closed since never resets a node that reads.
 func Live(v AgentView, isolation time.Duration, now time.Time) string {
-	if slices.Contains(v.Fenced, v.Node) {
+	if slices.Contains(v.Read, v.Node) {
 		return fmt.Sprintf("the cluster wants node %s fenced: an open NodeFence for it", v.Node)
 	}
 	if !v.APIRead.IsZero() && now.Sub(v.APIRead) <= isolation {
 		return ""
+	}
+	if slices.Contains(v.Relayed, v.Node) {
+		return fmt.Sprintf("the cluster wants node %s fenced: an open NodeFence for it, relayed by a peer while no read of its own is younger than %s", v.Node, isolation)
 	}
 	// Each member counts once, whatever the list repeats.
 	members := distinct(v.Members)

@@ -21,9 +21,15 @@ func TestLive(t *testing.T) {
 		view AgentView
 		want string
 	}{
-		"a fresh read":                     {AgentView{Node: "a", Members: members, APIRead: s0.Add(-9 * time.Second)}, ""},
-		"a NodeFence for the node":         {AgentView{Node: "a", Members: members, APIRead: s0, Fenced: []string{"c", "a"}}, "the cluster wants node a fenced"},
-		"a NodeFence for another node":     {AgentView{Node: "a", Members: members, APIRead: s0, Fenced: []string{"c"}}, ""},
+		"a fresh read":                 {AgentView{Node: "a", Members: members, APIRead: s0.Add(-9 * time.Second)}, ""},
+		"a NodeFence for the node":     {AgentView{Node: "a", Members: members, APIRead: s0, Read: []string{"c", "a"}}, "the cluster wants node a fenced: an open NodeFence for it"},
+		"a NodeFence for another node": {AgentView{Node: "a", Members: members, APIRead: s0, Read: []string{"c"}, Relayed: []string{"d"}}, ""},
+		// A fresh read of its own that does not list it decides: the relayed one began
+		// after it and will show in the next read, or ended.
+		"relayed for the node, a fresh read": {AgentView{Node: "a", Members: members, APIRead: s0.Add(-9 * time.Second), Relayed: []string{"a"}}, ""},
+		"relayed for the node, an old read": {AgentView{Node: "a", Members: members, APIRead: s0.Add(-11 * time.Second), Relayed: []string{"a"}, Acks: acks("b", "c", "d")},
+			"relayed by a peer while no read of its own is younger than 10s"},
+		"relayed for the node, never read": {AgentView{Node: "a", Members: members, Relayed: []string{"a"}, Acks: acks("b", "c")}, "relayed by a peer"},
 		"no read, answers from a majority": {AgentView{Node: "a", Members: members, Acks: acks("b", "c")}, ""},
 		"no read, answers from half":       {AgentView{Node: "a", Members: members[:4], Acks: acks("b")}, "node a is cut off: no read from the API server never, and answers from 2 of 4 members"},
 		"an old read, a minority":          {AgentView{Node: "a", Members: members, APIRead: s0.Add(-11 * time.Second), Acks: acks("b")}, "no read from the API server since 2026-11-24T11:59:49Z, and answers from 2 of 5"},
@@ -49,7 +55,7 @@ func TestVerify(t *testing.T) {
 	p := Params{Isolation: 10 * time.Second, ReportMaxAge: time.Minute}
 	good := func() Case {
 		return Case{Visible: s0, BootID: "boot-1", Members: members, NewestMember: s0.Add(-time.Hour), ArmedBefore: s0.Add(-10 * time.Second),
-			Report: &Report{At: s0.Add(-10 * time.Second), Armed: true, Timeout: 5 * time.Second, BootID: "boot-1", Members: []string{"c", "b", "a"}},
+			Report: &Report{At: s0.Add(-10 * time.Second), Armed: true, Timeout: 5 * time.Second, BootID: "boot-1", Members: []string{"c", "b", "a"}, Every: 10 * time.Second},
 			Held:   map[string]time.Time{"b": s0.Add(2 * time.Second), "c": s0.Add(3 * time.Second)}}
 	}
 	for name, tc := range map[string]struct {
@@ -73,6 +79,17 @@ func TestVerify(t *testing.T) {
 		"a member list naming a node twice": {func(c *Case) { c.Report.Members = []string{"a", "b", "b", "c"} }, time.Hour, Ineligible, "names a node twice"},
 		"another member list":               {func(c *Case) { c.Members = []string{"a", "b", "c", "d"} }, time.Hour, Ineligible, "member list (3 nodes) is not the cluster's (4 nodes)"},
 		"a node joined since the report":    {func(c *Case) { c.NewestMember = s0.Add(-5 * time.Second) }, time.Hour, Ineligible, "a node joined at"},
+		"an emulated watchdog":              {func(c *Case) { c.Report.Emulated = true }, time.Hour, Ineligible, "emulated watchdog, which resets no machine"},
+		"no report interval":                {func(c *Case) { c.Report.Every = 0 }, time.Hour, Ineligible, "does not say how often it reports"},
+		// SIGTERM, then a partition: the kubelet renewed 21s after the agent's last word.
+		"the agent went quiet, the kubelet lived on": {func(c *Case) { c.KubeletLife = s0.Add(11 * time.Second) }, time.Hour, Ineligible,
+			"kubelet was seen alive at 2026-11-24T12:00:11Z, 21s after its agent's latest report (2026-11-24T11:59:50Z), more than two report intervals of 10s"},
+		// A real partition silences both: the kubelet's last renewal 9s after the report.
+		"a partition silences both": {func(c *Case) { c.KubeletLife, c.LastLife = s0.Add(-time.Second), s0.Add(-time.Second) }, 23 * time.Second, Verified, "a majority held"},
+		"a goodbye after the latest report": {func(c *Case) { c.AgentLeft = s0.Add(-9 * time.Second) }, time.Hour, Ineligible,
+			"the agent left its peers at 2026-11-24T11:59:51Z, after its latest report"},
+		"a goodbye before the latest report (a rollout)":        {func(c *Case) { c.AgentLeft = s0.Add(-11 * time.Second) }, 23 * time.Second, Verified, "a majority held"},
+		"a sign of life too late, from a quiet agent's kubelet": {func(c *Case) { c.LastLife, c.KubeletLife = s0.Add(24*time.Second), s0.Add(24*time.Second) }, time.Hour, Contradicted, "sign of life at 2026-11-24T12:00:24Z"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := good()
@@ -82,6 +99,13 @@ func TestVerify(t *testing.T) {
 			v := Verify(c, p, s0.Add(tc.now))
 			if v.State != tc.state || !strings.Contains(v.Reason, tc.reason) {
 				t.Errorf("Verify: %s (%s), want %s (%s)", v.State, v.Reason, tc.state, tc.reason)
+			}
+			if c.Report != nil && c.Report.Emulated {
+				test := p
+				test.AllowEmulated = true
+				if v := Verify(c, test, s0.Add(23*time.Second)); v.State != Verified {
+					t.Errorf("Verify with watchdog.allowEmulated: %s (%s), want Verified", v.State, v.Reason)
+				}
 			}
 		})
 	}

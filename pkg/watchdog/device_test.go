@@ -3,6 +3,8 @@ package watchdog
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,20 +12,39 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fakeKernel records the system calls Linux makes and answers them as a driver would,
-// with GETTIMEOUT reporting got and the errors set.
+// fakeKernel records the system calls Linux makes and answers them as a driver would:
+// the device is 10:130 (the legacy /dev/watchdog) unless numbers say otherwise,
+// GETSUPPORT reports flags (the magic close unless noMagic), GETTIMEOUT reports got,
+// and the errors set.
 type fakeKernel struct {
 	calls           []string
 	got             int
+	noMagic         bool
+	numbers         [2]uint32
+	statErr         error
 	openErr, setErr error
 	getErr, feedErr error
+	supportErr      error
 }
 
 func (k *fakeKernel) syscalls() *syscalls {
 	return &syscalls{
+		stat: func(string) (uint32, uint32, error) {
+			if k.numbers == [2]uint32{} {
+				return 10, 130, k.statErr
+			}
+			return k.numbers[0], k.numbers[1], k.statErr
+		},
 		open: func(path string, mode int, _ uint32) (int, error) {
 			k.calls = append(k.calls, fmt.Sprintf("open %s write-only=%t cloexec=%t", path, mode&unix.O_ACCMODE == unix.O_WRONLY, mode&unix.O_CLOEXEC != 0))
 			return 7, k.openErr
+		},
+		support: func(fd int) (uint32, error) {
+			k.calls = append(k.calls, fmt.Sprintf("ioctl %d %#x", fd, unix.WDIOC_GETSUPPORT))
+			if k.noMagic {
+				return unix.WDIOF_SETTIMEOUT | unix.WDIOF_KEEPALIVEPING, k.supportErr
+			}
+			return unix.WDIOF_SETTIMEOUT | unix.WDIOF_KEEPALIVEPING | unix.WDIOF_MAGICCLOSE, k.supportErr
 		},
 		setInt: func(fd int, req uint, v int) error {
 			k.calls = append(k.calls, fmt.Sprintf("ioctl %d %#x %d", fd, req, v))
@@ -48,45 +69,97 @@ func (k *fakeKernel) syscalls() *syscalls {
 	}
 }
 
-// TestLinux: the kernel watchdog API at the system-call boundary. The request numbers are
-// the kernel's (include/uapi/linux/watchdog.h): SETTIMEOUT _IOWR('W', 6, int) = 0xc0045706,
-// GETTIMEOUT _IOR('W', 7, int) = 0x80045707.
+// fakeSysfs is a sysfs with nowayout for watchdog0 (the legacy /dev/watchdog, 10:130)
+// and for the device 250:1; "" leaves the file out.
+func fakeSysfs(t *testing.T, watchdog0, dev250 string) string {
+	t.Helper()
+	root := t.TempDir()
+	for dir, v := range map[string]string{"class/watchdog/watchdog0": watchdog0, "dev/char/250:1": dev250} {
+		if v == "" {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, dir, "nowayout"), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// TestLinux: the kernel watchdog API at the system-call boundary, after the nowayout
+// state read from sysfs. The request numbers are the kernel's
+// (include/uapi/linux/watchdog.h): GETSUPPORT _IOR('W', 0, struct watchdog_info) =
+// 0x80285700, SETTIMEOUT _IOWR('W', 6, int) = 0xc0045706, GETTIMEOUT _IOR('W', 7, int) =
+// 0x80045707.
 func TestLinux(t *testing.T) {
 	open := "open /dev/watchdog1 write-only=true cloexec=true"
+	support := "ioctl 7 0x80285700"
 	magicClose := []string{`write 7 "V"`, "close 7"}
 	for name, tc := range map[string]struct {
-		timeout time.Duration
-		kernel  fakeKernel
-		want    time.Duration
-		err     string
-		calls   []string
+		timeout       time.Duration
+		kernel        fakeKernel
+		nowayout      string // watchdog0's; "" for no sysfs file
+		allowNowayout bool
+		want          time.Duration
+		err           string
+		counting      time.Duration // a CountingError with this timeout
+		calls         []string
 	}{
-		"armed, the driver rounds up": {timeout: 5 * time.Second, kernel: fakeKernel{got: 6}, want: 6 * time.Second,
-			calls: []string{open, "ioctl 7 0xc0045706 5", "ioctl 7 0x80045707"}},
-		"a fraction of a second rounds up": {timeout: 1500 * time.Millisecond, kernel: fakeKernel{got: 2}, want: 2 * time.Second,
-			calls: []string{open, "ioctl 7 0xc0045706 2", "ioctl 7 0x80045707"}},
-		"under a second is refused before opening": {timeout: 500 * time.Millisecond,
+		"armed, the driver rounds up": {timeout: 5 * time.Second, kernel: fakeKernel{got: 6}, nowayout: "0", want: 6 * time.Second,
+			calls: []string{open, support, "ioctl 7 0xc0045706 5", "ioctl 7 0x80045707"}},
+		"a fraction of a second rounds up": {timeout: 1500 * time.Millisecond, kernel: fakeKernel{got: 2}, nowayout: "0", want: 2 * time.Second,
+			calls: []string{open, support, "ioctl 7 0xc0045706 2", "ioctl 7 0x80045707"}},
+		"under a second is refused before opening": {timeout: 500 * time.Millisecond, nowayout: "0",
 			err: "watchdog /dev/watchdog1: watchdog timeout 500ms: under the 1s"},
-		"no device": {timeout: 5 * time.Second, kernel: fakeKernel{openErr: unix.ENOENT},
+		"no device": {timeout: 5 * time.Second, kernel: fakeKernel{openErr: unix.ENOENT}, nowayout: "0",
 			err: "watchdog /dev/watchdog1: open: no such file", calls: []string{open}},
-		"a timeout the driver refuses stops the device again": {timeout: 5 * time.Second, kernel: fakeKernel{setErr: unix.EINVAL},
-			err: "watchdog /dev/watchdog1: set timeout 5s: invalid argument", calls: append([]string{open, "ioctl 7 0xc0045706 5"}, magicClose...)},
-		"an unreadable timeout stops the device again": {timeout: 5 * time.Second, kernel: fakeKernel{getErr: unix.ENOTTY},
-			err: "watchdog /dev/watchdog1: read timeout back", calls: append([]string{open, "ioctl 7 0xc0045706 5", "ioctl 7 0x80045707"}, magicClose...)},
-		"a zero timeout read back stops the device again": {timeout: 5 * time.Second, kernel: fakeKernel{got: 0},
-			err: "reports a timeout of 0s", calls: append([]string{open, "ioctl 7 0xc0045706 5", "ioctl 7 0x80045707"}, magicClose...)},
+		"a timeout the driver refuses stops the device again": {timeout: 5 * time.Second, kernel: fakeKernel{setErr: unix.EINVAL}, nowayout: "0",
+			err: "watchdog /dev/watchdog1: set timeout 5s: invalid argument", calls: append([]string{open, support, "ioctl 7 0xc0045706 5"}, magicClose...)},
+		"an unreadable timeout stops the device again": {timeout: 5 * time.Second, kernel: fakeKernel{getErr: unix.ENOTTY}, nowayout: "0",
+			err: "watchdog /dev/watchdog1: read timeout back", calls: append([]string{open, support, "ioctl 7 0xc0045706 5", "ioctl 7 0x80045707"}, magicClose...)},
+		"a zero timeout read back stops the device again": {timeout: 5 * time.Second, kernel: fakeKernel{got: 0}, nowayout: "0",
+			err: "reports a timeout of 0s", calls: append([]string{open, support, "ioctl 7 0xc0045706 5", "ioctl 7 0x80045707"}, magicClose...)},
+		"nowayout is refused before opening": {timeout: 5 * time.Second, nowayout: "1",
+			err: "watchdog /dev/watchdog1: nowayout (SYSFS/class/watchdog/watchdog0/nowayout is 1): once opened it never stops"},
+		"an unknown nowayout state is refused before opening": {timeout: 5 * time.Second,
+			err: "watchdog /dev/watchdog1: its nowayout state is unknown (no SYSFS/class/watchdog/watchdog0/nowayout)"},
+		"no device numbers is refused before opening": {timeout: 5 * time.Second, kernel: fakeKernel{statErr: unix.ENOENT}, nowayout: "0",
+			err: "nowayout state is unknown (no device numbers of /dev/watchdog1: no such file"},
+		"nowayout, allowed": {timeout: 5 * time.Second, kernel: fakeKernel{got: 5}, nowayout: "1", allowNowayout: true, want: 5 * time.Second,
+			calls: []string{open, support, "ioctl 7 0xc0045706 5", "ioctl 7 0x80045707"}},
+		"no magic close is refused, and stopped by the close": {timeout: 5 * time.Second, kernel: fakeKernel{noMagic: true}, nowayout: "0",
+			err: "does not support the magic close (WDIOF_MAGICCLOSE): any close stops it, the agent's death included", calls: append([]string{open, support}, magicClose...)},
+		"no magic close on a nowayout device: death stops it no more than a close": {timeout: 5 * time.Second, kernel: fakeKernel{noMagic: true, got: 5},
+			nowayout: "1", allowNowayout: true, want: 5 * time.Second, calls: []string{open, support, "ioctl 7 0xc0045706 5", "ioctl 7 0x80045707"}},
+		"a refused timeout on a nowayout device is left counting, at the driver's timeout": {timeout: 5 * time.Second, kernel: fakeKernel{setErr: unix.EINVAL, got: 60},
+			nowayout: "1", allowNowayout: true, err: "set timeout 5s: invalid argument: the device counts down anyway and cannot be stopped (nowayout)",
+			counting: time.Minute, calls: []string{open, support, "ioctl 7 0xc0045706 5", "ioctl 7 0x80045707"}},
+		"unknown nowayout, allowed, and no support flags: left counting": {timeout: 5 * time.Second, kernel: fakeKernel{supportErr: unix.ENOTTY, getErr: unix.ENOTTY},
+			allowNowayout: true, err: "read the driver's support flags (WDIOC_GETSUPPORT): inappropriate ioctl for device: the device counts down anyway",
+			counting: 0, calls: []string{open, support, "ioctl 7 0x80045707"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			k := tc.kernel
-			l := &Linux{Path: "/dev/watchdog1", sys: k.syscalls()}
+			sysfs := fakeSysfs(t, tc.nowayout, "")
+			l := &Linux{Path: "/dev/watchdog1", sys: k.syscalls(), Sysfs: sysfs, AllowNowayout: tc.allowNowayout}
 			got, err := l.Arm(tc.timeout)
+			want := strings.ReplaceAll(tc.err, "SYSFS", sysfs)
 			switch {
 			case tc.err == "" && err != nil:
 				t.Fatalf("Arm: %v", err)
-			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
-				t.Fatalf("Arm: error %v, want one containing %q", err, tc.err)
+			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), want)):
+				t.Fatalf("Arm: error %v, want one containing %q", err, want)
 			case got != tc.want:
 				t.Errorf("Arm: %s, want %s", got, tc.want)
+			}
+			var counting *CountingError
+			if isCounting := errors.As(err, &counting); isCounting != strings.Contains(tc.err, "counts down anyway") || (isCounting && counting.Timeout != tc.counting) {
+				t.Errorf("Arm: %#v, want a CountingError %t with timeout %s", err, !isCounting, tc.counting)
+			}
+			if l.Nowayout() != (l.open && (tc.nowayout != "0")) {
+				t.Errorf("Nowayout %t with the device open %t and nowayout %q", l.Nowayout(), l.open, tc.nowayout)
 			}
 			if strings.Join(k.calls, "\n") != strings.Join(tc.calls, "\n") {
 				t.Errorf("system calls:\n\t%s\nwant:\n\t%s", strings.Join(k.calls, "\n\t"), strings.Join(tc.calls, "\n\t"))
@@ -95,11 +168,26 @@ func TestLinux(t *testing.T) {
 	}
 }
 
+// TestLinuxFindsItsSysfs: the legacy /dev/watchdog (10:130) is watchdog0's, any other
+// device is found by its numbers.
+func TestLinuxFindsItsSysfs(t *testing.T) {
+	sysfs := fakeSysfs(t, "0", "1")
+	k := &fakeKernel{got: 5, numbers: [2]uint32{250, 1}}
+	l := &Linux{Path: "/dev/watchdog1", sys: k.syscalls(), Sysfs: sysfs}
+	if _, err := l.Arm(5 * time.Second); err == nil || !strings.Contains(err.Error(), filepath.Join(sysfs, "dev/char/250:1/nowayout")+" is 1") {
+		t.Errorf("Arm of 250:1, whose nowayout is 1: %v", err)
+	}
+	k.numbers = [2]uint32{10, 130}
+	if _, err := l.Arm(5 * time.Second); err != nil {
+		t.Errorf("Arm of 10:130, whose watchdog0 has nowayout 0: %v", err)
+	}
+}
+
 // TestLinuxFeedAndDisarm: a feed is a WDIOC_KEEPALIVE on the open device; a disarm is the
 // magic close, once.
 func TestLinuxFeedAndDisarm(t *testing.T) {
 	k := &fakeKernel{got: 5}
-	l := &Linux{Path: "/dev/watchdog", sys: k.syscalls()}
+	l := &Linux{Path: "/dev/watchdog", sys: k.syscalls(), Sysfs: fakeSysfs(t, "0", "")}
 	if err := l.Feed(); err == nil || !strings.Contains(err.Error(), "watchdog /dev/watchdog: not armed") {
 		t.Errorf("Feed before Arm: %v", err)
 	}
@@ -154,21 +242,31 @@ func TestOpen(t *testing.T) {
 
 // TestLinuxOnAFileThatIsNoWatchdog: the real system calls on /dev/null (never on a
 // watchdog: one not fed resets the machine), as an agent given the wrong --watchdog
-// meets them: the open works, the timeout is refused, and the error names the path and
-// the step; the device is closed again.
+// meets them. sysfs has no nowayout state for it, so it is refused before it is opened;
+// with nowayout allowed, the open works, the support flags are refused, and the error
+// names the path and the step. Such a device may count down and cannot be stopped, so
+// it stays open, for its owner to feed.
 func TestLinuxOnAFileThatIsNoWatchdog(t *testing.T) {
 	dev, err := Open("/dev/null")
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := dev.(*Linux)
+	l.Sysfs = t.TempDir()
 	_, err = dev.Arm(5 * time.Second)
-	if err == nil || !strings.Contains(err.Error(), "watchdog /dev/null: set timeout 5s") || !errors.Is(err, unix.ENOTTY) {
-		t.Fatalf("Arm on /dev/null: %v, want the path, the step and ENOTTY", err)
+	if err == nil || !strings.Contains(err.Error(), "watchdog /dev/null: its nowayout state is unknown (no "+l.Sysfs+"/dev/char/1:3/nowayout)") || l.open {
+		t.Fatalf("Arm on /dev/null: %v (open %t), want it refused before opening, naming the sysfs file", err, l.open)
 	}
-	if l := dev.(*Linux); l.open {
-		t.Error("the device stayed open after a failed Arm")
+	l.AllowNowayout = true
+	_, err = dev.Arm(5 * time.Second)
+	var counting *CountingError
+	if err == nil || !strings.Contains(err.Error(), "watchdog /dev/null: read the driver's support flags (WDIOC_GETSUPPORT)") || !errors.Is(err, unix.ENOTTY) || !errors.As(err, &counting) {
+		t.Fatalf("Arm on /dev/null with nowayout allowed: %v, want the path, the step, ENOTTY and a CountingError", err)
 	}
-	if err := dev.Feed(); err == nil || !strings.Contains(err.Error(), "not armed") {
-		t.Errorf("Feed after a failed Arm: %v", err)
+	if err := dev.Feed(); !errors.Is(err, unix.ENOTTY) {
+		t.Errorf("Feed of the device left open: %v, want ENOTTY", err)
+	}
+	if err := dev.Disarm(); err != nil || l.open {
+		t.Errorf("Disarm: %v (open %t)", err, l.open)
 	}
 }

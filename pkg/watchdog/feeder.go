@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,6 +19,12 @@ type Feeder struct {
 	// it must not: the cluster wants it fenced, or it has been cut off from the API
 	// server and its peers for too long. A non-empty answer stops the feeding for good.
 	Live func(now time.Time) string
+	// Disarming, when set, is called when the agent stops while Live still lets the node
+	// live, before the device is disarmed: the agent's report that it disarms. The device
+	// is disarmed only once it returned nil; otherwise the countdown runs on, and resets
+	// the node unless a new agent feeds it in time. A controller that read "armed" last
+	// must never count a node reset whose watchdog was disarmed.
+	Disarming func() error
 	// Clock is the real clock when nil.
 	Clock clock.WithTicker
 
@@ -39,6 +46,10 @@ type State struct {
 	Stopped string
 	// FeedError is the last failed feed's error, cleared by a feed that works.
 	FeedError string
+	// Counting is true once a device whose Arm failed counts down anyway (nowayout,
+	// CountingError): it is fed, unarmed, while the node may live (Stopped says when that
+	// ended).
+	Counting bool
 }
 
 // State returns the feeder's state now.
@@ -49,10 +60,13 @@ func (f *Feeder) State() State {
 }
 
 // Run arms the device once Live allows, and feeds it every third of the timeout in force
-// while Live says so. When ctx ends it disarms the device only if Live, asked once more, still lets the
-// node live: a node that the cluster wants fenced, or that is cut off, must reset even if
-// its agent is being shut down (a liveness probe that kills the agent of an isolated node
-// must not save the node from its fence).
+// while Live says so. When ctx ends it disarms the device only if Live, asked once more,
+// still lets the node live, and Disarming (the report that it disarms) succeeded: a node
+// that the cluster wants fenced, or that is cut off, must reset even if its agent is
+// being shut down (a liveness probe that kills the agent of an isolated node must not
+// save the node from its fence), and one whose last report said "armed" must not be
+// disarmed behind the controller's back. A device that cannot be disarmed (nowayout) is
+// fed once more and left counting, for the next agent to feed.
 func (f *Feeder) Run(ctx context.Context) error {
 	clk := f.Clock
 	if clk == nil {
@@ -77,9 +91,16 @@ func (f *Feeder) Run(ctx context.Context) error {
 	timeout, err := f.Dev.Arm(f.Timeout)
 	if err != nil {
 		// Reported (State.Stopped), so that a device the agent may not open, or that
-		// refuses the timeout, shows in the heartbeat and in why the watchdog level
+		// refuses the timeout, shows in the report and in why the watchdog level
 		// refuses the node, not only in the agent's log.
-		f.stop("not armed: " + err.Error())
+		var counting *CountingError
+		isCounting := errors.As(err, &counting)
+		f.mu.Lock()
+		f.st.Stopped, f.st.Counting = "not armed: "+err.Error(), isCounting
+		f.mu.Unlock()
+		if isCounting {
+			f.feedCounting(ctx, clk, counting.Timeout)
+		}
 		return err
 	}
 	f.mu.Lock()
@@ -94,11 +115,57 @@ func (f *Feeder) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			if why := f.Live(clk.Now()); why != "" {
-				f.stop(why)
-				return nil
-			}
-			return f.disarm()
+			return f.shutdown(clk.Now(), timeout)
+		case <-tick.C():
+		}
+	}
+}
+
+// shutdown ends the feeding of an armed device when the agent stops.
+func (f *Feeder) shutdown(now time.Time, timeout time.Duration) error {
+	if why := f.Live(now); why != "" {
+		f.stop(why)
+		return nil
+	}
+	if s, ok := f.Dev.(Stuck); ok && s.Nowayout() {
+		f.feed(now)
+		f.stop(fmt.Sprintf("the agent stopped; the device cannot be disarmed (nowayout): it resets the node within %s unless a new agent feeds it", timeout))
+		return nil
+	}
+	if f.Disarming != nil {
+		if err := f.Disarming(); err != nil {
+			f.stop(fmt.Sprintf("the agent stopped, and could not report that it disarms (%v): the countdown runs on, and resets the node within %s unless a new agent feeds it", err, timeout))
+			return nil
+		}
+	}
+	return f.disarm()
+}
+
+// feedCounting feeds a device whose Arm failed but which counts down anyway, while Live
+// allows, every third of its timeout (every second when it would not say): the failed
+// Arm must not reset the node, and the device is never reported armed.
+func (f *Feeder) feedCounting(ctx context.Context, clk clock.WithTicker, timeout time.Duration) {
+	every := time.Second
+	if timeout >= 3*time.Second {
+		every = timeout / 3
+	}
+	tick := clk.NewTicker(every)
+	defer tick.Stop()
+	for {
+		if why := f.Live(clk.Now()); why != "" {
+			f.mu.Lock()
+			f.st.Stopped += "; feeding stopped: " + why
+			f.mu.Unlock()
+			return
+		}
+		if err := f.Dev.Feed(); err != nil {
+			f.mu.Lock()
+			f.st.FeedError = err.Error()
+			f.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
 		case <-tick.C():
 		}
 	}

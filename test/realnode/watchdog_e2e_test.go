@@ -93,6 +93,7 @@ func watchdogValues(t *testing.T, w *watchdogs) string {
   watchdog:
     path: unix:%s/$(NODE_NAME).sock
     timeout: 5s
+    emulatedForTests: true
   bootIDFile: /proc/sys/kernel/random/boot_id
 policies:
 - name: default
@@ -227,8 +228,11 @@ func TestWatchdogOnRealNodes(t *testing.T) {
 // (one not fed resets the machine), so the device is a character device with the numbers
 // of /dev/null, made on the host where the nodes find it: the API server admits the agent
 // pod (privileged, root, the device mounted as itself through a CharDevice hostPath), the
-// kubelet mounts it, the agent opens it and asks it for the timeout, and the refusal (no
-// watchdog answers WDIOC_SETTIMEOUT) is in each node's report, not only in a log.
+// kubelet mounts it. sysfs gives no nowayout state for it, so the agent would refuse it
+// before opening it; with nowayout allowed (nodeAgent.watchdog.allowNowayout) the agent
+// opens it and asks its driver what it supports, and the refusal (no watchdog answers
+// WDIOC_GETSUPPORT) is in each node's report, not only in a log, with the device left
+// counting as far as the agent can tell (it cannot be sure it stops), never armed.
 func TestWatchdogDeviceOnRealNodes(t *testing.T) {
 	c := startCluster(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -261,6 +265,7 @@ func TestWatchdogDeviceOnRealNodes(t *testing.T) {
   watchdog:
     path: %s
     timeout: 5s
+    allowNowayout: true
   bootIDFile: /proc/sys/kernel/random/boot_id
 `, dev)), 0o600); err != nil {
 		t.Fatal(err)
@@ -269,7 +274,7 @@ func TestWatchdogDeviceOnRealNodes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install with a watchdog device: %v\n%s", err, out)
 	}
-	want := fmt.Sprintf("not armed: watchdog %s: set timeout 5s: inappropriate ioctl for device", dev)
+	want := fmt.Sprintf("not armed: watchdog %s: read the driver's support flags (WDIOC_GETSUPPORT): inappropriate ioctl for device: the device counts down anyway and cannot be stopped (nowayout)", dev)
 	var wrong []string // reports that tried to arm and failed otherwise: final, no use waiting
 	waitFor(t, ctx, "every node's report saying why its watchdog device is not armed", func() (bool, error) {
 		wrong = nil
@@ -280,7 +285,7 @@ func TestWatchdogDeviceOnRealNodes(t *testing.T) {
 				return false, err
 			}
 			switch {
-			case r.Watchdog.Armed || (strings.HasPrefix(r.Watchdog.Stopped, "not armed: ") && r.Watchdog.Stopped != want):
+			case r.Watchdog.Armed || (strings.HasPrefix(r.Watchdog.Stopped, "not armed: ") && (r.Watchdog.Stopped != want || !r.Watchdog.Counting)):
 				wrong = append(wrong, fmt.Sprintf("%s reports watchdog %+v", n.Name, r.Watchdog))
 			case r.Watchdog.Stopped != want:
 				done = false

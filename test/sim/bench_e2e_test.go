@@ -270,6 +270,7 @@ func startBenchAgents(t *testing.T, ctx context.Context, h *Harness, o benchOpti
 		c.Heartbeats = &v1alpha1.Heartbeats{KeyFile: agents.key, ProbeInterval: metav1.Duration{Duration: o.peerProbe},
 			KubeletTimeout: metav1.Duration{Duration: 500 * time.Millisecond}}
 		c.Watchdog.Isolation = metav1.Duration{Duration: o.agentIsolation}
+		c.Watchdog.AllowEmulated = true // the simulation's watchdogs are emulated
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -82,8 +82,9 @@ func TestNodeAgentUnderRenderedRBAC(t *testing.T) {
 	members := nodeagent.MembersOf(names)
 	for _, n := range c.Nodes() {
 		r := waitReport(t, ctx, c, n.Name(), "an armed watchdog", func(r nodeagent.Report) bool { return r.Watchdog.Armed })
-		if r.BootID != n.BootID() || r.Members != members || r.WatchdogTimeout() != 3*time.Second || r.IsolationLimit() != 3*time.Second || len(r.Holds) != 0 {
-			t.Errorf("report of %s: %+v; want boot %s, members %+v, timeout 3s, isolation 3s, no holds", n.Name(), r, n.BootID(), members)
+		if r.BootID != n.BootID() || r.Members != members || r.WatchdogTimeout() != 3*time.Second || r.IsolationLimit() != 3*time.Second || len(r.Holds) != 0 ||
+			r.Watchdog.Kind != watchdog.KindEmulated || r.Every() != 2*time.Second {
+			t.Errorf("report of %s: %+v; want boot %s, members %+v, an emulated watchdog at 3s, isolation 3s, reports every 2s, no holds", n.Name(), r, n.BootID(), members)
 		}
 	}
 

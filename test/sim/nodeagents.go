@@ -3,8 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -42,15 +40,17 @@ type NodeAgentOptions struct {
 
 // NodeAgents are fence-node-agent processes, one per simulated node, each reaching the
 // API server through a link of its own (Cut is the node's network partition) and feeding
-// an emulated watchdog that resets its machine (Node.Reset, and the agent's process
-// dies) when it is not fed in time: what a real watchdog does, without touching this
-// machine's.
+// an emulated watchdog that resets its machine (Node.Reset: the agent's process dies, and
+// a new one starts on the new boot) when it is not fed in time: what a real watchdog
+// does, without touching this machine's. A machine powered off runs no agent and no
+// watchdog; powered on, it boots a new agent (watchPower).
 type NodeAgents struct {
 	h      *Harness
 	o      NodeAgentOptions
 	agents map[string]*simAgent
 	sw     *peerSwitch // nil without peers
 	key    string      // the peers' key file
+	done   context.CancelFunc
 
 	mu     sync.Mutex
 	resets map[string][]time.Time // watchdog resets
@@ -58,18 +58,23 @@ type NodeAgents struct {
 }
 
 type simAgent struct {
-	node   string
-	dir    string
-	args   []string
-	proc   *process
-	emu    *watchdog.Emulator
-	link   *apiLink
-	halted bool // guarded by NodeAgents.mu: a dead machine's watchdog resets nothing
+	node string
+	dir  string
+	args []string
+	proc *process
+	emu  *watchdog.Emulator
+	link *apiLink
+	// Guarded by NodeAgents.mu: halted, a dead machine's watchdog resets nothing; off,
+	// the machine was last seen powered off, and emuOff its watchdog closed with it; gone,
+	// the agent was stopped for good.
+	halted, off, emuOff, gone bool
 }
 
 // StartNodeAgents starts an agent on every node of h.
 func StartNodeAgents(ctx context.Context, h *Harness, o NodeAgentOptions) (*NodeAgents, error) {
 	a := &NodeAgents{h: h, o: o, agents: map[string]*simAgent{}, resets: map[string][]time.Time{}, halts: map[string][]time.Time{}}
+	watch, done := context.WithCancel(context.Background())
+	a.done = done
 	if o.Peers {
 		a.sw = newPeerSwitch()
 		a.key = filepath.Join(h.dir, "node-agent-peer.key")
@@ -87,12 +92,13 @@ func StartNodeAgents(ctx context.Context, h *Harness, o NodeAgentOptions) (*Node
 			return nil, err
 		}
 		if o.Batch > 0 && (i+1)%o.Batch == 0 {
-			if err := a.WaitReports(ctx, time.Minute); err != nil {
+			if err := a.WaitReports(ctx, 3*time.Minute); err != nil {
 				a.Stop()
 				return nil, err
 			}
 		}
 	}
+	go a.watchPower(watch)
 	return a, nil
 }
 
@@ -189,7 +195,8 @@ func (a *NodeAgents) kubeconfig(dir, server string) (string, error) {
 	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
-// reset is the watchdog firing: the machine resets, and the agent with it.
+// reset is the watchdog firing: the machine resets, and the agent with it (no SIGTERM
+// handler runs in a reset); a new agent starts on the new boot.
 func (a *NodeAgents) reset(n *Node) {
 	a.mu.Lock()
 	s := a.agents[n.Name()]
@@ -198,10 +205,15 @@ func (a *NodeAgents) reset(n *Node) {
 		return
 	}
 	a.resets[n.Name()] = append(a.resets[n.Name()], time.Now())
-	p := s.proc
+	p, gone := s.proc, s.gone
 	a.mu.Unlock()
 	n.Reset()
-	_ = p.stop(0)
+	kill(p)
+	if !gone {
+		if err := a.boot(s, n.BootID()); err != nil {
+			a.h.Cluster.logf("sim: node %s: start its agent after the reset: %v", n.Name(), err)
+		}
+	}
 }
 
 // Cut partitions node's agent from the API server and its peers: its connections drop
@@ -268,7 +280,7 @@ func (a *NodeAgents) Halt(node string) {
 	a.halts[node] = append(a.halts[node], time.Now())
 	p := s.proc
 	a.mu.Unlock()
-	_ = p.stop(0)
+	kill(p)
 	a.Cut(node)
 }
 
@@ -298,7 +310,10 @@ func (a *NodeAgents) WaitReports(ctx context.Context, timeout time.Duration) err
 	err := pollUntil(ctx, 200*time.Millisecond, timeout, func(ctx context.Context) (bool, error) {
 		list, err := a.h.Cluster.Client.CoordinationV1().Leases(ControllerNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
-			return false, err
+			// An API server loaded by a hundred agents starting may time one list out:
+			// the next poll asks again.
+			missing = "the reports: " + err.Error()
+			return false, nil
 		}
 		reports := map[string]*coordinationv1.Lease{}
 		for i := range list.Items {
@@ -344,6 +359,7 @@ func (a *NodeAgents) agentState(node string) string {
 
 // Stop stops every agent, emulated watchdog and link.
 func (a *NodeAgents) Stop() {
+	a.done()
 	if a.sw != nil {
 		defer a.sw.Close()
 	}
@@ -361,89 +377,4 @@ func (a *NodeAgents) Stop() {
 			s.link.Close()
 		}
 	}
-}
-
-// apiLink is a TCP relay that Cut breaks for good: a node's path to the API server, and
-// the TCP side of its peer relay.
-type apiLink struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]bool
-}
-
-// startLink relays connections made to listen (host:port, port 0 for any) to target.
-func startLink(listen, target string) (*apiLink, error) {
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return nil, err
-	}
-	l := &apiLink{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	go l.accept()
-	return l, nil
-}
-
-func (l *apiLink) Addr() string { return l.ln.Addr().String() }
-
-func (l *apiLink) accept() {
-	for {
-		in, err := l.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !l.track(in) {
-			_ = in.Close()
-			continue
-		}
-		out, err := net.Dial("tcp", l.target)
-		if err != nil || !l.track(out) {
-			_ = in.Close()
-			if out != nil {
-				_ = out.Close()
-			}
-			continue
-		}
-		go l.relay(in, out)
-		go l.relay(out, in)
-	}
-}
-
-func (l *apiLink) track(c net.Conn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.cut {
-		return false
-	}
-	l.conns[c] = true
-	return true
-}
-
-// relay copies until either end closes (a cut closes both), then closes both.
-func (l *apiLink) relay(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	_ = dst.Close()
-	_ = src.Close()
-	l.mu.Lock()
-	delete(l.conns, dst)
-	delete(l.conns, src)
-	l.mu.Unlock()
-}
-
-// Cut drops every connection and refuses new ones.
-func (l *apiLink) Cut() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.cut = true
-	for c := range l.conns {
-		_ = c.Close()
-	}
-	l.conns = map[net.Conn]bool{}
-}
-
-// Close cuts the link and stops listening.
-func (l *apiLink) Close() {
-	l.Cut()
-	_ = l.ln.Close()
 }

@@ -133,6 +133,8 @@ type Expect struct {
 	Moved []string `json:"moved,omitempty"`
 	// NothingFenced: no power off, no storage cut and no release on any node.
 	NothingFenced bool `json:"nothingFenced,omitempty"`
+	// NoResets: no watchdog reset any node (nodeAgents), disturbed or not.
+	NoResets bool `json:"noResets,omitempty"`
 	// Hold is how long the expected phases must stay (a Held incident stays Held and
 	// nothing is fenced meanwhile).
 	Hold Duration `json:"hold,omitzero"`
@@ -191,9 +193,15 @@ const (
 	ActReleaseEarly     = "releaseEarly"     // planted bug: release the node's pods and volumes now
 	ActIgnoreBMC        = "ignoreBMC"        // planted bug: the machine keeps running whatever its BMC says
 	ActCrash            = "crash"            // the machine dies without its BMC (needs nodeAgents)
-	ActRollNodeAgents   = "rollNodeAgents"   // every node agent ends (SIGTERM) and starts again, as a DaemonSet rollout
+	ActRollNodeAgents   = "rollNodeAgents"   // every node agent ends (SIGTERM) and starts again, one at a time, as a DaemonSet rollout
 	ActKillNodeAgents   = "killNodeAgents"   // every node agent is SIGKILLed and starts again
 	ActKillNodeAgent    = "killNodeAgent"    // the node's agent is SIGKILLed for good; its kubelet runs on
+	ActStopNodeAgent    = "stopNodeAgent"    // the node's agent is SIGTERMed for good (helm uninstall, a nodeSelector change)
+	// ActCutNodeAgentFromAPIServer: the node's agent reaches the API server no more; its
+	// peers still hear it and its kubelet runs on.
+	ActCutNodeAgentFromAPIServer = "cutNodeAgentFromAPIServer"
+	// ActWait does nothing: a step that only waits (at, after, until) for the next.
+	ActWait = "wait"
 	// ActCutFromController cuts the node off from every controller replica (their peer
 	// traffic and the probes of its kubelet), while its peers and the API server still
 	// hear it.
@@ -210,13 +218,19 @@ const (
 // do nothing and a scenario would pass without testing anything.
 var nodeActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActReleaseEarly: true, ActIgnoreBMC: true, ActCrash: true,
-	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true, ActEditTarget: true}
+	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true, ActEditTarget: true,
+	ActStopNodeAgent: true, ActCutNodeAgentFromAPIServer: true}
 
 var knownActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHeal: true, ActRestart: true,
 	ActFlap: true, ActPowerOn: true, ActStopBMC: true, ActKillLeader: true, ActPauseLeader: true,
 	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true,
 	ActRestartControllers: true, ActCrash: true, ActRollNodeAgents: true, ActKillNodeAgents: true,
-	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true, ActEditTarget: true}
+	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true, ActEditTarget: true,
+	ActStopNodeAgent: true, ActCutNodeAgentFromAPIServer: true, ActWait: true}
+
+// agentActions need nodeAgents.
+var agentActions = map[string]bool{ActCrash: true, ActRollNodeAgents: true, ActKillNodeAgents: true, ActKillNodeAgent: true,
+	ActStopNodeAgent: true, ActCutNodeAgentFromAPIServer: true}
 
 // Profiles.
 const (
@@ -338,7 +352,7 @@ func (sc *Scenario) Validate() error {
 		if st.Zone != "" && sc.Zones[st.Zone] == nil {
 			add("steps[%d].zone: %q is not in zones", i, st.Zone)
 		}
-		if (st.Action == ActCrash || st.Action == ActRollNodeAgents || st.Action == ActKillNodeAgents || st.Action == ActKillNodeAgent) && sc.NodeAgents == nil {
+		if agentActions[st.Action] && sc.NodeAgents == nil {
 			add("steps[%d]: %s needs nodeAgents", i, st.Action)
 		}
 		if st.Action == ActCutFromController && (sc.NodeAgents == nil || !sc.NodeAgents.Heartbeats) {

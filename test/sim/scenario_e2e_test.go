@@ -13,7 +13,7 @@ import (
 
 // fastScenarios run in every `go test` (make test); KUBEFENCE_SCENARIOS=all runs every
 // file of scenarios/, or a comma-separated list of names runs those.
-var fastScenarios = []string{"partition", "storm", "bmc-unreachable-iscsi", "iscsi-recovers", "leader-killed", "watchdog-crash", "watchdog-partition", "watchdog-unarmed", "watchdog-quiet", "heartbeat-crash", "heartbeat-quiet", "heartbeat-kubelet-answers"}
+var fastScenarios = []string{"partition", "storm", "bmc-unreachable-iscsi", "iscsi-recovers", "leader-killed", "watchdog-crash", "watchdog-partition", "watchdog-unarmed", "watchdog-quiet", "watchdog-sigterm-partition", "watchdog-closed-incident", "heartbeat-crash", "heartbeat-quiet", "heartbeat-kubelet-answers"}
 
 var (
 	scenarioBinOnce sync.Once

@@ -50,6 +50,11 @@ func (r *runner) expect(ctx context.Context) {
 			r.fail("nothing may be fenced, but %s", f)
 		}
 	}
+	if e.NoResets && r.agents != nil {
+		for node, at := range r.agents.Resets() {
+			r.fail("no watchdog may reset a node, but node %s's reset it at %s", node, at[0].Format(time.RFC3339Nano))
+		}
+	}
 }
 
 // unmet lists the expectations not met yet.

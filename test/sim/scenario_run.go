@@ -246,7 +246,7 @@ func (r *runner) start(ctx context.Context) (func() map[string]int, error) {
 		if err != nil {
 			return pids, err
 		}
-		if err := r.agents.WaitReports(ctx, time.Minute); err != nil {
+		if err := r.agents.WaitReports(ctx, 3*time.Minute); err != nil {
 			return pids, err
 		}
 		if a.Heartbeats {
@@ -346,6 +346,7 @@ func (r *runner) adjustConfig(c *v1alpha1.Config) error {
 	}
 	if a := r.sc.NodeAgents; a != nil {
 		c.Watchdog.Isolation = metav1.Duration{Duration: a.Isolation.Duration}
+		c.Watchdog.AllowEmulated = true // the simulation's watchdogs are emulated
 	}
 	if len(r.sc.Config) == 0 && len(r.sc.Policy) == 0 {
 		return nil

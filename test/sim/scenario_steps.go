@@ -281,6 +281,9 @@ func (r *runner) act(ctx context.Context, st Step) error {
 			r.mu.Unlock()
 		}
 	}
+	if agentActions[st.Action] || st.Action == ActCutFromController {
+		return r.actOnAgents(ctx, st.Action, nodes)
+	}
 	switch st.Action {
 	case ActPartition:
 		for _, n := range nodes {
@@ -289,29 +292,9 @@ func (r *runner) act(ctx context.Context, st Step) error {
 				r.agents.Cut(n)
 			}
 		}
-	case ActCrash:
-		for _, n := range nodes {
-			r.agents.Halt(n)
-		}
-	case ActKillNodeAgent:
-		for _, n := range nodes {
-			if err := r.agents.Kill(n); err != nil {
-				return err
-			}
-		}
 	case ActCutFromAPIServer:
 		for _, n := range nodes {
 			c.Node(n).CutFromAPIServer()
-		}
-	case ActCutFromController:
-		for _, n := range nodes {
-			r.agents.CutFromController(n)
-		}
-	case ActRollNodeAgents, ActKillNodeAgents:
-		for _, n := range r.h.Cluster.Nodes() {
-			if err := r.agents.Restart(n.Name(), st.Action == ActKillNodeAgents); err != nil {
-				return err
-			}
 		}
 	case ActPowerLoss:
 		for _, n := range nodes {

@@ -140,10 +140,14 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- with .Values.config.detection }}{{ $_ := set $cfg "detection" . }}{{ end -}}
 {{- with .Values.config.history }}{{ $_ := set $cfg "history" . }}{{ end -}}
 {{- /* The controller counts on the node agents' isolation: the chart's one value sets both. */ -}}
-{{- $_ := set $cfg "watchdog" (merge (deepCopy (.Values.config.watchdog | default dict)) (dict "isolation" .Values.nodeAgent.isolation)) -}}
+{{- $wd := merge (deepCopy (.Values.config.watchdog | default dict)) (dict "isolation" .Values.nodeAgent.isolation) -}}
+{{- /* An emulated watchdog counts only where nodeAgent.watchdog.emulatedForTests says the cluster is a test. */ -}}
+{{- $_ := set $wd "allowEmulated" (and .Values.nodeAgent.enabled (hasPrefix "unix:" .Values.nodeAgent.watchdog.path) .Values.nodeAgent.watchdog.emulatedForTests) -}}
+{{- if not $wd.allowEmulated }}{{ $_ := unset $wd "allowEmulated" }}{{ end -}}
+{{- $_ := set $cfg "watchdog" $wd -}}
 {{- if .Values.heartbeats.enabled -}}
 {{- if not (and .Values.nodeAgent.enabled .Values.nodeAgent.peers.enabled) }}{{ fail "heartbeats.enabled needs nodeAgent.enabled and nodeAgent.peers.enabled: the controller sits among the agents' peers" }}{{ end -}}
-{{- $_ := set $cfg "heartbeats" (dict "keyFile" "/etc/kubefence/peer/key" "bindAddress" (printf "0.0.0.0:%v" .Values.heartbeats.port) "kubeletTimeout" .Values.heartbeats.kubeletTimeout) -}}
+{{- $_ := set $cfg "heartbeats" (dict "keyFile" "/etc/kubefence/peer/key" "bindAddress" (printf "0.0.0.0:%v" .Values.heartbeats.port) "kubeletTimeout" .Values.heartbeats.kubeletTimeout "kubeletCheckInterval" .Values.heartbeats.kubeletCheckInterval "leaveGrace" .Values.heartbeats.leaveGrace) -}}
 {{- end -}}
 {{- if .Values.externalRemediation.enabled }}{{ $_ := set $cfg "externalRemediation" (dict "enabled" true) }}{{ end -}}
 {{- if .Values.config.paused }}{{ $_ := set $cfg "paused" true }}{{ end -}}

@@ -39,6 +39,8 @@ const (
 	DefaultHeartbeatBindAddress   = "0.0.0.0:7947"
 	DefaultHeartbeatProbeInterval = 500 * time.Millisecond
 	DefaultKubeletTimeout         = time.Second
+	DefaultKubeletCheckInterval   = time.Minute
+	DefaultLeaveGrace             = 2 * time.Minute
 )
 
 // WatchdogAgent names the attempts of a watchdog level (Level.Watchdog), where an agent's
@@ -92,6 +94,8 @@ func (c *Config) Default() {
 		}
 		defaultDuration(&c.Heartbeats.ProbeInterval, DefaultHeartbeatProbeInterval)
 		defaultDuration(&c.Heartbeats.KubeletTimeout, DefaultKubeletTimeout)
+		defaultDuration(&c.Heartbeats.KubeletCheckInterval, DefaultKubeletCheckInterval)
+		defaultDuration(&c.Heartbeats.LeaveGrace, DefaultLeaveGrace)
 	}
 	defaultDuration(&c.Watchdog.Isolation, DefaultWatchdogIsolation)
 	defaultDuration(&c.Watchdog.ReportMaxAge, DefaultWatchdogReportMaxAge)
@@ -429,5 +433,7 @@ func (h *Heartbeats) validate(p *field.Path) field.ErrorList {
 		errs = append(errs, hostPort(p.Child("advertiseAddress"), h.AdvertiseAddress)...)
 	}
 	errs = append(errs, within(p.Child("probeInterval"), h.ProbeInterval, 100*time.Millisecond, 10*time.Second)...)
+	errs = append(errs, within(p.Child("kubeletCheckInterval"), h.KubeletCheckInterval, time.Second, time.Hour)...)
+	errs = append(errs, within(p.Child("leaveGrace"), h.LeaveGrace, time.Second, time.Hour)...)
 	return append(errs, within(p.Child("kubeletTimeout"), h.KubeletTimeout, 100*time.Millisecond, 10*time.Second)...)
 }

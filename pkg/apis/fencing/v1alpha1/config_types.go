@@ -65,10 +65,21 @@ type Heartbeats struct {
 	// ProbeInterval is how often the replica probes one agent, in turn, as the agents'
 	// --peer-probe-interval. From 100ms to 10s; default 500ms.
 	ProbeInterval metav1.Duration `json:"probeInterval,omitempty"`
-	// KubeletTimeout bounds each probe of a kubelet whose agent is gone: an HTTPS request
-	// to its status.daemonEndpoints port on each InternalIP, where any HTTP answer shows it
+	// KubeletTimeout bounds each probe of a kubelet: an HTTPS request to its
+	// status.daemonEndpoints port on each InternalIP, where any HTTP answer shows it
 	// alive. From 100ms to 10s; default 1s.
 	KubeletTimeout metav1.Duration `json:"kubeletTimeout,omitempty"`
+	// KubeletCheckInterval is how often the replica probes every node's kubelet, whatever
+	// its agent does: a kubelet's silence counts as a sign of death only once this replica
+	// has had an answer from it, and only until a probe goes unanswered while the node's
+	// agent is among its peers (a firewalled port, a NetworkPolicy). The probes are spread
+	// over the interval. From 1s to 1h; default 1m.
+	KubeletCheckInterval metav1.Duration `json:"kubeletCheckInterval,omitempty"`
+	// LeaveGrace is how long an agent that left its peers with a goodbye (as every agent
+	// that is stopped does, in a DaemonSet rollout) is not counted gone: its replacement
+	// is on its way. An agent declared dead by its peers is gone at once. From 1s to 1h;
+	// default 2m.
+	LeaveGrace metav1.Duration `json:"leaveGrace,omitempty"`
 }
 
 // WatchdogConfig is what the controller needs to know of the node agents (fence-node-agent)
@@ -80,11 +91,17 @@ type WatchdogConfig struct {
 	Isolation metav1.Duration `json:"isolation,omitempty"`
 	// ReportMaxAge is how old the last report of an armed watchdog may be when an
 	// incident starts fencing; at least twice the agents' --report-interval. From 1s to
-	// 1h; default 2m.
+	// 1h; default 2m. Whatever it says, a node whose kubelet was seen alive more than two
+	// of its agent's report intervals after the agent's latest report, or whose agent
+	// left its peers after it, is not eligible: the agent went quiet while its node lived.
 	ReportMaxAge metav1.Duration `json:"reportMaxAge,omitempty"`
 	// Namespace holds the agents' report Leases; default: leaderElection.namespace, the
 	// release namespace in the chart.
 	Namespace string `json:"namespace,omitempty"`
+	// AllowEmulated counts emulated watchdogs (an agent's --watchdog unix:PATH), which
+	// reset no machine, only a test's simulated one: for test clusters only. Off, a node
+	// whose agent reports an emulated watchdog is not eligible for a watchdog level.
+	AllowEmulated bool `json:"allowEmulated,omitempty"`
 }
 
 // History is the retention of ended incidents, as a Job's TTL: the leader deletes an
