@@ -41,6 +41,7 @@ var rules = []rule{
 	{Dir: "pkg/watchdog", Forbidden: `^(k8s\.io/(client-go|api|apimachinery)|$MOD)/`, Why: "the watchdog only counts down; the agent decides when the node may live"},
 	{Dir: "pkg/nodeagent", Forbidden: `^$MOD/pkg/(controller|fencer|remediate|plugin|agent|detector|policy|app)(/|$)`, Why: "the node agent follows its rule and reports; it decides nothing about other nodes"},
 	{Dir: "pkg/generated", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/(apis|generated)(/|$)`, Why: "generated clients know only the API types"},
+	{Dir: "pkg/incidents", Forbidden: `^$MOD/pkg/(controller|plugin|agentcall|remediate|detector|policy|app|agent|nodeagent)(/|$)`, Why: "the incident record knows its objects, not who drives them"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }
 

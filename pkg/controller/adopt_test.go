@@ -167,7 +167,7 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := c.store.indexer.Add(nf.DeepCopy()); err != nil {
+	if err := nfIndexer(c).Add(nf.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	c.refreshUnhealthy(detected)
@@ -175,7 +175,7 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 		t.Fatalf("gauge %v with one open incident, want 1", got)
 	}
 	nf.Status.Phase = v1alpha1.PhaseCancelled
-	if err := c.store.indexer.Update(nf.DeepCopy()); err != nil {
+	if err := nfIndexer(c).Update(nf.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	c.refreshUnhealthy(detected)
@@ -210,7 +210,7 @@ func TestFailedIncidentBlocksNewOnes(t *testing.T) {
 				nf.Annotations = map[string]string{v1alpha1.RetryAnnotation: "true"}
 			}
 			c := testController(t, nf)
-			if err := c.store.indexer.Add(nf.DeepCopy()); err != nil {
+			if err := nfIndexer(c).Add(nf.DeepCopy()); err != nil {
 				t.Fatal(err)
 			}
 			why := c.failedUnrecovered("node-1", tc.obs)

@@ -28,6 +28,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/coalesce"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
@@ -85,7 +86,7 @@ type Controller struct {
 	pdbs        policylisters.PodDisruptionBudgetLister
 	attachments storagelisters.VolumeAttachmentLister
 	synced      []cache.InformerSynced
-	store       *store
+	store       *incidents.Store
 	detector    *detector.Detector
 	caller      *agentCaller
 	remedy      *remediate.Remediator
@@ -249,16 +250,15 @@ func (c *Controller) newCaches(opts Options) error {
 	}
 	c.pods, c.pdbs, c.attachments = podInf.Informer(), pdbInf.Lister(), vaInf.Lister()
 	nfInf := c.nfInformer.Fencing().V1alpha1().NodeFences()
-	if err := nfInf.Informer().AddIndexers(nodeFenceIndexers()); err != nil {
-		return fmt.Errorf("index incidents: %w", err)
-	}
 	if err := nodeInf.Informer().AddIndexers(cache.Indexers{targetIndex: c.caller.targetKeys}); err != nil {
 		return fmt.Errorf("index nodes by target: %w", err)
 	}
 	c.caller.owned = indexedOwners(nodeInf.Informer().GetIndexer())
 	c.nodes = nodeInf.Lister()
-	nfClient := opts.Fencing.FencingV1alpha1().NodeFences()
-	c.store = &store{client: nfClient, indexer: nfInf.Informer().GetIndexer(), openReads: sharedOpenReads(nfClient)}
+	var err error
+	if c.store, err = incidents.New(opts.Fencing.FencingV1alpha1().NodeFences(), nfInf.Informer()); err != nil {
+		return err
+	}
 	idInf := c.idInformer.Coordination().V1().Leases().Informer()
 	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced,
 		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced, idInf.HasSynced}
@@ -322,8 +322,8 @@ func (c *Controller) onReport(obj any) {
 		c.queue.Add(node)
 	}
 	for _, name := range holds {
-		if obj, ok, err := c.store.indexer.GetByKey(name); err == nil && ok {
-			c.queue.Add(obj.(*v1alpha1.NodeFence).Spec.NodeName)
+		if nf := c.store.Get(name); nf != nil {
+			c.queue.Add(nf.Spec.NodeName)
 		}
 	}
 }
@@ -361,7 +361,7 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 		DeleteFunc: func(obj any) {
 			// A deleted incident's last write has nothing left to stand in for.
 			if nf, ok := unwrapDeleted(obj).(*v1alpha1.NodeFence); ok {
-				c.store.forget(nf.Name)
+				c.store.Forget(nf.Name)
 				c.dropEvents(nf.Name)
 				c.admission.unclaim(nf.Name)
 				c.watchdogs.forget(nf.Name, "")
@@ -463,7 +463,8 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 		go c.runRequests(ctx)
 	}
 	// Ended incidents are kept as history, within the configured retention.
-	go wait.UntilWithContext(ctx, c.pruneHistory, historyInterval)
+	retention := &incidents.Retention{Store: c.store, History: c.cfg.History, Confirm: c.checkLease, Now: c.now}
+	go retention.Run(ctx)
 	// Leases that stop changing produce no events: look at every node regularly.
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		nodes, err := c.nodes.List(everything())

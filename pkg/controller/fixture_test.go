@@ -20,10 +20,12 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -186,7 +188,7 @@ func (f *fixture) cache(o runtime.Object) {
 		err = f.c.leaseInformer.Coordination().V1().Leases().Informer().GetIndexer().Add(o)
 		f.c.detector.ObserveLease(o, f.now)
 	case *v1alpha1.NodeFence:
-		err = f.c.store.indexer.Update(o.DeepCopy())
+		err = nfIndexer(f.c).Update(o.DeepCopy())
 	case *v1alpha1.KubefenceRemediation:
 		if f.c.requests == nil {
 			f.t.Fatal("fixture: a KubefenceRemediation needs externalRemediation.enabled")
@@ -731,4 +733,15 @@ func TestFixtureSlowAPIServerAfterOutage(t *testing.T) {
 		t.Fatalf("an incident opened for a healthy node a second after the API server answered: %s", list.Items[0].Status.Message)
 	}
 	f.expectCalls()
+}
+
+// nfIndexer is c's cache of NodeFences, which tests fill as the watch would.
+func nfIndexer(c *Controller) cache.Indexer {
+	return c.nfInformer.Fencing().V1alpha1().NodeFences().Informer().GetIndexer()
+}
+
+// prune runs the history retention once, as the leader does.
+func (f *fixture) prune() {
+	r := &incidents.Retention{Store: f.c.store, History: f.c.cfg.History, Confirm: f.c.checkLease, Now: f.c.now}
+	r.Prune(context.Background())
 }

@@ -106,7 +106,7 @@ type createdKey struct{}
 // "" when none did. The end is on the controller's clock and the opening on the API
 // server's, to the second: within that second, an incident counts as opened before.
 func (c *Controller) supersededBy(nf *v1alpha1.NodeFence) string {
-	incs, err := c.store.forNode(nf.Spec.NodeName)
+	incs, err := c.store.ForNode(nf.Spec.NodeName)
 	if err != nil {
 		return "" // an incident the cache cannot decode fails the node's sync first
 	}

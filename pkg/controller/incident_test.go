@@ -59,7 +59,7 @@ func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents AgentSource, n
 // stored reads an incident back from the (fake) API server.
 func stored(t *testing.T, c *Controller, name string) *v1alpha1.NodeFence {
 	t.Helper()
-	nf, err := c.store.client.Get(context.Background(), name, metav1.GetOptions{})
+	nf, err := c.store.Client().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func (c *Controller) reconcileOrphans(ctx context.Context) {
 		if !hasTaintKey(n, remediate.FencedTaint.Key) && !hasTaintKey(n, remediate.OutOfServiceTaint.Key) {
 			continue
 		}
-		incs, err := c.store.forNode(n.Name)
+		incs, err := c.store.ForNode(n.Name)
 		if err != nil {
 			continue // an incident the cache cannot decode: a person looks, not a guess
 		}

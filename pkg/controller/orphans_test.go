@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
@@ -79,7 +80,7 @@ func (f *fixture) catchUp(node string) {
 		f.t.Fatal(err)
 	}
 	for i := range list.Items {
-		if err := f.c.store.indexer.Update(&list.Items[i]); err != nil {
+		if err := nfIndexer(f.c).Update(&list.Items[i]); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -289,7 +290,7 @@ func TestPruneHistory(t *testing.T) {
 	objs = append(objs, fencedIncident(v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified)) // opened at f0, before them all
 	f := newFixture(t, cfg, objs...)
 	f.now = f0.Add(3 * time.Hour)
-	f.c.pruneHistory(context.Background())
+	f.prune()
 	actions := f.dyn.Actions()
 	f.expectRequests("delete nodefences node-1-a")
 	if len(actions) == 1 {
@@ -333,7 +334,7 @@ func TestPruneHistoryGoesOnPastFailures(t *testing.T) {
 		return ok, nil, err
 	})
 	f.now = f0.Add(4 * time.Hour)
-	f.c.pruneHistory(context.Background())
+	f.prune()
 	f.expectRequests("delete nodefences node-1-timeout", "delete nodefences node-1-conflict", "delete nodefences node-1-old")
 	for name, kept := range map[string]bool{"node-1-new": true, "node-1-timeout": true, "node-1-old": false} {
 		_, err := f.dyn.FencingV1alpha1().NodeFences().Get(context.Background(), name, metav1.GetOptions{})
@@ -356,7 +357,9 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 		"orphan repair": {[]corev1.Taint{remediate.FencedTaint}, endedIncident("node-1-x0", "node-1", f0, remediate.FencedTaint.Key),
 			(*Controller).reconcileOrphans},
 		"orphan report": {[]corev1.Taint{remediate.FencedTaint}, nil, (*Controller).reconcileOrphans},
-		"history prune": {nil, endedIncident("node-1-x0", "node-1", f0.Add(-365*24*time.Hour)), (*Controller).pruneHistory},
+		"history prune": {nil, endedIncident("node-1-x0", "node-1", f0.Add(-365*24*time.Hour)), func(c *Controller, ctx context.Context) {
+			(&incidents.Retention{Store: c.store, History: c.cfg.History, Confirm: c.checkLease, Now: c.now}).Prune(ctx)
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			objs := taintedNodes(tc.taints...)
@@ -440,7 +443,7 @@ func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
 		t.Errorf("record %v, timeline %+v: want the record cleared, saying the taint was gone", got.Status.Remediation.TaintsAdded, tl)
 	}
 	// The next round finds the fenced taint with no record behind it.
-	if err := f.c.store.indexer.Update(got); err != nil {
+	if err := nfIndexer(f.c).Update(got); err != nil {
 		t.Fatal(err)
 	}
 	f.c.reconcileOrphans(ctx)

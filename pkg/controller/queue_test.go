@@ -297,10 +297,10 @@ func TestDeletedIncidentIsForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.eventually("the deleted incident forgotten", func() bool {
-		if _, cached, _ := f.c.store.indexer.GetByKey(nf.Name); cached {
+		if _, cached, _ := nfIndexer(f.c).GetByKey(nf.Name); cached {
 			return false // not deleted from the cache yet: the store still has a reason to hold the write
 		}
-		incs, err := f.c.store.forNode("node-1")
+		incs, err := f.c.store.ForNode("node-1")
 		f.c.mu.Lock()
 		pending := len(f.c.pendingEvents[nf.Name])
 		f.c.mu.Unlock()

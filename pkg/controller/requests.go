@@ -251,7 +251,7 @@ func (c *Controller) carrier(kr *v1alpha1.KubefenceRemediation) *v1alpha1.NodeFe
 	if name == "" {
 		return nil
 	}
-	if nf := c.store.get(name); nf != nil && (nf.Status.Phase != v1alpha1.PhaseCancelled || healthcheck.Carries(nf, kr)) {
+	if nf := c.store.Get(name); nf != nil && (nf.Status.Phase != v1alpha1.PhaseCancelled || healthcheck.Carries(nf, kr)) {
 		return nf
 	}
 	return nil
@@ -318,7 +318,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 		c.requests.answered(node.Name, key)
 		return false, 0, nil
 	}
-	live, err := c.store.openLive(ctx, node.Name)
+	live, err := c.store.OpenLive(ctx, node.Name)
 	if err != nil {
 		return false, 0, err
 	}
@@ -335,7 +335,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 	}
 	req := healthcheck.Request(kr, node.Name)
 	c.step(ctx, req, c.now(), v1alpha1.StepRequested, req.Spec.Reason)
-	created, err := c.store.create(ctx, req)
+	created, err := c.store.Create(ctx, req)
 	if apierrors.IsAlreadyExists(err) {
 		// Opened for this request before, by an attempt whose outcome was lost.
 		created, err = c.opts.Fencing.FencingV1alpha1().NodeFences().Get(ctx, req.Name, metav1.GetOptions{})

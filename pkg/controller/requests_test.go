@@ -323,7 +323,7 @@ func TestFixtureRequestAskEndsWithTheIncident(t *testing.T) {
 	if _, err := f.dyn.FencingV1alpha1().NodeFences().UpdateStatus(context.Background(), done, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.c.store.forget(done.Name) // written here, not by the controller
+	f.c.store.Forget(done.Name) // written here, not by the controller
 	f.cacheIncidents("node-1")
 	f.bootAgain("node-1")
 	f.expectCalls()

@@ -45,7 +45,7 @@ func (c *Controller) save(ctx context.Context, nf *v1alpha1.NodeFence) error {
 	if err := c.leaseConfirmed(ctx); err != nil {
 		return err
 	}
-	saved, err := c.store.writeStatus(ctx, nf, c.currentEpoch(), c.opts.Identity)
+	saved, err := c.store.WriteStatus(ctx, nf, c.currentEpoch(), c.opts.Identity)
 	if err != nil {
 		if errors.Is(err, leader.ErrStaleEpoch) && c.opts.OnDeposed != nil {
 			c.opts.OnDeposed(err)

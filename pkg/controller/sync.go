@@ -16,6 +16,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -94,7 +95,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 // openIncident returns the node's open incident from the cache. Two open incidents for
 // one node would break invariant 3; the older one is driven and the other reported.
 func (c *Controller) openIncident(node string) (*v1alpha1.NodeFence, error) {
-	all, err := c.store.forNode(node)
+	all, err := c.store.ForNode(node)
 	if err != nil {
 		return nil, fmt.Errorf("incidents of node %s: %w", node, err)
 	}
@@ -145,7 +146,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	}
 	opened := make(chan openRead, 1)
 	go func() {
-		live, err := c.store.openLive(ctx, node.Name)
+		live, err := c.store.OpenLive(ctx, node.Name)
 		opened <- openRead{live, err}
 	}()
 	fresh, err := c.confirmStale(ctx, node, pol)
@@ -177,7 +178,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	}
 	c.step(ctx, nf, obs.Since, v1alpha1.StepEvidenceStarted, obs.Evidence)
 	c.step(ctx, nf, now, v1alpha1.StepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
-	created, err := c.store.create(ctx, nf)
+	created, err := c.store.Create(ctx, nf)
 	if err != nil {
 		return 0, err
 	}
@@ -190,7 +191,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	// Go on at once rather than wait for the informer to bring the new incident back; the
 	// first decision writes the status with the detection in it.
 	requeue, err := c.drive(ctx, created, node, pn, obs)
-	if err != nil && c.store.fresh(created).ResourceVersion == created.ResourceVersion {
+	if err != nil && c.store.Fresh(created).ResourceVersion == created.ResourceVersion {
 		// The decision failed before it could write: keep the detection on record. (Had
 		// it written, this older copy would only be refused on its resourceVersion.)
 		if serr := c.save(ctx, created); serr != nil {
@@ -250,7 +251,7 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 		return policy.Cluster{}, err
 	}
 	cl := policy.Cluster{Paused: c.cfg.Paused, DryRun: c.cfg.DryRun, Nodes: make([]policy.Node, 0, len(nodes))}
-	pdbs, open := c.urgentPDBs(), c.store.openNodes()
+	pdbs, open := c.urgentPDBs(), c.store.OpenNodes()
 	for _, n := range nodes {
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
@@ -305,59 +306,8 @@ func withLogValues(ctx context.Context, keysAndValues ...any) context.Context {
 // step adds a timeline step to nf and logs it with the context's keys (node and
 // incident): the log carries every step an incident takes, as its timeline does.
 func (c *Controller) step(ctx context.Context, nf *v1alpha1.NodeFence, at time.Time, typ, msg string) {
-	addStep(&nf.Status, at, typ, msg)
+	incidents.AddStep(&nf.Status, at, typ, msg)
 	klog.FromContext(ctx).Info("Incident step", "step", typ, "message", msg)
-}
-
-func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
-	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})
-}
-
-// timelineBudget bounds the text of a timeline, well inside the API server's limit on
-// an object's size.
-const timelineBudget = 256 << 10
-
-// trimTimeline keeps a timeline within the CRD's count and the text budget: a status the
-// API server refuses would stop the incident where it stands. What goes is the oldest
-// step that is neither the first nor the last of its type, so every fact read back from
-// the timeline (when the incident was detected, when its first fence started, the latest
-// of each kind of step) stays.
-func trimTimeline(st *v1alpha1.NodeFenceStatus) {
-	text := timelineText(st.Timeline)
-	for len(st.Timeline) > v1alpha1.MaxTimelineSteps || text > timelineBudget {
-		i := oldestDroppable(st.Timeline)
-		if i < 0 {
-			return
-		}
-		text -= len(st.Timeline[i].Type) + len(st.Timeline[i].Message)
-		st.Timeline = slices.Delete(st.Timeline, i, i+1)
-	}
-}
-
-func timelineText(tl []v1alpha1.Step) int {
-	n := 0
-	for _, s := range tl {
-		n += len(s.Type) + len(s.Message)
-	}
-	return n
-}
-
-// oldestDroppable is the index of the oldest step that is neither the first nor the last
-// of its type, or -1.
-func oldestDroppable(tl []v1alpha1.Step) int {
-	first, last := map[string]int{}, map[string]int{}
-	for i, s := range tl {
-		if _, ok := first[s.Type]; !ok {
-			first[s.Type] = i
-		}
-		last[s.Type] = i
-	}
-	for i, s := range tl {
-		if first[s.Type] != i && last[s.Type] != i {
-			return i
-		}
-	}
-	return -1
 }
 
 // event records an event on the node, or on the incident when the node is gone. Not on
@@ -379,7 +329,7 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 		return
 	}
 	// In a storm the start of a fence is told with its end (issue 24).
-	e.holdWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.admission.fencingNow(c.store.indexer.List(), c.now()) >= eventStormAt
+	e.holdWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	queued := c.pendingEvents[nf.Name]

@@ -49,17 +49,17 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 	pn.NothingToRelease = policy.NothingToRelease(pods, c.attachmentsOf(n.Name))
 	pn.ControllerHere = c.replicas.on(n.Name, now)
 	pn.TargetReadsOff = n.Annotations[v1alpha1.TargetReadsOffAnnotation]
-	for _, f := range c.store.factsForNode(n.Name) {
-		if f.phase == v1alpha1.PhaseFencing {
+	for _, f := range c.store.FactsForNode(n.Name) {
+		if f.Phase == v1alpha1.PhaseFencing {
 			pn.Fencing = true
 		}
-		if f.phase.Open() {
+		if f.Phase.Open() {
 			pn.Incident = true
 		}
 		// The cooldown follows a fence that held; a failed one is the Failed rule's
 		// (failedUnrecovered), not a fence.
-		if f.verified && f.fenceStart.After(pn.LastFencedAt) {
-			pn.LastFencedAt = f.fenceStart
+		if f.Verified && f.FenceStart.After(pn.LastFencedAt) {
+			pn.LastFencedAt = f.FenceStart
 		}
 	}
 	return pn, obs

@@ -115,7 +115,7 @@ func (c *Controller) yieldToReleases(ctx context.Context) {
 	if entered, _ := ctx.Value(gateKey{}).(bool); !entered {
 		return
 	}
-	if c.admission.fencingNow(c.store.indexer.List(), c.now()) < eventStormAt {
+	if c.admission.fencingNow(c.store.Cached(), c.now()) < eventStormAt {
 		return
 	}
 	waited := c.gate.yield(ctx, c.queue.Len)
