@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/fencer"
 )
 
 // AddStep appends a step to an incident's timeline.
@@ -82,7 +81,7 @@ func ClampStatus(st *v1alpha1.NodeFenceStatus) {
 		a := &st.Attempts[i]
 		a.Evidence, a.Error = clampText(a.Evidence, maxText), clampText(a.Error, maxText)
 		a.ErrorKind, a.PowerState = clampText(a.ErrorKind, 64), clampText(a.PowerState, 32)
-		a.Target, a.FenceEvidence = clampText(a.Target, 1024), clampText(a.FenceEvidence, fencer.MaxFenceEvidence)
+		a.Target, a.FenceEvidence = clampText(a.Target, 1024), clampText(a.FenceEvidence, v1alpha1.MaxFenceEvidence)
 	}
 }
 
