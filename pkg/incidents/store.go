@@ -284,4 +284,3 @@ func (s *Store) OpenNodes() map[string]bool {
 	}
 	return open
 }
-
