@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
@@ -127,8 +128,9 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	}
 	recorder, stopEvents := controller.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
+	agentHealth := &agentcall.Health{}
 	c, err := controller.New(controller.Options{
-		Config: cfg, Client: client, Fencing: fencing, Dynamic: cs.dynamic, Agents: agents, Identity: identity, OnDeposed: deposed, Guard: guard,
+		Config: cfg, Client: client, Fencing: fencing, Dynamic: cs.dynamic, Agents: agents, Health: agentHealth, Identity: identity, OnDeposed: deposed, Guard: guard,
 		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
 		PauseAt: os.Getenv(controller.PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder,
 	})
@@ -156,7 +158,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 			klog.FromContext(ctx).Error(err, "Marking own pod as standby")
 		}
 	}
-	lead := leading(o, client, health, ids, host, c)
+	lead := leading(o, client, health, ids, host, agentHealth, c)
 	elected := make(chan struct{})
 	if !*cfg.LeaderElection.Enabled {
 		close(elected)
@@ -218,8 +220,8 @@ func clients(o AppOptions) (apiClients, error) {
 // checkAgents has every agent validate its parameters: an agent that refuses them cannot
 // fence, and is refused now, not at the first incident. A remote agent that is down may
 // come up later.
-func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents controller.AgentSource) error {
-	problems := controller.ValidateAgents(ctx, cfg, agents)
+func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents agentcall.Source) error {
+	problems := agentcall.ValidateAgents(ctx, cfg, agents)
 	for _, u := range problems.Unreachable {
 		klog.FromContext(ctx).Info("Agent did not answer at start; its parameters are checked at its first call", "error", u)
 	}
@@ -231,7 +233,7 @@ func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents controller.Ag
 
 // leading returns what this replica does while it leads at an epoch: it marks its pod as
 // the leader, collects expired identity Leases, watches the remote agents and runs c.
-func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, c *controller.Controller) func(context.Context, int64) {
+func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, agentHealth *agentcall.Health, c *controller.Controller) func(context.Context, int64) {
 	return func(ctx context.Context, epoch int64) {
 		health.SetLeader()
 		if o.LeaderPod != nil {
@@ -246,7 +248,7 @@ func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *lea
 		}, o.IdentityRenewInterval)
 		agentLeases := *ids
 		agentLeases.Component, agentLeases.Duration, agentLeases.Node = "agent", 3*o.IdentityRenewInterval, ""
-		go c.WatchRemoteAgents(ctx, host, &agentLeases, o.IdentityRenewInterval)
+		go agentHealth.WatchRemoteAgents(ctx, c.Config(), host, &agentLeases, o.IdentityRenewInterval)
 		c.Run(ctx, epoch)
 	}
 }
@@ -329,11 +331,11 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 	for i := range list.Items {
 		nodes[i] = &list.Items[i]
 	}
-	checks, err := controller.CheckTargets(ctx, cfg, newAgentSource(cfg, host, dyn), client, nodes)
+	checks, err := agentcall.CheckTargets(ctx, cfg, newAgentSource(cfg, host, dyn), client, nodes)
 	if err != nil {
 		return false, err
 	}
-	if err := controller.PrintTargetChecks(w, checks); err != nil {
+	if err := agentcall.PrintTargetChecks(w, checks); err != nil {
 		return false, fmt.Errorf("print target checks: %w", err)
 	}
 	for _, tc := range checks {

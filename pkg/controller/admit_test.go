@@ -154,7 +154,7 @@ func budgetFixture(t *testing.T, objs ...runtime.Object) (*fixture, chan struct{
 	}
 	release := make(chan struct{})
 	entered := &atomic.Int32{}
-	f.bmc.fence = func(ctx context.Context) error {
+	f.bmc.FenceFunc = func(ctx context.Context) error {
 		entered.Add(1)
 		select {
 		case <-release:

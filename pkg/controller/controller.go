@@ -24,9 +24,11 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/coalesce"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/devicemonitor"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
 	"github.com/kubefence/kubefence/pkg/incidents"
@@ -46,8 +48,10 @@ type Options struct {
 	// Fencing is the typed client of NodeFences and KubefenceRemediations.
 	Fencing versioned.Interface
 	// Dynamic reads Cluster API Machines (config externalRemediation); may be nil.
-	Dynamic  dynamic.Interface
-	Agents   AgentSource
+	Dynamic dynamic.Interface
+	Agents  agentcall.Source
+	// Health knows which remote agents do not answer; nil: every agent is taken as up.
+	Health   *agentcall.Health
 	Recorder record.EventRecorder
 	// Identity names this replica (hostname_PID_suffix).
 	Identity string
@@ -72,7 +76,7 @@ type Options struct {
 	// PauseAt names a test pause point (PauseAtEnv); empty in production.
 	PauseAt string
 	// TargetInterval is how often the leader reads every node's first-level fence
-	// device (kubefence_target_up); zero means DefaultTargetInterval.
+	// device (kubefence_target_up); zero means devicemonitor.DefaultInterval.
 	TargetInterval time.Duration
 }
 
@@ -88,7 +92,7 @@ type Controller struct {
 	synced      []cache.InformerSynced
 	store       *incidents.Store
 	detector    *detector.Detector
-	caller      *agentCaller
+	caller      *agentcall.Caller
 	remedy      *remediate.Remediator
 	queue       workqueue.TypedRateLimitingInterface[string]
 	metrics     *metrics
@@ -118,8 +122,8 @@ type Controller struct {
 	admission admission
 	// gate lets a storm's releases go before their records.
 	gate releaseGate
-	// offReads are fence devices read off while their node may live.
-	offReads *offReads
+	// monitor reads every node's fence devices (leader only).
+	monitor *devicemonitor.Monitor
 
 	mu    sync.Mutex
 	epoch int64
@@ -127,8 +131,6 @@ type Controller struct {
 	// started) already reported in dry run. A node's entry goes once it is healthy again
 	// or deleted (forgetDryRun), so the map holds only nodes that are unhealthy now.
 	dryRunSeen map[string]map[string]bool
-	// agentDown holds, per remote agent that failed its last health check, why.
-	agentDown map[string]string
 	// pendingEvents are the events of each incident waiting for its next save.
 	pendingEvents map[string][]pendingEvent
 	// apiUnreachable is set when a read of a node Lease failed: the API server may be
@@ -155,9 +157,6 @@ func New(opts Options) (*Controller, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.TargetInterval <= 0 {
-		opts.TargetInterval = DefaultTargetInterval
-	}
 	if opts.IdentityRenewInterval <= 0 {
 		opts.IdentityRenewInterval = 10 * time.Second
 	}
@@ -176,7 +175,6 @@ func New(opts Options) (*Controller, error) {
 		replicas:      newReplicas(opts.NodeName, opts.IdentityRenewInterval),
 		pause:         &pauser{point: opts.PauseAt},
 		dryRunSeen:    map[string]map[string]bool{},
-		agentDown:     map[string]string{},
 		pendingEvents: map[string][]pendingEvent{},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
 		// bucket would queue a hundred simultaneous incidents behind each other.
@@ -188,12 +186,11 @@ func New(opts Options) (*Controller, error) {
 	for _, a := range cfg.Agents {
 		names = append(names, a.Name)
 	}
-	c.metrics.initCounters(names)
-	c.offReads = newOffReads(c.metrics.registry, cfg.Detection.ExpectedRenewInterval.Duration)
+	c.metrics.initCounters()
 	// The agents read the controller's clock as it is at each call: a test that swaps it
 	// swaps theirs too.
 	var err error
-	c.caller, err = newAgentCaller(opts.Agents, cfg, opts.Client, c.metrics, func() time.Time { return c.now() },
+	c.caller, err = agentcall.New(opts.Agents, cfg, opts.Client, agentcall.NewMetrics(c.metrics.registry, names), func() time.Time { return c.now() },
 		func() ([]*corev1.Node, error) { return c.nodes.List(everything()) })
 	if err != nil {
 		return nil, err
@@ -219,6 +216,9 @@ func New(opts Options) (*Controller, error) {
 	if err := c.newCaches(opts); err != nil {
 		return nil, err
 	}
+	c.monitor = devicemonitor.New(devicemonitor.Monitor{Checker: c.caller, Policies: cfg.Policies, Nodes: c.nodes, Client: opts.Client,
+		LastLife: c.detector.LastLife, Confirm: c.leaseConfirmed, Recorder: opts.Recorder, Interval: opts.TargetInterval},
+		c.metrics.registry, cfg.Detection.ExpectedRenewInterval.Duration)
 	return c, nil
 }
 
@@ -250,10 +250,9 @@ func (c *Controller) newCaches(opts Options) error {
 	}
 	c.pods, c.pdbs, c.attachments = podInf.Informer(), pdbInf.Lister(), vaInf.Lister()
 	nfInf := c.nfInformer.Fencing().V1alpha1().NodeFences()
-	if err := nodeInf.Informer().AddIndexers(cache.Indexers{targetIndex: c.caller.targetKeys}); err != nil {
-		return fmt.Errorf("index nodes by target: %w", err)
+	if err := c.caller.Index(nodeInf.Informer()); err != nil {
+		return err
 	}
-	c.caller.owned = indexedOwners(nodeInf.Informer().GetIndexer())
 	c.nodes = nodeInf.Lister()
 	var err error
 	if c.store, err = incidents.New(opts.Fencing.FencingV1alpha1().NodeFences(), nfInf.Informer()); err != nil {
@@ -373,6 +372,9 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 	return nil
 }
 
+// Config is the configuration the controller runs with.
+func (c *Controller) Config() *v1alpha1.Config { return c.cfg }
+
 // Registry is the controller's metrics registry, for the HTTP server.
 func (c *Controller) Registry() *prometheus.Registry { return c.metrics.registry }
 
@@ -456,7 +458,7 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)
 	}
 	// Every fence device is read now and then regularly, as Pacemaker's monitor does.
-	go c.monitorTargets(ctx, c.opts.TargetInterval)
+	go c.monitor.Run(ctx)
 	// At take-over and then regularly, find what a dead predecessor left behind.
 	go wait.UntilWithContext(ctx, c.reconcileOrphans, time.Minute)
 	if c.requests != nil {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -279,13 +280,12 @@ func TestBuildInfoMetric(t *testing.T) {
 // 0, so that the first failure is an increase (issue 23: KubefenceFencingFailed missed
 // the first failed incident).
 func TestCountersStartAtZero(t *testing.T) {
-	c := testController(t, pendingIncident(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC), nil))
-	c.metrics.initCounters([]string{"ipmi"})
+	c := fixtureController(t, fixtureConfig(), nil, pendingIncident(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC), nil))
 	want := map[string]bool{
-		fmt.Sprintf(`kubefence_incidents_total{phase="%s"}`, v1alpha1.PhaseFailed):                                          false,
-		fmt.Sprintf(`kubefence_holds_total{reason="%s"}`, policy.ReasonStorm):                                               false,
-		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindAgentDied, methodFence):  false,
-		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindPermanent, methodStatus): false,
+		fmt.Sprintf(`kubefence_incidents_total{phase="%s"}`, v1alpha1.PhaseFailed):                                                    false,
+		fmt.Sprintf(`kubefence_holds_total{reason="%s"}`, policy.ReasonStorm):                                                         false,
+		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindAgentDied, agentcall.MethodFence):  false,
+		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindPermanent, agentcall.MethodStatus): false,
 	}
 	families, err := c.metrics.registry.Gather()
 	if err != nil {

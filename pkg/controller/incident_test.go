@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
@@ -46,7 +47,7 @@ func testController(t *testing.T, nf *v1alpha1.NodeFence, objs ...runtime.Object
 }
 
 // fixtureController is a controller on fake clients holding nf, with cfg and agents.
-func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents AgentSource, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
+func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents agentcall.Source, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
 	t.Helper()
 	c, err := New(Options{Config: cfg, Client: fake.NewClientset(objs...), Fencing: fencingfake.NewSimpleClientset(nf), Agents: agents,
 		Recorder: record.NewFakeRecorder(10), Identity: "me"})

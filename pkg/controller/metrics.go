@@ -9,7 +9,6 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/fencer"
-	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -17,10 +16,6 @@ import (
 // (v1alpha1.Phase), hold reasons (policy.Reason*) and error kinds (plugin.ErrorKind)
 // have constants of their own.
 const (
-	// Methods of kubefence_agent_call_duration_seconds and kubefence_agent_errors_total.
-	methodFence   = "Fence"
-	methodStatus  = "Status"
-	methodUnfence = "Unfence"
 	// Steps timed by kubefence_phase_duration_seconds.
 	durationDetect    = "detect"
 	durationFence     = "fence"
@@ -38,10 +33,7 @@ type metrics struct {
 	registry      *prometheus.Registry
 	incidents     *prometheus.CounterVec
 	phaseDuration *prometheus.HistogramVec
-	agentLatency  *prometheus.HistogramVec
-	agentErrors   *prometheus.CounterVec
 	unhealthy     prometheus.Gauge
-	targetUp      *prometheus.GaugeVec
 	failedNodes   prometheus.Gauge
 	holds         *prometheus.CounterVec
 	leader        prometheus.Gauge
@@ -68,23 +60,10 @@ func newMetrics() *metrics {
 			Help:    "Time spent per incident step: detect (bad evidence to incident), fence (start to verified), remediate.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}, []string{"phase"}),
-		agentLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "kubefence_agent_call_duration_seconds",
-			Help:    "Latency of agent calls by agent and method.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}, []string{"agent", "method"}),
-		agentErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubefence_agent_errors_total",
-			Help: "Failed agent calls by agent, method and error kind.",
-		}, []string{"agent", "method", "kind"}),
 		unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_nodes_unhealthy",
 			Help: "Nodes the detector currently finds unhealthy, and nodes with an open incident (down until they are back); refreshed every 5s.",
 		}),
-		targetUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "kubefence_target_up",
-			Help: "1 when the node's first-level fence device answered the last Status check, 0 when it failed (see the controller log for the error); read at start and every --target-check-interval.",
-		}, []string{"node", "agent"}),
 		failedNodes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_nodes_fence_failed",
 			Help: "Nodes whose last incident failed and that get no new automatic incident until they recover or a person sets fencing.kubefence.io/retry=true on it; refreshed every 5s.",
@@ -139,8 +118,8 @@ func (m *metrics) register() {
 		Help: "Always 1; the labels say which build runs: version, revision and Go version.",
 	}, []string{"version", "revision", "goversion"})
 	buildInfo.WithLabelValues(buildinfo.Version(), buildinfo.Revision(), buildinfo.GoVersion()).Set(1)
-	m.registry.MustRegister(m.failedNodes, m.targetUp, buildInfo)
-	m.registry.MustRegister(m.incidents, m.phaseDuration, m.agentLatency, m.agentErrors,
+	m.registry.MustRegister(m.failedNodes, buildInfo)
+	m.registry.MustRegister(m.incidents, m.phaseDuration,
 		m.unhealthy, m.holds, m.leader, m.identity,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
@@ -148,7 +127,7 @@ func (m *metrics) register() {
 // initCounters sets every counter an alert reads to 0 for each label value known at
 // start, so that the first increment is an increase Prometheus can see: a counter that
 // appears at 1 has no increase, and the alert on the first failure would never fire.
-func (m *metrics) initCounters(agents []string) {
+func (m *metrics) initCounters() {
 	for _, p := range []v1alpha1.Phase{v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseFenced,
 		v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled} {
 		m.incidents.WithLabelValues(string(p))
@@ -157,15 +136,6 @@ func (m *metrics) initCounters(agents []string) {
 		policy.ReasonNothingToRelease, policy.ReasonCooldown, policy.ReasonControlPlane, policy.ReasonMaxConcurrent,
 		policy.ReasonRateLimited, policy.ReasonControllerHere, policy.ReasonTargetReadsOff, fencer.ReasonOutlived} {
 		m.holds.WithLabelValues(r)
-	}
-	kinds := []plugin.ErrorKind{plugin.KindRetryable, plugin.KindPermanent, plugin.KindTargetUnreachable,
-		plugin.KindUnsupported, plugin.KindNotVerified, plugin.KindAgentDied, plugin.KindTimeout}
-	for _, a := range agents {
-		for _, method := range []string{methodFence, methodStatus, methodUnfence} {
-			for _, k := range kinds {
-				m.agentErrors.WithLabelValues(a, method, string(k))
-			}
-		}
 	}
 }
 

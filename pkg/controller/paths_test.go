@@ -85,7 +85,7 @@ func TestFixtureRebootLeavesStorageFenced(t *testing.T) {
 	cfg := fixtureConfig()
 	cfg.Policies[0].Action = v1alpha1.ActionReboot
 	f := newFixture(t, cfg, threeNodes()...)
-	f.bmc.actions = []plugin.Action{plugin.ActionOff, plugin.ActionOn}
+	f.bmc.Actions = []plugin.Action{plugin.ActionOff, plugin.ActionOn}
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
 	f.sync("node-1")

@@ -90,7 +90,7 @@ func action(nf *v1alpha1.NodeFence, pol *v1alpha1.Policy) v1alpha1.FenceAction {
 // retried: the node stays off, which is safe, until a person acts.
 func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) {
 	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
-		if why := c.caller.notPowering(ctx, at.Agent); why != "" {
+		if why := c.caller.NotPowering(ctx, at.Agent); why != "" {
 			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceSkipped, fmt.Sprintf("agent %s not asked to power the node on: %s", at.Agent, why))
 			continue
 		}

@@ -58,7 +58,6 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		// The unhealthy episode, if any, is over.
 		c.forgetDryRun(name)
 	}
-	c.checkTargetReadsOff(ctx, node)
 	if pol == nil || !dryRun(c.cfg, pol) {
 		// Shadow mode touches nothing, not even the pods' NodeUnreachable condition.
 		c.markPods(ctx, obs, now)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/plugin/plugintest"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -15,33 +17,6 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
-
-// funcAgent is a plugin.Agent made of function fields; a nil field fails the call.
-type funcAgent struct {
-	unfence func(context.Context, plugin.Request) (plugin.Result, error)
-	status  func(context.Context, plugin.Request) (plugin.Result, error)
-	calls   []string
-}
-
-func (a *funcAgent) Describe(context.Context) (plugin.Description, error) {
-	return plugin.Description{Name: "func", Actions: []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}}, nil
-}
-func (a *funcAgent) Validate(context.Context, map[string]string) error { return nil }
-func (a *funcAgent) Fence(context.Context, plugin.Request, plugin.Action) (plugin.Result, error) {
-	return plugin.Result{}, fmt.Errorf("fence: not expected here")
-}
-func (a *funcAgent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
-	a.calls = append(a.calls, "Status")
-	return a.status(ctx, req)
-}
-func (a *funcAgent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
-	a.calls = append(a.calls, "Unfence")
-	return a.unfence(ctx, req)
-}
-
-type oneAgent struct{ a plugin.Agent }
-
-func (s oneAgent) Agent(string) (plugin.Agent, error) { return s.a, nil }
 
 // timesOut is an Unfence that runs into its deadline, as a power-on through a slow BMC does.
 func timesOut(ctx context.Context, _ plugin.Request) (plugin.Result, error) {
@@ -73,7 +48,7 @@ func unfenceController(t *testing.T, nf *v1alpha1.NodeFence, agent plugin.Agent,
 	cfg := &v1alpha1.Config{Agents: []v1alpha1.Agent{{Name: "ipmi", Target: v1alpha1.TargetSource{Annotation: "bmc"},
 		OnTimeout: metav1.Duration{Duration: 50 * time.Millisecond}}}}
 	cfg.Default()
-	return fixtureController(t, cfg, oneAgent{agent}, nf, node)
+	return fixtureController(t, cfg, plugintest.One{A: agent}, nf, node)
 }
 
 func rebootedNode(boot string) *corev1.Node {
@@ -114,7 +89,7 @@ func TestFailedUnfenceIsReadBack(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			nf := fencedByBMC(verified)
-			agent := &funcAgent{unfence: tc.unfence, status: tc.status}
+			agent := &plugintest.Funcs{UnfenceFunc: tc.unfence, StatusFunc: tc.status}
 			node := rebootedNode("boot-2")
 			c := unfenceController(t, nf, agent, node)
 			c.now = func() time.Time { return verified.Add(time.Minute) }
@@ -140,8 +115,8 @@ func TestFailedUnfenceIsReadBack(t *testing.T) {
 			case tc.step != "" && (len(failed) != 1 || failed[0] != tc.step):
 				t.Errorf("%s steps %q, want exactly [%q]", v1alpha1.StepUnfenceFailed, failed, tc.step)
 			}
-			if tc.step != "" && strings.Join(agent.calls, ",") != "Unfence,Status,Unfence,Status" {
-				t.Errorf("calls %v: want each failed Unfence read back once", agent.calls)
+			if tc.step != "" && strings.Join(agent.Calls(), ",") != "Unfence,Status,Unfence,Status" {
+				t.Errorf("calls %v: want each failed Unfence read back once", agent.Calls())
 			}
 			live, err := c.client.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
 			if err != nil {
@@ -159,7 +134,7 @@ func TestFailedUnfenceIsReadBack(t *testing.T) {
 func TestTimedOutPowerOnIsReadBack(t *testing.T) {
 	verified := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
 	nf := fencedByBMC(verified)
-	agent := &funcAgent{unfence: timesOut, status: reads(plugin.StateOn)}
+	agent := &plugintest.Funcs{UnfenceFunc: timesOut, StatusFunc: reads(plugin.StateOn)}
 	node := rebootedNode("boot-1")
 	c := unfenceController(t, nf, agent, node)
 	c.powerOn(context.Background(), nf, node)
@@ -185,7 +160,7 @@ func TestRecoveryUndoesEveryNetworkFence(t *testing.T) {
 		{Level: 1, Agent: "storage", Try: 2, State: v1alpha1.AttemptFailed},
 		{Level: 2, Agent: "ipmi", Try: 1, State: v1alpha1.AttemptVerified},
 	}}}
-	c := fixtureController(t, cfg, oneAgent{&bmc{}}, nf)
+	c := fixtureController(t, cfg, plugintest.One{A: &plugintest.Machine{}}, nf)
 	var got []string
 	for _, at := range c.attemptsToUndo(nf) {
 		got = append(got, fmt.Sprintf("%s/%d", at.Agent, at.Try))
