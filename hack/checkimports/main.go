@@ -42,8 +42,8 @@ var rules = []rule{
 	{Dir: "pkg/nodeagent", Forbidden: `^$MOD/pkg/(controller|fencer|remediate|plugin|agent|detector|policy|app)(/|$)`, Why: "the node agent follows its rule and reports; it decides nothing about other nodes"},
 	{Dir: "pkg/generated", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/(apis|generated)(/|$)`, Why: "generated clients know only the API types"},
 	{Dir: "pkg/incidents", Forbidden: `^$MOD/pkg/(controller|plugin|agentcall|remediate|detector|policy|app|agent|nodeagent)(/|$)`, Why: "the incident record knows its objects, not who drives them"},
-	{Dir: "pkg/agentcall", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|detector|devicemonitor|app)(/|$)`, Why: "reaching agents is all it knows: no incident, no release, no health verdict"},
-	{Dir: "pkg/devicemonitor", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|detector|fencer|app)(/|$)`, Why: "the device monitor reads devices and marks nodes; the incident loop decides"},
+	{Dir: "pkg/agentcall", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|devicemonitor|app)(/|$)`, Why: "reaching agents is all it knows: no incident, no release, no health verdict"},
+	{Dir: "pkg/devicemonitor", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|app)(/|$)`, Why: "the device monitor reads devices and marks nodes; the incident loop decides"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }
 
