@@ -44,6 +44,7 @@ var rules = []rule{
 	{Dir: "pkg/incidents", Forbidden: `^$MOD/pkg/(controller|plugin|agentcall|remediate|detector|policy|app|agent|nodeagent)(/|$)`, Why: "the incident record knows its objects, not who drives them"},
 	{Dir: "pkg/agentcall", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|devicemonitor|app)(/|$)`, Why: "reaching agents is all it knows: no incident, no release, no health verdict"},
 	{Dir: "pkg/devicemonitor", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|app)(/|$)`, Why: "the device monitor reads devices and marks nodes; the incident loop decides"},
+	{Dir: "pkg/requests", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|remediate|plugin|fencer|detector|app)(/|$)`, Why: "the health checkers' requests ask the incident loop; they fence and release nothing themselves"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }
 

@@ -35,6 +35,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
 	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -112,7 +113,7 @@ type Controller struct {
 	// heartbeats is this replica's seat among the agents' peers; nil when off.
 	heartbeats *heartbeats
 	// requests carries health checkers' KubefenceRemediations; nil when off.
-	requests *requests
+	requests *requests.Requests
 	// nodeLeases reads node Leases live before incidents open, shared among them.
 	nodeLeases *coalesce.Batch[string, *coordinationv1.Lease]
 
@@ -267,9 +268,14 @@ func (c *Controller) newCaches(opts Options) error {
 		}
 	}
 	if cfg.ExternalRemediation.Enabled {
-		if err := c.watchRequests(opts); err != nil {
+		var err error
+		c.requests, err = requests.New(requests.Options{Informer: c.nfInformer.Fencing().V1alpha1().KubefenceRemediations(),
+			Fencing: opts.Fencing, Machines: opts.Dynamic, Nodes: c.nodes, Policies: cfg.Policies, Incidents: incidentsOf{c},
+			EnqueueNode: func(node string) { c.queue.Add(node) }, Confirm: c.checkLease})
+		if err != nil {
 			return err
 		}
+		c.synced = append(c.synced, c.requests.Synced)
 	}
 	return c.watch(nodeInf.Informer(), leaseInf.Informer(), nfInf.Informer(), idInf)
 }
@@ -412,7 +418,7 @@ func (c *Controller) onIdentityLease(obj any) {
 func (c *Controller) onNodeFence(obj any) {
 	if nf, ok := obj.(*v1alpha1.NodeFence); ok && nf.Spec.NodeName != "" {
 		c.queue.Add(nf.Spec.NodeName)
-		c.onRequestIncident(nf)
+		c.requests.OnIncident(nf)
 	}
 }
 
@@ -462,7 +468,7 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	// At take-over and then regularly, find what a dead predecessor left behind.
 	go wait.UntilWithContext(ctx, c.reconcileOrphans, time.Minute)
 	if c.requests != nil {
-		go c.runRequests(ctx)
+		go c.requests.Run(ctx)
 	}
 	// Ended incidents are kept as history, within the configured retention.
 	retention := &incidents.Retention{Store: c.store, History: c.cfg.History, Confirm: c.checkLease, Now: c.now}
@@ -511,3 +517,10 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	}
 	return true
 }
+
+// incidentsOf is the incident record as the requests read it: the store, and the node's
+// open incident as the loop drives it.
+type incidentsOf struct{ c *Controller }
+
+func (i incidentsOf) Get(name string) *v1alpha1.NodeFence           { return i.c.store.Get(name) }
+func (i incidentsOf) Open(node string) (*v1alpha1.NodeFence, error) { return i.c.openIncident(node) }

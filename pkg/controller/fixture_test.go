@@ -130,7 +130,7 @@ func (f *fixture) cache(o runtime.Object) {
 		if f.c.requests == nil {
 			f.t.Fatal("fixture: a KubefenceRemediation needs externalRemediation.enabled")
 		}
-		err = f.c.requests.informer.GetIndexer().Update(o.DeepCopy())
+		err = f.c.nfInformer.Fencing().V1alpha1().KubefenceRemediations().Informer().GetIndexer().Update(o.DeepCopy())
 	default:
 		f.t.Fatalf("fixture: no cache for %T", o)
 	}

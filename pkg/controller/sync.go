@@ -75,8 +75,8 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if inc != nil && c.requests != nil {
 		// A request that asked for an incident while this one was not in the cache yet
 		// joins this one; its ask must not outlive it and open another once it ends.
-		if key := c.requests.wantedFor(name); key != "" {
-			c.requests.answered(name, key)
+		if key := c.requests.Wanted(name); key != "" {
+			c.requests.Answered(name, key)
 		}
 	}
 	if inc == nil {
