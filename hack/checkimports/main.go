@@ -45,6 +45,7 @@ var rules = []rule{
 	{Dir: "pkg/agentcall", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|devicemonitor|app)(/|$)`, Why: "reaching agents is all it knows: no incident, no release, no health verdict"},
 	{Dir: "pkg/devicemonitor", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|app)(/|$)`, Why: "the device monitor reads devices and marks nodes; the incident loop decides"},
 	{Dir: "pkg/requests", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|remediate|plugin|fencer|detector|app)(/|$)`, Why: "the health checkers' requests ask the incident loop; they fence and release nothing themselves"},
+	{Dir: "pkg/orphans", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|plugin|app)(/|$)`, Why: "the orphan repair removes taints and records it; it calls no agent"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }
 

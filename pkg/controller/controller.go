@@ -34,6 +34,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
+	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/prometheus/client_golang/prometheus"
@@ -125,6 +126,8 @@ type Controller struct {
 	gate releaseGate
 	// monitor reads every node's fence devices (leader only).
 	monitor *devicemonitor.Monitor
+	// orphans repairs what a dead predecessor left behind (leader only).
+	orphans *orphans.Repair
 
 	mu    sync.Mutex
 	epoch int64
@@ -217,6 +220,8 @@ func New(opts Options) (*Controller, error) {
 	if err := c.newCaches(opts); err != nil {
 		return nil, err
 	}
+	c.orphans = orphans.New(orphans.Repair{Nodes: c.nodes, Incidents: c.store, Remedy: c.remedy, Record: incidentRecord{c},
+		Check: c.checkLease, Confirmed: c.leaseConfirmed}, c.metrics.registry)
 	c.monitor = devicemonitor.New(devicemonitor.Monitor{Checker: c.caller, Policies: cfg.Policies, Nodes: c.nodes, Client: opts.Client,
 		LastLife: c.detector.LastLife, Confirm: c.leaseConfirmed, Recorder: opts.Recorder, Interval: opts.TargetInterval},
 		c.metrics.registry, cfg.Detection.ExpectedRenewInterval.Duration)
@@ -466,7 +471,7 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	// Every fence device is read now and then regularly, as Pacemaker's monitor does.
 	go c.monitor.Run(ctx)
 	// At take-over and then regularly, find what a dead predecessor left behind.
-	go wait.UntilWithContext(ctx, c.reconcileOrphans, time.Minute)
+	go c.orphans.Run(ctx)
 	if c.requests != nil {
 		go c.requests.Run(ctx)
 	}
@@ -524,3 +529,17 @@ type incidentsOf struct{ c *Controller }
 
 func (i incidentsOf) Get(name string) *v1alpha1.NodeFence           { return i.c.store.Get(name) }
 func (i incidentsOf) Open(node string) (*v1alpha1.NodeFence, error) { return i.c.openIncident(node) }
+
+// record is the incident loop's record of an incident (steps, Events held for the save,
+// the save at this replica's epoch), for the repairs of closed incidents.
+type incidentRecord struct{ c *Controller }
+
+func (r incidentRecord) Step(ctx context.Context, nf *v1alpha1.NodeFence, typ, msg string) {
+	r.c.step(ctx, nf, r.c.now(), typ, msg)
+}
+
+func (r incidentRecord) Event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
+	r.c.event(node, nf, typ, reason, format, args...)
+}
+
+func (r incidentRecord) Save(ctx context.Context, nf *v1alpha1.NodeFence) error { return r.c.save(ctx, nf) }

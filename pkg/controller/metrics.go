@@ -20,9 +20,6 @@ const (
 	durationDetect    = "detect"
 	durationFence     = "fence"
 	durationRemediate = "remediate"
-	// Outcomes of kubefence_orphans_total.
-	orphanRepaired = "repaired"
-	orphanReported = "reported"
 	// Results of kubefence_identity_lease_renewals_total.
 	renewalSuccess = "success"
 	renewalFailure = "failure"
@@ -39,7 +36,6 @@ type metrics struct {
 	leader        prometheus.Gauge
 	identity      *prometheus.GaugeVec
 	wouldFence    prometheus.Counter
-	orphans       *prometheus.CounterVec
 	// contradictions counts nodes back with the same boot after a verified fence.
 	contradictions prometheus.Counter
 	// Identity Lease of this replica, as the apiserver-identity proposal's metrics.
@@ -80,10 +76,6 @@ func newMetrics() *metrics {
 			Name: "kubefence_identity",
 			Help: "Constant 1, labelled with this replica's identity.",
 		}, []string{"id"}),
-		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubefence_orphans_total",
-			Help: "Changes kubefence found on nodes with no open incident behind them, by outcome (repaired, reported).",
-		}, []string{"outcome"}),
 		wouldFence: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kubefence_would_fence_total",
 			Help: "Dry-run decisions to fence (shadow mode: nothing was done).",
@@ -112,7 +104,7 @@ func newMetrics() *metrics {
 // register adds every metric to the registry, with kubefence_build_info and the Go and
 // process collectors.
 func (m *metrics) register() {
-	m.registry.MustRegister(m.orphans, m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
+	m.registry.MustRegister(m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kubefence_build_info",
 		Help: "Always 1; the labels say which build runs: version, revision and Go version.",

@@ -22,6 +22,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
@@ -117,7 +118,7 @@ func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 	objs := taintedNodes(remediate.FencedTaint, maintenance, remediate.OutOfServiceTaint)
 	f := newFixture(t, fixtureConfig(), append(objs, nf)...)
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(ctx)
+	f.c.orphans.Once(ctx)
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{maintenance.Key}) {
 		t.Errorf("node-1 taints %v, want only %s", got, maintenance.Key)
@@ -129,14 +130,14 @@ func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 	if len(stepsOf(got, v1alpha1.StepOrphanPrefix+v1alpha1.StepTaintsRemoved)) == 0 {
 		t.Errorf("no %s step in %+v", v1alpha1.StepOrphanPrefix+v1alpha1.StepTaintsRemoved, got.Status.Timeline)
 	}
-	if n := testutil.ToFloat64(f.c.metrics.orphans.WithLabelValues(orphanRepaired)); n != 1 {
+	if n := orphansCounted(t, f, orphans.Repaired); n != 1 {
 		t.Errorf("kubefence_orphans_total{outcome=repaired} = %v, want 1", n)
 	}
 	f.expectEvents(v1alpha1.ReasonOrphanRepaired)
 
 	// The watch brings the clean node: nothing left to do.
 	f.catchUp("node-1")
-	f.c.reconcileOrphans(ctx)
+	f.c.orphans.Once(ctx)
 	f.expectRequests()
 	f.expectEvents()
 }
@@ -152,7 +153,7 @@ func TestOrphanRepairNewestRecordFirst(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(objs, older, newer)...)
 	f.now = f0.Add(2 * time.Hour)
 	for round, want := range [][]string{{remediate.FencedTaint.Key}, nil} {
-		f.c.reconcileOrphans(ctx)
+		f.c.orphans.Once(ctx)
 		if got := f.nodeTaints("node-1"); !slices.Equal(got, want) {
 			t.Fatalf("round %d: node-1 taints %v, want %v", round+1, got, want)
 		}
@@ -163,7 +164,7 @@ func TestOrphanRepairNewestRecordFirst(t *testing.T) {
 			t.Errorf("%s: no repair step in %+v", name, got.Status.Timeline)
 		}
 	}
-	if n := testutil.ToFloat64(f.c.metrics.orphans.WithLabelValues(orphanRepaired)); n != 2 {
+	if n := orphansCounted(t, f, orphans.Repaired); n != 2 {
 		t.Errorf("kubefence_orphans_total{outcome=repaired} = %v, want 2", n)
 	}
 }
@@ -191,7 +192,7 @@ func TestOrphanTaintsLeftAlone(t *testing.T) {
 			}
 			f := newFixture(t, fixtureConfig(), objs...)
 			f.now = f0.Add(time.Hour)
-			f.c.reconcileOrphans(context.Background())
+			f.c.orphans.Once(context.Background())
 			f.expectRequests()
 			if ev := f.events(); len(ev) != 0 {
 				t.Errorf("events %q, want none", ev)
@@ -199,7 +200,7 @@ func TestOrphanTaintsLeftAlone(t *testing.T) {
 			if got := f.nodeTaints("node-1"); len(got) != len(tc.taints) {
 				t.Errorf("node-1 taints %v, want %d left", got, len(tc.taints))
 			}
-			if n := testutil.CollectAndCount(f.c.metrics.orphans); n != 0 {
+			if n := orphanSeries(t, f); n != 0 {
 				t.Errorf("%d kubefence_orphans_total series, want none", n)
 			}
 		})
@@ -217,7 +218,7 @@ func TestOrphanTaintsRemovedByTheirOwnerMark(t *testing.T) {
 	objs[0].(*corev1.Node).Annotations = map[string]string{remediate.OwnerAnnotation: "node-1-x0=" + remediate.FencedTaint.Key}
 	f := newFixture(t, fixtureConfig(), append(objs, endedIncident("node-1-x0", "node-1", f0))...)
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(context.Background())
+	f.c.orphans.Once(context.Background())
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{maintenance.Key}) {
 		t.Errorf("node-1 taints %v, want only %s", got, maintenance.Key)
@@ -239,7 +240,7 @@ func TestOrphanFencedTaintReported(t *testing.T) {
 	unrecorded := endedIncident("node-1-x0", "node-1", f0)
 	f := newFixture(t, fixtureConfig(), append(taintedNodes(remediate.FencedTaint), unrecorded)...)
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(context.Background())
+	f.c.orphans.Once(context.Background())
 	f.expectRequests()
 	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{remediate.FencedTaint.Key}) {
 		t.Errorf("node-1 taints %v, want the fenced taint kept", got)
@@ -248,7 +249,7 @@ func TestOrphanFencedTaintReported(t *testing.T) {
 		" Node node-1 carries fencing.kubefence.io/fenced but no incident records adding it; left in place for a person to check" {
 		t.Errorf("events %q, want one OrphanTaint on the node", ev)
 	}
-	if n := testutil.ToFloat64(f.c.metrics.orphans.WithLabelValues(orphanReported)); n != 1 {
+	if n := orphansCounted(t, f, orphans.Reported); n != 1 {
 		t.Errorf("kubefence_orphans_total{outcome=reported} = %v, want 1", n)
 	}
 }
@@ -263,13 +264,13 @@ func TestOrphanRepairFailureKeepsTheRecord(t *testing.T) {
 		return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
 	})
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(context.Background())
+	f.c.orphans.Once(context.Background())
 	f.expectRequests("get nodes node-1", "update nodes")
 	if got := f.incident("node-1").Status.Remediation.TaintsAdded; !slices.Equal(got, []string{remediate.FencedTaint.Key}) {
 		t.Errorf("recorded taints %v, want the record kept for the next round", got)
 	}
 	f.expectEvents()
-	if n := testutil.CollectAndCount(f.c.metrics.orphans); n != 0 {
+	if n := orphanSeries(t, f); n != 0 {
 		t.Errorf("%d kubefence_orphans_total series after a failed repair, want none", n)
 	}
 }
@@ -355,8 +356,8 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 		round  func(*Controller, context.Context)
 	}{
 		"orphan repair": {[]corev1.Taint{remediate.FencedTaint}, endedIncident("node-1-x0", "node-1", f0, remediate.FencedTaint.Key),
-			(*Controller).reconcileOrphans},
-		"orphan report": {[]corev1.Taint{remediate.FencedTaint}, nil, (*Controller).reconcileOrphans},
+			func(c *Controller, ctx context.Context) { c.orphans.Once(ctx) }},
+		"orphan report": {[]corev1.Taint{remediate.FencedTaint}, nil, func(c *Controller, ctx context.Context) { c.orphans.Once(ctx) }},
 		"history prune": {nil, endedIncident("node-1-x0", "node-1", f0.Add(-365*24*time.Hour)), func(c *Controller, ctx context.Context) {
 			(&incidents.Retention{Store: c.store, History: c.cfg.History, Confirm: c.checkLease, Now: c.now}).Prune(ctx)
 		}},
@@ -431,10 +432,10 @@ func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
 	nf := endedIncident("node-1-x0", "node-1", f0, remediate.OutOfServiceTaint.Key)
 	f := newFixture(t, fixtureConfig(), append(taintedNodes(remediate.FencedTaint), nf)...)
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(ctx)
+	f.c.orphans.Once(ctx)
 	f.expectRequests("get nodes node-1", "update nodefences/status")
 	f.expectEvents()
-	if n := testutil.ToFloat64(f.c.metrics.orphans.WithLabelValues(orphanRepaired)); n != 0 {
+	if n := orphansCounted(t, f, orphans.Repaired); n != 0 {
 		t.Errorf("kubefence_orphans_total{outcome=repaired} = %v, want 0: nothing was removed", n)
 	}
 	got := f.incident("node-1")
@@ -446,9 +447,41 @@ func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
 	if err := nfIndexer(f.c).Update(got); err != nil {
 		t.Fatal(err)
 	}
-	f.c.reconcileOrphans(ctx)
+	f.c.orphans.Once(ctx)
 	f.expectRequests()
 	if ev := f.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+v1alpha1.ReasonOrphanTaint+" ") {
 		t.Errorf("events %q, want one OrphanTaint on the node", ev)
 	}
+}
+
+// orphansCounted is kubefence_orphans_total{outcome} as the registry exports it.
+func orphansCounted(t *testing.T, f *fixture, outcome string) float64 {
+	t.Helper()
+	families, err := f.c.metrics.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range families {
+		if fam.GetName() != "kubefence_orphans_total" {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// orphanSeries is how many series kubefence_orphans_total has.
+func orphanSeries(t *testing.T, f *fixture) int {
+	t.Helper()
+	n, err := testutil.GatherAndCount(f.c.metrics.registry, "kubefence_orphans_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
