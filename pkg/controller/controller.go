@@ -542,4 +542,6 @@ func (r incidentRecord) Event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, re
 	r.c.event(node, nf, typ, reason, format, args...)
 }
 
-func (r incidentRecord) Save(ctx context.Context, nf *v1alpha1.NodeFence) error { return r.c.save(ctx, nf) }
+func (r incidentRecord) Save(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	return r.c.save(ctx, nf)
+}
