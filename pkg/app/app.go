@@ -126,7 +126,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if *cfg.LeaderElection.Enabled {
 		guard = &leader.LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
 	}
-	recorder, stopEvents := controller.NewEventRecorder(ctx, client, guard, identity)
+	recorder, stopEvents := leader.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
 	agentHealth := &agentcall.Health{}
 	c, err := controller.New(controller.Options{

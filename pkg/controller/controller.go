@@ -41,7 +41,7 @@ import (
 )
 
 // NodeLeaseNamespace is where kubelets keep their heartbeat Leases.
-const NodeLeaseNamespace = "kube-node-lease"
+const NodeLeaseNamespace = detector.LeaseNamespace
 
 // Options are what the controller needs from main.
 type Options struct {
@@ -105,7 +105,7 @@ type Controller struct {
 	leaseInformer informers.SharedInformerFactory
 	idInformer    informers.SharedInformerFactory
 	nfInformer    fencinginformers.SharedInformerFactory
-	replicas      *replicas
+	replicas      *leader.Replicas
 	pause         *pauser
 	// reportInformer follows the node agents' reports into watchdogs; nil when no policy
 	// has a watchdog level and heartbeats are off.
@@ -176,7 +176,7 @@ func New(opts Options) (*Controller, error) {
 			FlapThreshold:         int(cfg.Detection.FlapThreshold),
 			Heartbeats:            cfg.Heartbeats != nil,
 		}),
-		replicas:      newReplicas(opts.NodeName, opts.IdentityRenewInterval),
+		replicas:      leader.NewReplicas(opts.NodeName, opts.IdentityRenewInterval),
 		pause:         &pauser{point: opts.PauseAt},
 		dryRunSeen:    map[string]map[string]bool{},
 		pendingEvents: map[string][]pendingEvent{},
@@ -199,7 +199,7 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.nodeLeases = nodeLeaseReads(opts.Client)
+	c.nodeLeases = detector.LeaseReads(opts.Client)
 	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn,
 		CachedAttachments: func() []*storagev1.VolumeAttachment {
 			vas, _ := c.attachments.List(everything()) // a cache read fails only on a selector it cannot use
@@ -346,7 +346,7 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 		UpdateFunc: func(_, obj any) { c.onIdentityLease(obj) },
 		DeleteFunc: func(obj any) {
 			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
-				c.replicas.forget(l.Name)
+				c.replicas.Forget(l.Name)
 			}
 		},
 	}); err != nil {
@@ -416,7 +416,7 @@ func (c *Controller) onLease(obj any) {
 
 func (c *Controller) onIdentityLease(obj any) {
 	if l, ok := obj.(*coordinationv1.Lease); ok {
-		c.replicas.observe(l, c.now())
+		c.replicas.Observe(l, c.now())
 	}
 }
 

@@ -149,7 +149,7 @@ func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1
 	if pn.Name == "" {
 		pn, _ = c.view(pol, node, now)
 	}
-	pn.ControllerHere = c.replicas.on(node.Name, now)
+	pn.ControllerHere = c.replicas.On(node.Name, now)
 	pn.Unhealthy = true
 	return c.admit(pol, pn, cl, incident, now), nil
 }

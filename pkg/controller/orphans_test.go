@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -382,43 +380,6 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 				t.Errorf("node-1 taints %v, want %d kept", got, len(tc.taints))
 			}
 		})
-	}
-}
-
-// TestConfirmedSinkUpdateAndPatch: the broadcaster sends a repeated Event as a patch of
-// the first (its count) and may update it; like a create, either goes out only while a
-// Lease check vouches for this replica, so a paused leader cannot touch Events after a
-// standby took over, and is refused in a way the broadcaster does not retry.
-func TestConfirmedSinkUpdateAndPatch(t *testing.T) {
-	first := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "node-1.fenced", Namespace: "default"}, Reason: "Fenced", Count: 1}
-	for name, send := range map[string]func(confirmedSink) (*corev1.Event, error){
-		"update": func(s confirmedSink) (*corev1.Event, error) {
-			e := first.DeepCopy()
-			e.Count = 2
-			return s.Update(e)
-		},
-		"patch": func(s confirmedSink) (*corev1.Event, error) { return s.Patch(first, []byte(`{"count":2}`)) },
-	} {
-		for _, confirmed := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s, confirmed %v", name, confirmed), func(t *testing.T) {
-				client := fake.NewClientset(first)
-				until := time.Now().Add(time.Minute)
-				if !confirmed {
-					until = time.Now().Add(-time.Second)
-				}
-				_, err := send(confirmedSink{events: client.CoreV1().Events(""), until: func() time.Time { return until }})
-				got, gerr := client.CoreV1().Events("default").Get(context.Background(), first.Name, metav1.GetOptions{})
-				if gerr != nil {
-					t.Fatal(gerr)
-				}
-				switch {
-				case confirmed && (err != nil || got.Count != 2):
-					t.Errorf("confirmed: err %v, count %d; want sent", err, got.Count)
-				case !confirmed && (!apierrors.IsServiceUnavailable(err) || got.Count != 1):
-					t.Errorf("unconfirmed: err %v, count %d; want refused as unavailable, the Event unchanged", err, got.Count)
-				}
-			})
-		}
 	}
 }
 

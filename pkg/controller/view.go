@@ -47,7 +47,7 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 	pods := c.podsOn(n.Name)
 	pn, obs := c.health(pol, n, pods, c.urgentPDBs(), now, false)
 	pn.NothingToRelease = policy.NothingToRelease(pods, c.attachmentsOf(n.Name))
-	pn.ControllerHere = c.replicas.on(n.Name, now)
+	pn.ControllerHere = c.replicas.On(n.Name, now)
 	pn.TargetReadsOff = n.Annotations[v1alpha1.TargetReadsOffAnnotation]
 	for _, f := range c.store.FactsForNode(n.Name) {
 		if f.Phase == v1alpha1.PhaseFencing {
