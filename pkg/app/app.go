@@ -129,10 +129,11 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	recorder, stopEvents := leader.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
 	agentHealth := &agentcall.Health{}
+	registry := newRegistry()
 	c, err := controller.New(controller.Options{
 		Config: cfg, Client: client, Fencing: fencing, Dynamic: cs.dynamic, Agents: agents, Health: agentHealth, Identity: identity, OnDeposed: deposed, Guard: guard,
 		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
-		PauseAt: os.Getenv(controller.PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder,
+		PauseAt: os.Getenv(controller.PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder, Registry: registry,
 	})
 	if err != nil {
 		return fmt.Errorf("new controller: %w", err)
@@ -140,7 +141,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
 	// One slot for each sender: the health server, the metrics server and the election.
 	errc := make(chan error, 3)
-	if err := serve(ctx, o.Serving, client, health, c.Registry(), errc); err != nil {
+	if err := serve(ctx, o.Serving, client, health, registry, errc); err != nil {
 		return err
 	}
 	if err := c.StartInformers(ctx); err != nil {
@@ -151,7 +152,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 
 	ids := &leader.IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity, Owner: podOwner(o, cfg.LeaderElection.Namespace),
 		Component: "controller", Node: o.NodeName, Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
-		Metrics: c.IdentityMetrics(), Now: time.Now}
+		Metrics: leader.NewIdentityLeaseMetrics(registry), Now: time.Now}
 	go ids.Run(ctx)
 	if o.LeaderPod != nil {
 		if err := leader.SetLeaderCondition(ctx, client, *o.LeaderPod, false); err != nil {

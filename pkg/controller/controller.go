@@ -77,6 +77,8 @@ type Options struct {
 	IdentityRenewInterval time.Duration
 	// PauseAt names a test pause point (PauseAtEnv); empty in production.
 	PauseAt string
+	// Registry takes the controller's metrics; nil: a registry of its own.
+	Registry *prometheus.Registry
 	// TargetInterval is how often the leader reads every node's first-level fence
 	// device (kubefence_target_up); zero means devicemonitor.DefaultInterval.
 	TargetInterval time.Duration
@@ -167,7 +169,7 @@ func New(opts Options) (*Controller, error) {
 	cfg := opts.Config
 	c := &Controller{
 		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, recorder: opts.Recorder, guard: opts.Guard,
-		metrics: newMetrics(),
+		metrics: newMetrics(opts.Registry),
 		detector: detector.New(detector.Thresholds{
 			LeaseStaleAfter:       cfg.Detection.LeaseStaleAfter.Duration,
 			NotReadyAfter:         cfg.Detection.NotReadyAfter.Duration,
@@ -388,9 +390,6 @@ func (c *Controller) Config() *v1alpha1.Config { return c.cfg }
 
 // Registry is the controller's metrics registry, for the HTTP server.
 func (c *Controller) Registry() *prometheus.Registry { return c.metrics.registry }
-
-// IdentityMetrics receives the renewals of this replica's identity Lease.
-func (c *Controller) IdentityMetrics() leader.IdentityMetrics { return c.metrics }
 
 func unwrapDeleted(obj any) any {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -151,30 +150,6 @@ func TestEventsFoldInAStorm(t *testing.T) {
 
 // TestConfirmedSinkDropsUnconfirmed: the broadcaster's queue may hold an event while the
 // process is paused; on waking it goes out only if a Lease check passed within the renew
-
-// TestBuildInfoMetric: every registry carries kubefence_build_info with the build's
-// version, revision and Go version.
-func TestBuildInfoMetric(t *testing.T) {
-	m := newMetrics()
-	families, err := m.registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "kubefence_build_info" {
-			continue
-		}
-		labels := map[string]string{}
-		for _, l := range f.GetMetric()[0].GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["version"] != buildinfo.Version() || labels["goversion"] != buildinfo.GoVersion() || labels["revision"] == "" {
-			t.Errorf("kubefence_build_info labels %v", labels)
-		}
-		return
-	}
-	t.Errorf("no kubefence_build_info")
-}
 
 // TestCountersStartAtZero: a fresh controller exports every counter an alert reads at
 // 0, so that the first failure is an increase (issue 23: KubefenceFencingFailed missed

@@ -1,13 +1,9 @@
 package controller
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -20,9 +16,6 @@ const (
 	durationDetect    = "detect"
 	durationFence     = "fence"
 	durationRemediate = "remediate"
-	// Results of kubefence_identity_lease_renewals_total.
-	renewalSuccess = "success"
-	renewalFailure = "failure"
 )
 
 // metrics are kubefence's Prometheus metrics, on a registry of their own.
@@ -38,15 +31,15 @@ type metrics struct {
 	wouldFence    prometheus.Counter
 	// contradictions counts nodes back with the same boot after a verified fence.
 	contradictions prometheus.Counter
-	// Identity Lease of this replica, as the apiserver-identity proposal's metrics.
-	identityStart    prometheus.Gauge
-	identityRenew    prometheus.Gauge
-	identityRenewals *prometheus.CounterVec
 }
 
-func newMetrics() *metrics {
+// newMetrics makes the incident loop's metrics on reg (nil: a registry of their own).
+func newMetrics(reg *prometheus.Registry) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
+		registry: reg,
 		incidents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubefence_incidents_total",
 			Help: "Incidents that entered each phase.",
@@ -84,36 +77,15 @@ func newMetrics() *metrics {
 			Name: "kubefence_fence_contradictions_total",
 			Help: "Nodes that reported Ready with the same boot ID after a verified fence.",
 		}),
-		identityStart: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "kubefence_identity_lease_start_time_seconds",
-			Help: "When this replica's identity Lease was acquired (Unix seconds).",
-		}),
-		identityRenew: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "kubefence_identity_lease_renew_time_seconds",
-			Help: "When this replica's identity Lease was last renewed (Unix seconds).",
-		}),
-		identityRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubefence_identity_lease_renewals_total",
-			Help: "Renewals of this replica's identity Lease, by result.",
-		}, []string{"result"}),
 	}
 	m.register()
 	return m
 }
 
-// register adds every metric to the registry, with kubefence_build_info and the Go and
-// process collectors.
+// register adds every metric to the registry.
 func (m *metrics) register() {
-	m.registry.MustRegister(m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
-	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "kubefence_build_info",
-		Help: "Always 1; the labels say which build runs: version, revision and Go version.",
-	}, []string{"version", "revision", "goversion"})
-	buildInfo.WithLabelValues(buildinfo.Version(), buildinfo.Revision(), buildinfo.GoVersion()).Set(1)
-	m.registry.MustRegister(m.failedNodes, buildInfo)
-	m.registry.MustRegister(m.incidents, m.phaseDuration,
-		m.unhealthy, m.holds, m.leader, m.identity,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.wouldFence, m.contradictions, m.failedNodes, m.incidents, m.phaseDuration,
+		m.unhealthy, m.holds, m.leader, m.identity)
 }
 
 // initCounters sets every counter an alert reads to 0 for each label value known at
@@ -129,21 +101,4 @@ func (m *metrics) initCounters() {
 		policy.ReasonRateLimited, policy.ReasonControllerHere, policy.ReasonTargetReadsOff, fencer.ReasonOutlived} {
 		m.holds.WithLabelValues(r)
 	}
-}
-
-// Renewal counts a renewal of this replica's identity Lease (leader.IdentityMetrics).
-func (m *metrics) Renewal(ok bool) {
-	result := renewalSuccess
-	if !ok {
-		result = renewalFailure
-	}
-	m.identityRenewals.WithLabelValues(result).Inc()
-}
-
-// Renewed exports when this replica's identity Lease was acquired and last renewed.
-func (m *metrics) Renewed(acquired, renewed time.Time) {
-	if !acquired.IsZero() {
-		m.identityStart.Set(float64(acquired.UnixMicro()) / 1e6)
-	}
-	m.identityRenew.Set(float64(renewed.UnixMicro()) / 1e6)
 }
