@@ -110,7 +110,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err != nil {
 		return err
 	}
-	fencing, client := cs.fencing, cs.kube
+	client := cs.kube
 	host, err := newAgentHost(cfg)
 	if err != nil {
 		return err
@@ -128,15 +128,13 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	}
 	recorder, stopEvents := leader.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
-	agentHealth := &agentcall.Health{}
 	registry := newRegistry()
-	c, err := controller.New(controller.Options{
-		Config: cfg, Client: client, Fencing: fencing, Dynamic: cs.dynamic, Agents: agents, Health: agentHealth, Identity: identity, OnDeposed: deposed, Guard: guard,
-		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
-		PauseAt: os.Getenv(controller.PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder, Registry: registry,
-	})
+	ctrls, err := Assemble(Assembly{Config: cfg, Kube: cs.kube, Fencing: cs.fencing, Dynamic: cs.dynamic, Agents: agents,
+		Recorder: recorder, Registry: registry, Identity: identity, TargetInterval: o.TargetInterval,
+		Leader: controller.LeaderOptions{Guard: guard, OnDeposed: deposed, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval},
+		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: os.Getenv(controller.PauseAtEnv)}})
 	if err != nil {
-		return fmt.Errorf("new controller: %w", err)
+		return err
 	}
 	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
 	// One slot for each sender: the health server, the metrics server and the election.
@@ -144,7 +142,10 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err := serve(ctx, o.Serving, client, health, registry, errc); err != nil {
 		return err
 	}
-	if err := c.StartInformers(ctx); err != nil {
+	if err := ctrls.Caches.Start(ctx); err != nil {
+		return err
+	}
+	if err := ctrls.Loop.Start(ctx); err != nil {
 		return err
 	}
 	health.SetSynced()
@@ -159,7 +160,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 			klog.FromContext(ctx).Error(err, "Marking own pod as standby")
 		}
 	}
-	lead := leading(o, client, health, ids, host, agentHealth, c)
+	lead := leading(o, client, health, ids, host, ctrls)
 	elected := make(chan struct{})
 	if !*cfg.LeaderElection.Enabled {
 		close(elected)
@@ -234,7 +235,7 @@ func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents agentcall.Sou
 
 // leading returns what this replica does while it leads at an epoch: it marks its pod as
 // the leader, collects expired identity Leases, watches the remote agents and runs c.
-func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, agentHealth *agentcall.Health, c *controller.Controller) func(context.Context, int64) {
+func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, ctrls *Controllers) func(context.Context, int64) {
 	return func(ctx context.Context, epoch int64) {
 		health.SetLeader()
 		if o.LeaderPod != nil {
@@ -249,8 +250,8 @@ func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *lea
 		}, o.IdentityRenewInterval)
 		agentLeases := *ids
 		agentLeases.Component, agentLeases.Duration, agentLeases.Node = "agent", 3*o.IdentityRenewInterval, ""
-		go agentHealth.WatchRemoteAgents(ctx, c.Config(), host, &agentLeases, o.IdentityRenewInterval)
-		c.Run(ctx, epoch)
+		go ctrls.Health.WatchRemoteAgents(ctx, ctrls.Config, host, &agentLeases, o.IdentityRenewInterval)
+		ctrls.Lead(ctx, epoch)
 	}
 }
 

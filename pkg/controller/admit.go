@@ -38,7 +38,7 @@ type claim struct {
 // budget. A dry run's report has no incident ("") and claims nothing. The rest of cl (who is unhealthy, suspect, in which zone) comes from the
 // detector, which no decision changes, and may be read before.
 func (c *Controller) admit(pol *v1alpha1.Policy, pn policy.Node, cl policy.Cluster, incident string, now time.Time) policy.Decision {
-	a := &c.admission
+	a := &c.decide.admission
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.claims, incident)

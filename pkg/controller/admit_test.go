@@ -121,7 +121,7 @@ func TestForcedFenceCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := &f.c.cfg.Policies[0]
-	node, err := f.c.nodes.Get("node-2")
+	node, err := f.c.caches.nodes.Get("node-2")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,7 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 	c.cfg.Policies = []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"none"}}}}}
 	c.cfg.Policies[0].Default()
 	for _, n := range []string{"node-1", "node-2"} {
-		if err := c.kubeInformers.Core().V1().Nodes().Informer().GetIndexer().Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+		if err := c.opts.Caches.Kube.Core().V1().Nodes().Informer().GetIndexer().Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
 			t.Fatal(err)
 		}
 	}

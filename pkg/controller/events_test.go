@@ -23,7 +23,7 @@ import (
 func TestEventsWaitForTheSave(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
-	rec := c.recorder.(*record.FakeRecorder)
+	rec := c.events.recorder.(*record.FakeRecorder)
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "node %s", node.Name)
 	if n := len(rec.Events); n != 0 {
 		t.Fatalf("%d events sent before the save", n)
@@ -50,7 +50,7 @@ func TestEventsWaitForTheSave(t *testing.T) {
 func TestEventOnNodeOnly(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
-	rec := c.recorder.(*record.FakeRecorder)
+	rec := c.events.recorder.(*record.FakeRecorder)
 	rec.IncludeObject = true
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "with node")
 	c.event(nil, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "node gone")
@@ -127,7 +127,7 @@ func TestEventsFoldInAStorm(t *testing.T) {
 	expect(save(v1alpha1.PhaseFencing), "Warning FenceStarted unhealthy. fencing")
 
 	for i := range eventStormAt {
-		c.admission.claimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), c.now())
+		c.decide.admission.claimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), c.now())
 	}
 	start()
 	expect(save(v1alpha1.PhaseFencing)) // before the agent call
@@ -192,7 +192,7 @@ func saveAndDrain(t *testing.T, c *Controller, nf *v1alpha1.NodeFence) []string 
 	if err := c.save(context.Background(), nf); err != nil {
 		t.Fatal(err)
 	}
-	rec := c.recorder.(*record.FakeRecorder)
+	rec := c.events.recorder.(*record.FakeRecorder)
 	var got []string
 	for len(rec.Events) > 0 {
 		got = append(got, <-rec.Events)

@@ -23,7 +23,7 @@ import (
 // in between is written with the next of those: losing it to a crash only means the
 // fence is issued and read back again, which agents do idempotently.
 func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
-	plan := fencer.PlanFor(pol, c.opts.PollInterval)
+	plan := fencer.PlanFor(pol, c.opts.Tuning.PollInterval)
 	unsaved := false
 	wait := func(d time.Duration) (time.Duration, error) {
 		if !unsaved {
@@ -64,7 +64,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		case fencer.DoFence:
 			// The call follows a fresh read of the leader Lease and the write of the issued
 			// attempt.
-			if why := c.opts.Health.Down(step.Agent); why != "" {
+			if why := c.peers.health.Down(step.Agent); why != "" {
 				msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
 				c.step(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
 				c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
@@ -94,7 +94,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			if err := <-checked; err != nil {
 				return 0, err
 			}
-			c.pause.at(PauseBeforeFenceCall)
+			c.lead.pause.at(PauseBeforeFenceCall)
 			// The fresh check vouches for this replica for one renew deadline. A replica
 			// paused since (SIGSTOP, a frozen VM) may have been replaced while it slept, and
 			// its power-off would be a deposed leader's: past the deadline it reads the Lease
@@ -128,7 +128,7 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 	}
 	ev := c.callStep(ctx, nf, node, step, a.Deadline.Time)
 	if step.Kind == fencer.DoFence {
-		c.pause.at(PauseAfterFenceCall)
+		c.lead.pause.at(PauseAfterFenceCall)
 	}
 	prev := a.State
 	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/plugin/plugintest"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -50,6 +51,8 @@ type fixture struct {
 	rec      *record.FakeRecorder
 	// reports counts the node agent reports given (their resourceVersions).
 	reports int
+	// orphans is the orphan repair beside the loop (repair).
+	orphans *orphans.Repair
 }
 
 // fixtureConfig has one agent, ipmi, whose target is the node's "bmc" annotation, and
@@ -93,10 +96,7 @@ func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 	f.enforceResourceVersions()
 	f.machines = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{machinesV1beta2: "MachineList"}, machines...)
-	c, err := New(Options{Config: cfg, Client: f.kube, Fencing: f.dyn, Dynamic: f.machines, Agents: plugintest.One{A: f.bmc}, Recorder: f.rec, Identity: "me"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newLoop(t, loopParts{cfg: cfg, kube: f.kube, fencing: f.dyn, dynamic: f.machines, agents: plugintest.One{A: f.bmc}, recorder: f.rec})
 	c.now = func() time.Time { return f.now }
 	f.c = c
 	for _, o := range kubeObjs {
@@ -116,21 +116,21 @@ func (f *fixture) cache(o runtime.Object) {
 	var err error
 	switch o := o.(type) {
 	case *corev1.Node:
-		err = f.c.kubeInformers.Core().V1().Nodes().Informer().GetIndexer().Add(o)
+		err = f.c.opts.Caches.Kube.Core().V1().Nodes().Informer().GetIndexer().Add(o)
 	case *corev1.Pod:
-		err = f.c.pods.GetIndexer().Add(o)
+		err = f.c.caches.pods.GetIndexer().Add(o)
 	case *storagev1.VolumeAttachment:
-		err = f.c.kubeInformers.Storage().V1().VolumeAttachments().Informer().GetIndexer().Add(o)
+		err = f.c.opts.Caches.Kube.Storage().V1().VolumeAttachments().Informer().GetIndexer().Add(o)
 	case *coordinationv1.Lease:
-		err = f.c.leaseInformer.Coordination().V1().Leases().Informer().GetIndexer().Add(o)
+		err = f.c.opts.Caches.NodeLeases.Coordination().V1().Leases().Informer().GetIndexer().Add(o)
 		f.c.detector.ObserveLease(o, f.now)
 	case *v1alpha1.NodeFence:
 		err = nfIndexer(f.c).Update(o.DeepCopy())
 	case *v1alpha1.KubefenceRemediation:
-		if f.c.requests == nil {
+		if f.c.peers.requests == nil {
 			f.t.Fatal("fixture: a KubefenceRemediation needs externalRemediation.enabled")
 		}
-		err = f.c.nfInformer.Fencing().V1alpha1().KubefenceRemediations().Informer().GetIndexer().Update(o.DeepCopy())
+		err = f.c.opts.Caches.Fencing.Fencing().V1alpha1().KubefenceRemediations().Informer().GetIndexer().Update(o.DeepCopy())
 	default:
 		f.t.Fatalf("fixture: no cache for %T", o)
 	}
@@ -671,7 +671,7 @@ func TestFixtureSlowAPIServerAfterOutage(t *testing.T) {
 
 // nfIndexer is c's cache of NodeFences, which tests fill as the watch would.
 func nfIndexer(c *Controller) cache.Indexer {
-	return c.nfInformer.Fencing().V1alpha1().NodeFences().Informer().GetIndexer()
+	return c.opts.Caches.Fencing.Fencing().V1alpha1().NodeFences().Informer().GetIndexer()
 }
 
 // prune runs the history retention once, as the leader does.

@@ -69,7 +69,7 @@ func newHeartbeats(cfg *v1alpha1.Heartbeats, reg prometheus.Registerer) *heartbe
 // startHeartbeats takes the seat, and joins the reporting agents every few seconds until
 // ctx ends.
 func (c *Controller) startHeartbeats(ctx context.Context) error {
-	h := c.heartbeats
+	h := c.peers.heartbeats
 	key, err := os.ReadFile(h.cfg.KeyFile)
 	if err != nil {
 		return fmt.Errorf("heartbeats.keyFile: %w", err)
@@ -94,7 +94,7 @@ func (c *Controller) startHeartbeats(ctx context.Context) error {
 	klog.FromContext(ctx).Info("Seated among the node agents' peers", "address", h.seat.Addr())
 	go func() {
 		wait.UntilWithContext(ctx, func(context.Context) {
-			h.seat.Join(c.watchdogs.peers())
+			h.seat.Join(c.peers.watchdogs.peers())
 			h.members.Set(float64(h.seat.Members()))
 			h.measured.Set(float64(c.detector.Measured()))
 		}, 2*time.Second)
@@ -105,17 +105,17 @@ func (c *Controller) startHeartbeats(ctx context.Context) error {
 
 // observeAgent passes to the detector whether node's agent is gone.
 func (c *Controller) observeAgent(node string) {
-	if c.heartbeats == nil || c.heartbeats.seat == nil {
+	if c.peers.heartbeats == nil || c.peers.heartbeats.seat == nil {
 		return
 	}
-	at, gone := c.heartbeats.seat.Gone(node)
+	at, gone := c.peers.heartbeats.seat.Gone(node)
 	c.detector.ObserveAgent(node, at, gone)
 }
 
 // probeKubelet asks node's kubelet for an answer, on every InternalIP at once, and
 // records whether any came within heartbeats.kubeletTimeout.
 func (c *Controller) probeKubelet(ctx context.Context, node *corev1.Node, now time.Time) {
-	h := c.heartbeats
+	h := c.peers.heartbeats
 	port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
 	if port == 0 {
 		port = 10250

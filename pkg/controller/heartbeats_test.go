@@ -53,8 +53,8 @@ func heartbeatFixture(t *testing.T, kubelet string) (*fixture, *nodeagent.Peers)
 		t.Fatal(err)
 	}
 	t.Cleanup(agent.Stop)
-	f.c.heartbeats.seat.Join(map[string]string{"node-1": agent.Addr()})
-	pollUntil(t, "node-1's agent a member", func() bool { return f.c.heartbeats.seat.Members() == 1 })
+	f.c.peers.heartbeats.seat.Join(map[string]string{"node-1": agent.Addr()})
+	pollUntil(t, "node-1's agent a member", func() bool { return f.c.peers.heartbeats.seat.Members() == 1 })
 	for range 4 {
 		f.now = f.now.Add(2 * time.Second)
 		f.renewAllBut()
@@ -91,7 +91,7 @@ func silentKubelet(t *testing.T) string {
 // crashAgent stops node-1's agent without a goodbye and waits until the seat counts it gone.
 func crashAgent(t *testing.T, f *fixture, agent *nodeagent.Peers) {
 	agent.Crash()
-	pollUntil(t, "node-1's agent gone", func() bool { _, gone := f.c.heartbeats.seat.Gone("node-1"); return gone })
+	pollUntil(t, "node-1's agent gone", func() bool { _, gone := f.c.peers.heartbeats.seat.Gone("node-1"); return gone })
 }
 
 // A node whose agent is gone and whose kubelet does not answer is fenced once its Lease has

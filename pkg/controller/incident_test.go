@@ -49,12 +49,8 @@ func testController(t *testing.T, nf *v1alpha1.NodeFence, objs ...runtime.Object
 // fixtureController is a controller on fake clients holding nf, with cfg and agents.
 func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents agentcall.Source, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
 	t.Helper()
-	c, err := New(Options{Config: cfg, Client: fake.NewClientset(objs...), Fencing: fencingfake.NewSimpleClientset(nf), Agents: agents,
-		Recorder: record.NewFakeRecorder(10), Identity: "me"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return newLoop(t, loopParts{cfg: cfg, kube: fake.NewClientset(objs...), fencing: fencingfake.NewSimpleClientset(nf), agents: agents,
+		recorder: record.NewFakeRecorder(10)})
 }
 
 // stored reads an incident back from the (fake) API server.
@@ -122,7 +118,7 @@ func TestLateReleaseConfirmsPodsLive(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			nf, node := remediatedIncident(verified)
 			c := testController(t, nf, tc.inAPI...)
-			if err := c.pods.GetIndexer().Add(pod); err != nil {
+			if err := c.caches.pods.GetIndexer().Add(pod); err != nil {
 				t.Fatal(err)
 			}
 			pol := &v1alpha1.Policy{Name: "p", Remediation: v1alpha1.StrategyBoth}

@@ -18,7 +18,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/remediate"
@@ -99,9 +98,9 @@ func (f *fixture) depose() *error {
 		f.t.Fatal(err)
 	}
 	f.kube.ClearActions()
-	f.c.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
+	f.c.lead.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
 	deposed := new(error)
-	f.c.opts.OnDeposed = func(err error) { *deposed = err }
+	f.c.opts.Leader.OnDeposed = func(err error) { *deposed = err }
 	return deposed
 }
 
@@ -116,7 +115,7 @@ func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 	objs := taintedNodes(remediate.FencedTaint, maintenance, remediate.OutOfServiceTaint)
 	f := newFixture(t, fixtureConfig(), append(objs, nf)...)
 	f.now = f0.Add(time.Hour)
-	f.c.orphans.Once(ctx)
+	f.repair().Once(ctx)
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{maintenance.Key}) {
 		t.Errorf("node-1 taints %v, want only %s", got, maintenance.Key)
@@ -135,7 +134,7 @@ func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 
 	// The watch brings the clean node: nothing left to do.
 	f.catchUp("node-1")
-	f.c.orphans.Once(ctx)
+	f.repair().Once(ctx)
 	f.expectRequests()
 	f.expectEvents()
 }
@@ -151,7 +150,7 @@ func TestOrphanRepairNewestRecordFirst(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(objs, older, newer)...)
 	f.now = f0.Add(2 * time.Hour)
 	for round, want := range [][]string{{remediate.FencedTaint.Key}, nil} {
-		f.c.orphans.Once(ctx)
+		f.repair().Once(ctx)
 		if got := f.nodeTaints("node-1"); !slices.Equal(got, want) {
 			t.Fatalf("round %d: node-1 taints %v, want %v", round+1, got, want)
 		}
@@ -190,7 +189,7 @@ func TestOrphanTaintsLeftAlone(t *testing.T) {
 			}
 			f := newFixture(t, fixtureConfig(), objs...)
 			f.now = f0.Add(time.Hour)
-			f.c.orphans.Once(context.Background())
+			f.repair().Once(context.Background())
 			f.expectRequests()
 			if ev := f.events(); len(ev) != 0 {
 				t.Errorf("events %q, want none", ev)
@@ -216,7 +215,7 @@ func TestOrphanTaintsRemovedByTheirOwnerMark(t *testing.T) {
 	objs[0].(*corev1.Node).Annotations = map[string]string{remediate.OwnerAnnotation: "node-1-x0=" + remediate.FencedTaint.Key}
 	f := newFixture(t, fixtureConfig(), append(objs, endedIncident("node-1-x0", "node-1", f0))...)
 	f.now = f0.Add(time.Hour)
-	f.c.orphans.Once(context.Background())
+	f.repair().Once(context.Background())
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{maintenance.Key}) {
 		t.Errorf("node-1 taints %v, want only %s", got, maintenance.Key)
@@ -238,7 +237,7 @@ func TestOrphanFencedTaintReported(t *testing.T) {
 	unrecorded := endedIncident("node-1-x0", "node-1", f0)
 	f := newFixture(t, fixtureConfig(), append(taintedNodes(remediate.FencedTaint), unrecorded)...)
 	f.now = f0.Add(time.Hour)
-	f.c.orphans.Once(context.Background())
+	f.repair().Once(context.Background())
 	f.expectRequests()
 	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{remediate.FencedTaint.Key}) {
 		t.Errorf("node-1 taints %v, want the fenced taint kept", got)
@@ -262,7 +261,7 @@ func TestOrphanRepairFailureKeepsTheRecord(t *testing.T) {
 		return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
 	})
 	f.now = f0.Add(time.Hour)
-	f.c.orphans.Once(context.Background())
+	f.repair().Once(context.Background())
 	f.expectRequests("get nodes node-1", "update nodes")
 	if got := f.incident("node-1").Status.Remediation.TaintsAdded; !slices.Equal(got, []string{remediate.FencedTaint.Key}) {
 		t.Errorf("recorded taints %v, want the record kept for the next round", got)
@@ -351,13 +350,13 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 	for name, tc := range map[string]struct {
 		taints []corev1.Taint
 		nf     *v1alpha1.NodeFence
-		round  func(*Controller, context.Context)
+		round  func(*fixture, context.Context)
 	}{
 		"orphan repair": {[]corev1.Taint{remediate.FencedTaint}, endedIncident("node-1-x0", "node-1", f0, remediate.FencedTaint.Key),
-			func(c *Controller, ctx context.Context) { c.orphans.Once(ctx) }},
-		"orphan report": {[]corev1.Taint{remediate.FencedTaint}, nil, func(c *Controller, ctx context.Context) { c.orphans.Once(ctx) }},
-		"history prune": {nil, endedIncident("node-1-x0", "node-1", f0.Add(-365*24*time.Hour)), func(c *Controller, ctx context.Context) {
-			(&incidents.Retention{Store: c.store, History: c.cfg.History, Confirm: c.checkLease, Now: c.now}).Prune(ctx)
+			func(f *fixture, ctx context.Context) { f.repair().Once(ctx) }},
+		"orphan report": {[]corev1.Taint{remediate.FencedTaint}, nil, func(f *fixture, ctx context.Context) { f.repair().Once(ctx) }},
+		"history prune": {nil, endedIncident("node-1-x0", "node-1", f0.Add(-365*24*time.Hour)), func(f *fixture, ctx context.Context) {
+			f.prune()
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -368,7 +367,7 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 			f := newFixture(t, fixtureConfig(), objs...)
 			deposed := f.depose()
 			f.now = f0.Add(time.Hour)
-			tc.round(f.c, context.Background())
+			tc.round(f, context.Background())
 			f.expectRequests("get leases " + f.c.cfg.LeaderElection.Name)
 			if !errors.Is(*deposed, leader.ErrStaleEpoch) {
 				t.Errorf("OnDeposed told %v, want leader.ErrStaleEpoch", *deposed)
@@ -393,7 +392,7 @@ func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
 	nf := endedIncident("node-1-x0", "node-1", f0, remediate.OutOfServiceTaint.Key)
 	f := newFixture(t, fixtureConfig(), append(taintedNodes(remediate.FencedTaint), nf)...)
 	f.now = f0.Add(time.Hour)
-	f.c.orphans.Once(ctx)
+	f.repair().Once(ctx)
 	f.expectRequests("get nodes node-1", "update nodefences/status")
 	f.expectEvents()
 	if n := orphansCounted(t, f, orphans.Repaired); n != 0 {
@@ -408,7 +407,7 @@ func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
 	if err := nfIndexer(f.c).Update(got); err != nil {
 		t.Fatal(err)
 	}
-	f.c.orphans.Once(ctx)
+	f.repair().Once(ctx)
 	f.expectRequests()
 	if ev := f.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+v1alpha1.ReasonOrphanTaint+" ") {
 		t.Errorf("events %q, want one OrphanTaint on the node", ev)
@@ -445,4 +444,13 @@ func orphanSeries(t *testing.T, f *fixture) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// repair is the orphan repair the leader runs beside the fixture's loop.
+func (f *fixture) repair() *orphans.Repair {
+	if f.orphans == nil {
+		f.orphans = orphans.New(orphans.Repair{Nodes: f.c.caches.nodes, Incidents: f.c.store, Remedy: f.c.remedy, Record: f.c.Record(),
+			Check: f.c.checkLease, Confirmed: f.c.leaseConfirmed}, f.c.metrics.registry)
+	}
+	return f.orphans
 }

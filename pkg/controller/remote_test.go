@@ -48,10 +48,10 @@ func (f *fixture) healthRound(leases *leader.IdentityLeases, down map[string]err
 		}
 		return down[name]
 	})
-	if f.c.opts.Health == nil {
-		f.c.opts.Health = &agentcall.Health{}
+	if f.c.peers.health == nil {
+		f.c.peers.health = &agentcall.Health{}
 	}
-	f.c.opts.Health.WatchRemoteAgents(ctx, f.c.cfg, hc, leases, time.Hour)
+	f.c.peers.health.WatchRemoteAgents(ctx, f.c.cfg, hc, leases, time.Hour)
 	return asked
 }
 

@@ -19,28 +19,28 @@ import (
 // has no open incident: read live from the API server, as before any incident is opened.
 // It reports false when there was nothing to open.
 func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *v1alpha1.Policy, pn policy.Node, obs detector.Observation) (bool, time.Duration, error) {
-	if c.requests == nil || pol == nil {
+	if c.peers.requests == nil || pol == nil {
 		// A node no policy governs: the request's own sync says so in its status.
 		return false, 0, nil
 	}
-	key := c.requests.Wanted(node.Name)
+	key := c.peers.requests.Wanted(node.Name)
 	if key == "" {
 		return false, 0, nil
 	}
-	kr, err := c.requests.Lookup(key)
+	kr, err := c.peers.requests.Lookup(key)
 	if err != nil {
-		c.requests.Done(node.Name, key)
+		c.peers.requests.Done(node.Name, key)
 		return false, 0, err
 	}
 	if kr == nil || healthcheck.Withdrawn(kr, string(kr.UID)) != "" {
-		c.requests.Done(node.Name, key)
+		c.peers.requests.Done(node.Name, key)
 		return false, 0, nil
 	}
-	if carried := c.requests.Carrier(kr); carried != nil {
+	if carried := c.peers.requests.Carrier(kr); carried != nil {
 		// An incident already answers it (one that ended too: a request whose node was
 		// fenced and recovered must not fence it again while the health checker waits to
 		// see it healthy and delete the request).
-		c.requests.Answered(node.Name, key)
+		c.peers.requests.Answered(node.Name, key)
 		return false, 0, nil
 	}
 	live, err := c.store.OpenLive(ctx, node.Name)
@@ -50,7 +50,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 	if len(live) > 0 {
 		// The cache is behind the API server: the request joins that incident once the
 		// informer brings it.
-		c.requests.Answered(node.Name, key)
+		c.peers.requests.Answered(node.Name, key)
 		return true, time.Second, nil
 	}
 	// The create follows a Lease check passed within the renew deadline, as every write
@@ -68,12 +68,12 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 	if err != nil {
 		return false, 0, err
 	}
-	c.requests.Done(node.Name, key)
+	c.peers.requests.Done(node.Name, key)
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
 	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "%s; incident %s opened", req.Spec.Reason, created.Name)
 	ctx = withLogValues(ctx, "incident", created.Name)
 	klog.FromContext(ctx).Info("Incident opened for a remediation request", "request", key, "caller", healthcheck.Caller(kr))
-	c.requests.Queue(key)
+	c.peers.requests.Queue(key)
 	requeue, err := c.drive(ctx, created, node, pn, obs)
 	return true, requeue, err
 }
@@ -97,7 +97,7 @@ func (c *Controller) standsOrWithdraw(ctx context.Context, nf *v1alpha1.NodeFenc
 	if len(nf.Status.Attempts) > 0 {
 		return false, nil // a fence under way is finished and verified, never withdrawn
 	}
-	why, err := c.requests.Withdrawn(ctx, nf, live)
+	why, err := c.peers.requests.Withdrawn(ctx, nf, live)
 	if err != nil || why == "" {
 		return false, err
 	}

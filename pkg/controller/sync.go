@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +25,7 @@ func everything() labels.Selector { return labels.Everything() }
 func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
 	ctx = withLogValues(ctx, "node", name)
 	now := c.now()
-	node, err := c.nodes.Get(name)
+	node, err := c.caches.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		// A deleted Node object says nothing about the machine; an open incident keeps
 		// its state and a person decides. Nothing new is started for a node we cannot see.
@@ -47,7 +46,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	c.observeAgent(name)
 	if pol != nil {
 		pn, obs = c.view(pol, node, now)
-		if obs.ProbeKubelet && c.heartbeats != nil {
+		if obs.ProbeKubelet && c.peers.heartbeats != nil {
 			c.probeKubelet(ctx, node, now)
 			pn, obs = c.view(pol, node, now)
 		}
@@ -62,21 +61,21 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		// Shadow mode touches nothing, not even the pods' NodeUnreachable condition.
 		c.markPods(ctx, obs, now)
 	}
-	inc, err := c.openIncident(name)
+	inc, err := c.store.Open(name)
 	if err != nil {
 		return 0, err
 	}
 	if inc != nil || obs.Health == detector.Unhealthy {
 		// An incident under way, or about to open: its writes free workloads.
-		c.gate.enter()
-		defer c.gate.leave()
+		c.decide.gate.enter()
+		defer c.decide.gate.leave()
 		ctx = context.WithValue(ctx, gateKey{}, true)
 	}
-	if inc != nil && c.requests != nil {
+	if inc != nil && c.peers.requests != nil {
 		// A request that asked for an incident while this one was not in the cache yet
 		// joins this one; its ask must not outlive it and open another once it ends.
-		if key := c.requests.Wanted(name); key != "" {
-			c.requests.Answered(name, key)
+		if key := c.peers.requests.Wanted(name); key != "" {
+			c.peers.requests.Answered(name, key)
 		}
 	}
 	if inc == nil {
@@ -89,29 +88,6 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		return c.maybeOpen(ctx, node, pol, pn, obs, now)
 	}
 	return c.drive(ctx, inc, node, pn, obs)
-}
-
-// openIncident returns the node's open incident from the cache. Two open incidents for
-// one node would break invariant 3; the older one is driven and the other reported.
-func (c *Controller) openIncident(node string) (*v1alpha1.NodeFence, error) {
-	all, err := c.store.ForNode(node)
-	if err != nil {
-		return nil, fmt.Errorf("incidents of node %s: %w", node, err)
-	}
-	var open []*v1alpha1.NodeFence
-	for _, nf := range all {
-		if nf.Status.Phase.Open() {
-			open = append(open, nf)
-		}
-	}
-	if len(open) == 0 {
-		return nil, nil
-	}
-	sort.Slice(open, func(i, j int) bool { return open[i].CreationTimestamp.Before(&open[j].CreationTimestamp) })
-	if len(open) > 1 {
-		klog.ErrorS(nil, "Several open incidents for one node; driving the oldest", "node", node, "incidents", len(open))
-	}
-	return open[0], nil
 }
 
 // maybeOpen opens an incident for an unhealthy node, or says when to look again. In dry
@@ -181,7 +157,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	if err != nil {
 		return 0, err
 	}
-	c.pause.at(PauseAfterCreate)
+	c.lead.pause.at(PauseAfterCreate)
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
 	c.metrics.phaseDuration.WithLabelValues(durationDetect).Observe(now.Sub(obs.Since).Seconds())
 	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
@@ -209,16 +185,16 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 // sync's start: a read against an API server coming back from an outage can take
 // seconds, and an earlier time would count them as the nodes' silence.
 func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v1alpha1.Policy) (bool, error) {
-	lease, found, err := c.nodeLeases.Get(ctx, node.Name)
+	lease, found, err := c.caches.nodeLeases.Get(ctx, node.Name)
 	now := c.now()
 	switch {
 	case err == nil && !found:
 		return true, nil
 	case err != nil:
-		c.apiUnreachable.Store(true)
+		c.lead.apiUnreachable.Store(true)
 		return false, fmt.Errorf("confirm lease of node %s: %w", node.Name, err)
 	}
-	if c.apiUnreachable.CompareAndSwap(true, false) {
+	if c.lead.apiUnreachable.CompareAndSwap(true, false) {
 		// This replica could not reach the API server a moment ago, and then no kubelet
 		// could renew either: staleness measured across the outage is the control
 		// plane's, not the nodes'. It counts again from now, as after a takeover.
@@ -241,7 +217,7 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 // whatever its thresholds (detector.Fresh), so only the others are assessed with their
 // pods: at 5,000 nodes most of a decision's cost is this pass.
 func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluster, error) {
-	nodes, err := c.nodes.List(everything())
+	nodes, err := c.caches.nodes.List(everything())
 	if err != nil {
 		return policy.Cluster{}, fmt.Errorf("list nodes: %w", err)
 	}
@@ -273,7 +249,7 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 // no new one until they recover or a person acts). It runs on its own period, so the
 // gauges follow cancelled, recovered and adopted incidents, not only decisions.
 func (c *Controller) refreshUnhealthy(now time.Time) {
-	nodes, err := c.nodes.List(everything())
+	nodes, err := c.caches.nodes.List(everything())
 	if err != nil {
 		return // a cache read; the gauges keep their values until the next round
 	}
@@ -319,7 +295,7 @@ func (c *Controller) step(ctx context.Context, nf *v1alpha1.NodeFence, at time.T
 // (invariant 2: Events are mutations too): a replica deposed before it saves sends none
 // of them. An event with no incident follows a Lease check of its own.
 func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
-	if c.recorder == nil {
+	if c.events.recorder == nil {
 		return
 	}
 	e := pendingEvent{node: node, nf: nf, typ: typ, reason: reason, message: fmt.Sprintf(format, args...)}
@@ -328,17 +304,17 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 		return
 	}
 	// In a storm the start of a fence is told with its end (issue 24).
-	e.holdWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	queued := c.pendingEvents[nf.Name]
+	e.holdWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.decide.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
+	c.events.mu.Lock()
+	defer c.events.mu.Unlock()
+	queued := c.events.pending[nf.Name]
 	if n := len(queued); n > 0 && slices.Contains(eventFolds[reason], queued[n-1].reason) {
 		// One Event says both, the earlier message first, rather than two a moment apart.
 		e.message = queued[n-1].message + ". " + e.message
 		queued[n-1] = e
 		return
 	}
-	c.pendingEvents[nf.Name] = append(queued, e)
+	c.events.pending[nf.Name] = append(queued, e)
 }
 
 // eventStormAt is how many nodes fencing at once make a storm for Events: from then on
@@ -372,23 +348,23 @@ type pendingEvent struct {
 
 func (c *Controller) emit(e pendingEvent) {
 	if e.node != nil {
-		c.recorder.Event(e.node, e.typ, e.reason, e.message)
+		c.events.recorder.Event(e.node, e.typ, e.reason, e.message)
 	} else if e.nf != nil {
-		c.recorder.Event(e.nf, e.typ, e.reason, e.message)
+		c.events.recorder.Event(e.nf, e.typ, e.reason, e.message)
 	}
 }
 
 // flushEvents sends the events the save of nf has just made legitimate. The last one
 // waits for the next save if it is a storm's fence start and nf is still Fencing.
 func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
-	c.mu.Lock()
-	pending := c.pendingEvents[nf.Name]
-	delete(c.pendingEvents, nf.Name)
+	c.events.mu.Lock()
+	pending := c.events.pending[nf.Name]
+	delete(c.events.pending, nf.Name)
 	if n := len(pending); n > 0 && pending[n-1].holdWhileFencing && nf.Status.Phase == v1alpha1.PhaseFencing {
-		c.pendingEvents[nf.Name] = []pendingEvent{pending[n-1]}
+		c.events.pending[nf.Name] = []pendingEvent{pending[n-1]}
 		pending = pending[:n-1]
 	}
-	c.mu.Unlock()
+	c.events.mu.Unlock()
 	for _, e := range pending {
 		c.emit(e)
 	}
@@ -396,7 +372,7 @@ func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
 
 // dropEvents forgets the events of an incident that is gone.
 func (c *Controller) dropEvents(name string) {
-	c.mu.Lock()
-	delete(c.pendingEvents, name)
-	c.mu.Unlock()
+	c.events.mu.Lock()
+	delete(c.events.pending, name)
+	c.events.mu.Unlock()
 }

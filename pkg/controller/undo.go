@@ -54,7 +54,7 @@ func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *cor
 	if what == undoPowerOn {
 		point = PauseBeforePowerOn
 	}
-	c.pause.at(point)
+	c.lead.pause.at(point)
 	if err := c.leaseConfirmed(ctx); err != nil {
 		return notCalled, fmt.Errorf("agent %s %s %w: %w", at.Agent, what, errNotSent, err)
 	}

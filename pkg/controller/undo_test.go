@@ -34,10 +34,10 @@ func (f *fixture) lead() *error {
 		f.t.Fatal(err)
 	}
 	f.kube.ClearActions()
-	f.c.epoch = 1
-	f.c.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
+	f.c.lead.epoch = 1
+	f.c.lead.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
 	deposed := new(error)
-	f.c.opts.OnDeposed = func(err error) { *deposed = err }
+	f.c.opts.Leader.OnDeposed = func(err error) { *deposed = err }
 	return deposed
 }
 

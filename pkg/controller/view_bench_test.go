@@ -45,7 +45,7 @@ func benchCluster(b *testing.B, stale int) {
 	}
 	pol := &f.c.cfg.Policies[0]
 	for i := range nodes {
-		n, err := f.c.nodes.Get(fmt.Sprintf("node-%d", i))
+		n, err := f.c.caches.nodes.Get(fmt.Sprintf("node-%d", i))
 		if err != nil {
 			b.Fatal(err)
 		}

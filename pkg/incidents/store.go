@@ -3,12 +3,14 @@ package incidents
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/coalesce"
@@ -283,4 +285,28 @@ func (s *Store) OpenNodes() map[string]bool {
 		}
 	}
 	return open
+}
+
+// Open returns the node's open incident from the cache. Two open incidents for one node
+// would break invariant 3; the oldest is the one the loop drives, and the others are
+// reported.
+func (s *Store) Open(node string) (*v1alpha1.NodeFence, error) {
+	all, err := s.ForNode(node)
+	if err != nil {
+		return nil, fmt.Errorf("incidents of node %s: %w", node, err)
+	}
+	var open []*v1alpha1.NodeFence
+	for _, nf := range all {
+		if nf.Status.Phase.Open() {
+			open = append(open, nf)
+		}
+	}
+	if len(open) == 0 {
+		return nil, nil
+	}
+	sort.Slice(open, func(i, j int) bool { return open[i].CreationTimestamp.Before(&open[j].CreationTimestamp) })
+	if len(open) > 1 {
+		klog.ErrorS(nil, "Several open incidents for one node; driving the oldest", "node", node, "incidents", len(open))
+	}
+	return open[0], nil
 }
