@@ -86,7 +86,7 @@ FUZZTIME ?= 60s
 .PHONY: fuzz
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./pkg/apis/fencing/v1alpha1/
-	$(GO) test -run '^$$' -fuzz '^FuzzStatusWithinCRD$$' -fuzztime $(FUZZTIME) ./pkg/controller/
+	$(GO) test -run '^$$' -fuzz '^FuzzStatusWithinCRD$$' -fuzztime $(FUZZTIME) ./pkg/incidents/
 
 proto:
 	hack/proto.sh

@@ -32,7 +32,6 @@ var rules = []rule{
 	{Dir: "pkg/remediate", Forbidden: `^$MOD/pkg/plugin(/|$)`, Why: "storage and pod cleanup never triggers fencing"},
 	{Dir: "pkg/fencer", Forbidden: `^$MOD/pkg/(controller|remediate)(/|$)`, Why: "the state machine does not reach into its wiring"},
 	{Dir: "pkg/serving", Forbidden: `^$MOD/pkg/`, Why: "serving knows nothing of fencing"},
-	{Dir: "pkg/controller", Forbidden: `^$MOD/pkg/app(/|$)`, Why: "the engine does not know how the process is assembled"},
 	{Dir: "pkg/leader", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/(apis|coalesce)(/|$)`, Why: "leadership knows nothing of fencing"},
 	{Dir: "pkg/coalesce", Forbidden: `^$MOD/`, Why: "shared reads know nothing of what they read"},
 	{Dir: "pkg/healthcheck", Forbidden: `^(k8s\.io/client-go|$MOD/pkg/(controller|fencer|remediate|plugin|detector|policy|app))(/|$)`, Why: "the remediation contract is pure: what a request names and what its status shows"},
@@ -41,6 +40,13 @@ var rules = []rule{
 	{Dir: "pkg/watchdog", Forbidden: `^(k8s\.io/(client-go|api|apimachinery)|$MOD)/`, Why: "the watchdog only counts down; the agent decides when the node may live"},
 	{Dir: "pkg/nodeagent", Forbidden: `^$MOD/pkg/(controller|fencer|remediate|plugin|agent|detector|policy|app)(/|$)`, Why: "the node agent follows its rule and reports; it decides nothing about other nodes"},
 	{Dir: "pkg/generated", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/(apis|generated)(/|$)`, Why: "generated clients know only the API types"},
+	{Dir: "pkg/incidents", Forbidden: `^$MOD/pkg/(controller|plugin|agentcall|remediate|detector|policy|app|agent|nodeagent)(/|$)`, Why: "the incident record knows its objects, not who drives them"},
+	{Dir: "pkg/agentcall", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|devicemonitor|app)(/|$)`, Why: "reaching agents is all it knows: no incident, no release, no health verdict"},
+	{Dir: "pkg/devicemonitor", Forbidden: `^$MOD/pkg/(controller|incidents|remediate|app)(/|$)`, Why: "the device monitor reads devices and marks nodes; the incident loop decides"},
+	{Dir: "pkg/requests", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|remediate|plugin|fencer|detector|app)(/|$)`, Why: "the health checkers' requests ask the incident loop; they fence and release nothing themselves"},
+	{Dir: "pkg/orphans", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|plugin|app)(/|$)`, Why: "the orphan repair removes taints and records it; it calls no agent"},
+	{Dir: "pkg/caches", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|incidents|remediate|plugin|fencer|app)(/|$)`, Why: "the shared caches know what they watch, not who reads it"},
+	{Dir: "pkg/controller", Forbidden: `^$MOD/pkg/(devicemonitor|orphans|app)(/|$)`, Why: "the incident loop asks its peers through their methods and never runs the leader's housekeepers; pkg/app wires them"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }
 

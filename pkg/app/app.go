@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
@@ -109,7 +110,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err != nil {
 		return err
 	}
-	fencing, client := cs.fencing, cs.kube
+	client := cs.kube
 	host, err := newAgentHost(cfg)
 	if err != nil {
 		return err
@@ -125,23 +126,26 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if *cfg.LeaderElection.Enabled {
 		guard = &leader.LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
 	}
-	recorder, stopEvents := controller.NewEventRecorder(ctx, client, guard, identity)
+	recorder, stopEvents := leader.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
-	c, err := controller.New(controller.Options{
-		Config: cfg, Client: client, Fencing: fencing, Dynamic: cs.dynamic, Agents: agents, Identity: identity, OnDeposed: deposed, Guard: guard,
-		Workers: o.Workers, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval,
-		PauseAt: os.Getenv(controller.PauseAtEnv), TargetInterval: o.TargetInterval, Recorder: recorder,
-	})
+	registry := newRegistry()
+	ctrls, err := Assemble(Assembly{Config: cfg, Kube: cs.kube, Fencing: cs.fencing, Dynamic: cs.dynamic, Agents: agents,
+		Recorder: recorder, Registry: registry, Identity: identity, TargetInterval: o.TargetInterval,
+		Leader: controller.LeaderOptions{Guard: guard, OnDeposed: deposed, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval},
+		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: os.Getenv(controller.PauseAtEnv)}})
 	if err != nil {
-		return fmt.Errorf("new controller: %w", err)
+		return err
 	}
 	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
 	// One slot for each sender: the health server, the metrics server and the election.
 	errc := make(chan error, 3)
-	if err := serve(ctx, o.Serving, client, health, c.Registry(), errc); err != nil {
+	if err := serve(ctx, o.Serving, client, health, registry, errc); err != nil {
 		return err
 	}
-	if err := c.StartInformers(ctx); err != nil {
+	if err := ctrls.Caches.Start(ctx); err != nil {
+		return err
+	}
+	if err := ctrls.Loop.Start(ctx); err != nil {
 		return err
 	}
 	health.SetSynced()
@@ -149,14 +153,14 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 
 	ids := &leader.IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity, Owner: podOwner(o, cfg.LeaderElection.Namespace),
 		Component: "controller", Node: o.NodeName, Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
-		Metrics: c.IdentityMetrics(), Now: time.Now}
+		Metrics: leader.NewIdentityLeaseMetrics(registry), Now: time.Now}
 	go ids.Run(ctx)
 	if o.LeaderPod != nil {
 		if err := leader.SetLeaderCondition(ctx, client, *o.LeaderPod, false); err != nil {
 			klog.FromContext(ctx).Error(err, "Marking own pod as standby")
 		}
 	}
-	lead := leading(o, client, health, ids, host, c)
+	lead := leading(o, client, health, ids, host, ctrls)
 	elected := make(chan struct{})
 	if !*cfg.LeaderElection.Enabled {
 		close(elected)
@@ -218,8 +222,8 @@ func clients(o AppOptions) (apiClients, error) {
 // checkAgents has every agent validate its parameters: an agent that refuses them cannot
 // fence, and is refused now, not at the first incident. A remote agent that is down may
 // come up later.
-func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents controller.AgentSource) error {
-	problems := controller.ValidateAgents(ctx, cfg, agents)
+func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents agentcall.Source) error {
+	problems := agentcall.ValidateAgents(ctx, cfg, agents)
 	for _, u := range problems.Unreachable {
 		klog.FromContext(ctx).Info("Agent did not answer at start; its parameters are checked at its first call", "error", u)
 	}
@@ -231,7 +235,7 @@ func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents controller.Ag
 
 // leading returns what this replica does while it leads at an epoch: it marks its pod as
 // the leader, collects expired identity Leases, watches the remote agents and runs c.
-func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, c *controller.Controller) func(context.Context, int64) {
+func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, ctrls *Controllers) func(context.Context, int64) {
 	return func(ctx context.Context, epoch int64) {
 		health.SetLeader()
 		if o.LeaderPod != nil {
@@ -246,8 +250,8 @@ func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *lea
 		}, o.IdentityRenewInterval)
 		agentLeases := *ids
 		agentLeases.Component, agentLeases.Duration, agentLeases.Node = "agent", 3*o.IdentityRenewInterval, ""
-		go c.WatchRemoteAgents(ctx, host, &agentLeases, o.IdentityRenewInterval)
-		c.Run(ctx, epoch)
+		go ctrls.Health.WatchRemoteAgents(ctx, ctrls.Config, host, &agentLeases, o.IdentityRenewInterval)
+		ctrls.Lead(ctx, epoch)
 	}
 }
 
@@ -329,11 +333,11 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 	for i := range list.Items {
 		nodes[i] = &list.Items[i]
 	}
-	checks, err := controller.CheckTargets(ctx, cfg, newAgentSource(cfg, host, dyn), client, nodes)
+	checks, err := agentcall.CheckTargets(ctx, cfg, newAgentSource(cfg, host, dyn), client, nodes)
 	if err != nil {
 		return false, err
 	}
-	if err := controller.PrintTargetChecks(w, checks); err != nil {
+	if err := agentcall.PrintTargetChecks(w, checks); err != nil {
 		return false, fmt.Errorf("print target checks: %w", err)
 	}
 	for _, tc := range checks {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/devicemonitor"
 	"github.com/kubefence/kubefence/pkg/leader"
 )
 
@@ -36,7 +37,7 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 	fs.BoolVar(&o.ReadyOnlyWhenLeader, "ready-only-when-leader", false, "report ready only while leader")
 	fs.DurationVar(&o.IdentityLeaseDuration, "identity-lease-duration", time.Hour, "how long an unrenewed replica identity Lease lives before the leader collects it")
 	fs.DurationVar(&o.IdentityRenewInterval, "identity-renew-interval", 10*time.Second, "how often each replica renews its identity Lease")
-	fs.DurationVar(&o.TargetInterval, "target-check-interval", controller.DefaultTargetInterval, "how often the leader reads every node's first-level fence device (kubefence_target_up)")
+	fs.DurationVar(&o.TargetInterval, "target-check-interval", devicemonitor.DefaultInterval, "how often the leader reads every node's first-level fence device (kubefence_target_up)")
 	fs.Func("kube-api-qps", "requests per second to the API server, sustained (default 500)", func(s string) error {
 		return parseQPS(s, &o.QPS)
 	})

@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -25,7 +25,7 @@ func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]strin
 		return warnings, fmt.Errorf("config: agents: %w", err)
 	}
 	defer host.Close()
-	problems := controller.ValidateAgents(ctx, cfg, newAgentSource(cfg, host, nil))
+	problems := agentcall.ValidateAgents(ctx, cfg, newAgentSource(cfg, host, nil))
 	for _, u := range problems.Unreachable {
 		warnings = append(warnings, fmt.Sprintf("%v (agent not checked)", u))
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -37,11 +38,11 @@ type claim struct {
 // budget. A dry run's report has no incident ("") and claims nothing. The rest of cl (who is unhealthy, suspect, in which zone) comes from the
 // detector, which no decision changes, and may be read before.
 func (c *Controller) admit(pol *v1alpha1.Policy, pn policy.Node, cl policy.Cluster, incident string, now time.Time) policy.Decision {
-	a := &c.admission
+	a := &c.decide.admission
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.claims, incident)
-	fencing, starts := a.fencingFacts(c.store.indexer.List(), policy.RateWindow(pol.Budget), now)
+	fencing, starts := a.fencingFacts(c.store.Cached(), policy.RateWindow(pol.Budget), now)
 	for i := range cl.Nodes {
 		cl.Nodes[i].Fencing = fencing[cl.Nodes[i].Name]
 	}
@@ -71,22 +72,18 @@ func (a *admission) claimLocked(incident, node string, now time.Time) {
 // fencingFacts are the nodes fencing now and the fence starts within window before now,
 // from the cached incidents and the claims; a claim the cache has caught up with ends
 // here. The caller holds a.mu.
-func (a *admission) fencingFacts(cached []any, window time.Duration, now time.Time) (map[string]bool, []time.Time) {
+func (a *admission) fencingFacts(cached []*v1alpha1.NodeFence, window time.Duration, now time.Time) (map[string]bool, []time.Time) {
 	fencing := map[string]bool{}
 	var starts []time.Time
-	for _, obj := range cached {
-		nf, ok := obj.(*v1alpha1.NodeFence)
-		if !ok {
-			continue
-		}
-		f := factsOf(nf)
-		if f.phase == v1alpha1.PhaseFencing {
+	for _, nf := range cached {
+		f := incidents.FactsOf(nf)
+		if f.Phase == v1alpha1.PhaseFencing {
 			fencing[nf.Spec.NodeName] = true
 		}
-		if !f.fenceStart.IsZero() && now.Sub(f.fenceStart) <= window {
-			starts = append(starts, f.fenceStart)
+		if !f.FenceStart.IsZero() && now.Sub(f.FenceStart) <= window {
+			starts = append(starts, f.FenceStart)
 		}
-		if _, ok := a.claims[nf.Name]; ok && f.phase != "" && f.phase != v1alpha1.PhasePending && f.phase != v1alpha1.PhaseHeld {
+		if _, ok := a.claims[nf.Name]; ok && f.Phase != "" && f.Phase != v1alpha1.PhasePending && f.Phase != v1alpha1.PhaseHeld {
 			delete(a.claims, nf.Name)
 		}
 	}
@@ -100,7 +97,7 @@ func (a *admission) fencingFacts(cached []any, window time.Duration, now time.Ti
 }
 
 // fencingNow is how many nodes are fencing now, from the cached incidents and the claims.
-func (a *admission) fencingNow(cached []any, now time.Time) int {
+func (a *admission) fencingNow(cached []*v1alpha1.NodeFence, now time.Time) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	fencing, _ := a.fencingFacts(cached, 0, now)

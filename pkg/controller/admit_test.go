@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -76,9 +77,9 @@ func TestClaimEnds(t *testing.T) {
 		a.claims = map[string]claim{"node-1-x0": {node: "node-1", at: now}}
 		nf := fencedIncident(tc.phase, "")
 		if tc.phase == v1alpha1.PhaseFencing || tc.phase == v1alpha1.PhaseFenced {
-			addStep(&nf.Status, now, v1alpha1.StepFenceStarted, "")
+			incidents.AddStep(&nf.Status, now, v1alpha1.StepFenceStarted, "")
 		}
-		fencing, starts := a.fencingFacts([]any{nf}, time.Minute, now)
+		fencing, starts := a.fencingFacts([]*v1alpha1.NodeFence{nf}, time.Minute, now)
 		_, claimed := a.claims["node-1-x0"]
 		if fencing["node-1"] != tc.fencing || len(starts) != tc.starts || claimed != tc.claimed {
 			t.Errorf("cached at %s: fencing %t, %d starts, claim kept %t; want %t, %d, %t",
@@ -116,11 +117,11 @@ func TestForcedFenceCounts(t *testing.T) {
 	}
 	done := other.DeepCopy()
 	done.Status.Phase = v1alpha1.PhaseFenced
-	if err := f.c.store.indexer.Update(done); err != nil {
+	if err := nfIndexer(f.c).Update(done); err != nil {
 		t.Fatal(err)
 	}
 	pol := &f.c.cfg.Policies[0]
-	node, err := f.c.nodes.Get("node-2")
+	node, err := f.c.caches.nodes.Get("node-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func budgetFixture(t *testing.T, objs ...runtime.Object) (*fixture, chan struct{
 	}
 	release := make(chan struct{})
 	entered := &atomic.Int32{}
-	f.bmc.fence = func(ctx context.Context) error {
+	f.bmc.FenceFunc = func(ctx context.Context) error {
 		entered.Add(1)
 		select {
 		case <-release:

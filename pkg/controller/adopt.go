@@ -52,7 +52,7 @@ func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 // incident failed, and since then the node showed no sign of life, no new boot, and no
 // person set RetryAnnotation on it. "" when one may.
 func (c *Controller) failedUnrecovered(node string, obs detector.Observation) string {
-	incs, err := c.store.forNode(node)
+	incs, err := c.store.ForNode(node)
 	if err != nil || len(incs) == 0 {
 		// An incident the cache cannot decode fails the node's sync (openIncident) before
 		// any new incident could open.

@@ -112,47 +112,6 @@ func TestAdoptedIncidentIsNotCancelledOnFreshClocks(t *testing.T) {
 	}
 }
 
-func TestReplicasOn(t *testing.T) {
-	t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
-	r := newReplicas("node-self", 10*time.Second)
-	lease := func(node string, renew time.Time) *coordinationv1.Lease {
-		rt, holder := metav1.NewMicroTime(renew), "host_1_abc"
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-controller-1", Labels: map[string]string{v1alpha1.NodeLabel: node}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, RenewTime: &rt}}
-	}
-	r.observe(lease("node-2", t0.Add(-time.Hour)), t0) // first sighting counts
-	r.observe(lease("node-2", t0.Add(-time.Hour)), t0.Add(20*time.Second))
-	for name, tc := range map[string]struct {
-		node  string
-		at    time.Duration
-		alive bool
-	}{
-		"own node, always":                  {"node-self", time.Hour, true},
-		"replica seen 29s ago":              {"node-2", 29 * time.Second, true},
-		"replica silent for three renewals": {"node-2", 30 * time.Second, false},
-		"a node with no replica":            {"node-3", 0, false},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got := r.on(tc.node, t0.Add(tc.at)); (got != "") != tc.alive {
-				t.Errorf("on(%s) = %q, want alive %v", tc.node, got, tc.alive)
-			}
-		})
-	}
-	// The evidence of one renewal reads the same at every look: a held incident records
-	// its hold once, not at every sync (a demo-cluster run wrote 76 Hold steps in 1.7s).
-	if a, b := r.on("node-2", t0.Add(time.Second)), r.on("node-2", t0.Add(2*time.Second)); a != b {
-		t.Errorf("the same renewal reads %q, then %q", a, b)
-	}
-	r.observe(lease("node-2", t0.Add(time.Minute)), t0.Add(time.Minute))
-	if r.on("node-2", t0.Add(70*time.Second)) == "" {
-		t.Errorf("a renewal seen again makes the replica alive again")
-	}
-	r.forget("kubefence-controller-1")
-	if r.on("node-2", t0.Add(70*time.Second)) != "" {
-		t.Errorf("a deleted identity Lease still counts")
-	}
-}
-
 // TestUnhealthyGaugeFollowsIncidents: kubefence_nodes_unhealthy counts a node with an open
 // incident, and stops counting it once the incident is cancelled (issue 19: the gauge
 // stayed at 2 after both incidents it counted were cancelled).
@@ -163,11 +122,11 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 	c.cfg.Policies = []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"none"}}}}}
 	c.cfg.Policies[0].Default()
 	for _, n := range []string{"node-1", "node-2"} {
-		if err := c.kubeInformers.Core().V1().Nodes().Informer().GetIndexer().Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+		if err := c.opts.Caches.Kube.Core().V1().Nodes().Informer().GetIndexer().Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := c.store.indexer.Add(nf.DeepCopy()); err != nil {
+	if err := nfIndexer(c).Add(nf.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	c.refreshUnhealthy(detected)
@@ -175,7 +134,7 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 		t.Fatalf("gauge %v with one open incident, want 1", got)
 	}
 	nf.Status.Phase = v1alpha1.PhaseCancelled
-	if err := c.store.indexer.Update(nf.DeepCopy()); err != nil {
+	if err := nfIndexer(c).Update(nf.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	c.refreshUnhealthy(detected)
@@ -210,7 +169,7 @@ func TestFailedIncidentBlocksNewOnes(t *testing.T) {
 				nf.Annotations = map[string]string{v1alpha1.RetryAnnotation: "true"}
 			}
 			c := testController(t, nf)
-			if err := c.store.indexer.Add(nf.DeepCopy()); err != nil {
+			if err := nfIndexer(c).Add(nf.DeepCopy()); err != nil {
 				t.Fatal(err)
 			}
 			why := c.failedUnrecovered("node-1", tc.obs)

@@ -10,11 +10,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
@@ -24,115 +21,160 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/coalesce"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
-	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
 	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // NodeLeaseNamespace is where kubelets keep their heartbeat Leases.
-const NodeLeaseNamespace = "kube-node-lease"
+const NodeLeaseNamespace = detector.LeaseNamespace
 
-// Options are what the controller needs from main.
+// Options are what the incident loop needs from the process that wires it (pkg/app).
 type Options struct {
 	Config *v1alpha1.Config
 	Client kubernetes.Interface
 	// Fencing is the typed client of NodeFences and KubefenceRemediations.
 	Fencing versioned.Interface
-	// Dynamic reads Cluster API Machines (config externalRemediation); may be nil.
-	Dynamic  dynamic.Interface
-	Agents   AgentSource
+	// Caches are the process's shared informer factories; the loop adds its handlers.
+	Caches *caches.Set
+	// Store is the incident record, read from Caches' NodeFences.
+	Store *incidents.Store
+	// Detector judges the nodes' health; the loop feeds it the Lease and Node events.
+	Detector *detector.Detector
+	// Caller reaches the agents; indexed on Caches' nodes by New.
+	Caller *agentcall.Caller
+	// Peers are the other controllers the loop asks; each may be nil (off).
+	Peers    Peers
 	Recorder record.EventRecorder
+	// Registry takes the loop's metrics; nil: a registry of its own.
+	Registry *prometheus.Registry
 	// Identity names this replica (hostname_PID_suffix).
 	Identity string
-	// Workers is how many nodes are synced at once; zero means DefaultWorkers.
-	Workers int
-	// PollInterval is how often a fenced state is read back while verifying.
-	PollInterval time.Duration
 	// Now is the clock.
 	Now func() time.Time
-	// OnDeposed is called when a newer leader's epoch is found on an incident: the
-	// replica must stop at once (main exits with code 2).
-	OnDeposed func(error)
+	// Leader is this replica's place among the replicas.
+	Leader LeaderOptions
+	// Tuning are the loop's knobs, each with a default.
+	Tuning Tuning
+}
+
+// Peers are the controllers whose state the loop asks about, through their methods.
+type Peers struct {
+	// Health knows which remote agents do not answer; nil: every agent is taken as up.
+	Health *agentcall.Health
+	// Requests carries the health checkers' KubefenceRemediations; nil when off.
+	Requests *requests.Requests
+}
+
+// LeaderOptions say how this replica leads.
+type LeaderOptions struct {
 	// Guard checks the leader Lease before every write and irreversible action; nil
 	// without leader election.
 	Guard *leader.LeaseGuard
+	// OnDeposed is called when a newer leader's epoch is found on an incident: the
+	// replica must stop at once (main exits with code 2).
+	OnDeposed func(error)
 	// NodeName is the node this replica runs on (the downward API's spec.nodeName);
 	// empty outside a pod. It is never fenced by this replica.
 	NodeName string
 	// IdentityRenewInterval is how often replicas renew their identity Leases; a node
 	// whose replica renewed within three of them is alive and never fenced. Default 10s.
 	IdentityRenewInterval time.Duration
-	// PauseAt names a test pause point (PauseAtEnv); empty in production.
-	PauseAt string
-	// TargetInterval is how often the leader reads every node's first-level fence
-	// device (kubefence_target_up); zero means DefaultTargetInterval.
-	TargetInterval time.Duration
 }
 
-// Controller detects unhealthy nodes and drives their fencing incidents.
+// Tuning are the loop's knobs.
+type Tuning struct {
+	// Workers is how many nodes are synced at once; zero means DefaultWorkers.
+	Workers int
+	// PollInterval is how often a fenced state is read back while verifying.
+	PollInterval time.Duration
+	// PauseAt names a test pause point (PauseAtEnv); empty in production.
+	PauseAt string
+}
+
+// Controller is the incident loop: it looks at each node when it, its Lease or one of its
+// incidents changes, opens an incident for a node that is unhealthy, decides, fences
+// through the agents, releases the node's workloads once the fence is verified, and
+// recovers the node when it is back on a new boot, recording every step on the incident.
 type Controller struct {
-	opts        Options
-	cfg         *v1alpha1.Config
-	client      kubernetes.Interface
+	opts     Options
+	cfg      *v1alpha1.Config
+	client   kubernetes.Interface
+	caches   nodeCaches
+	store    *incidents.Store
+	detector *detector.Detector
+	caller   *agentcall.Caller
+	remedy   *remediate.Remediator
+	queue    workqueue.TypedRateLimitingInterface[string]
+	metrics  *metrics
+	now      func() time.Time
+	peers    peers
+	lead     leadership
+	events   eventLog
+	decide   decisions
+}
+
+// nodeCaches are the loop's reads of the cluster, from the shared caches.
+type nodeCaches struct {
 	nodes       corelisters.NodeLister
 	pods        cache.SharedIndexInformer
 	pdbs        policylisters.PodDisruptionBudgetLister
 	attachments storagelisters.VolumeAttachmentLister
-	synced      []cache.InformerSynced
-	store       *store
-	detector    *detector.Detector
-	caller      *agentCaller
-	remedy      *remediate.Remediator
-	queue       workqueue.TypedRateLimitingInterface[string]
-	metrics     *metrics
-	recorder    record.EventRecorder
-	now         func() time.Time
-
-	kubeInformers informers.SharedInformerFactory
-	leaseInformer informers.SharedInformerFactory
-	idInformer    informers.SharedInformerFactory
-	nfInformer    fencinginformers.SharedInformerFactory
-	replicas      *replicas
-	pause         *pauser
-	// reportInformer follows the node agents' reports into watchdogs; nil when no policy
-	// has a watchdog level and heartbeats are off.
-	reportInformer informers.SharedInformerFactory
-	watchdogs      *watchdogs
-	// heartbeats is this replica's seat among the agents' peers; nil when off.
-	heartbeats *heartbeats
-	// requests carries health checkers' KubefenceRemediations; nil when off.
-	requests *requests
 	// nodeLeases reads node Leases live before incidents open, shared among them.
 	nodeLeases *coalesce.Batch[string, *coordinationv1.Lease]
+}
 
-	// guard checks the Lease before irreversible actions; nil without leader election.
+// peers are what the loop asks of the other controllers and of the replicas.
+type peers struct {
+	health   *agentcall.Health
+	requests *requests.Requests
+	replicas *leader.Replicas
+	// watchdogs follows the node agents' reports; heartbeats is this replica's seat
+	// among the agents' peers (nil when off).
+	watchdogs  *watchdogs
+	heartbeats *heartbeats
+}
+
+// leadership is this replica's standing as leader: the Lease check and the epoch it acts
+// at.
+type leadership struct {
 	guard *leader.LeaseGuard
+	pause *pauser
+	mu    sync.Mutex
+	epoch int64
+	// apiUnreachable is set when a read of a node Lease failed: the API server may be
+	// down, and with it every kubelet's renewals (see confirmStale).
+	apiUnreachable atomic.Bool
+}
+
+// eventLog holds each incident's Events until its next save.
+type eventLog struct {
+	recorder record.EventRecorder
+	mu       sync.Mutex
+	// pending are the events of each incident waiting for its next save.
+	pending map[string][]pendingEvent
+}
+
+// decisions are what a decision shares with the others.
+type decisions struct {
 	// admission makes each fence decision and its claim on the budget one step.
 	admission admission
 	// gate lets a storm's releases go before their records.
 	gate releaseGate
-	// offReads are fence devices read off while their node may live.
-	offReads *offReads
-
-	mu    sync.Mutex
-	epoch int64
+	mu   sync.Mutex
 	// dryRunSeen holds, per node, the unhealthy episodes (keyed by when their evidence
 	// started) already reported in dry run. A node's entry goes once it is healthy again
 	// or deleted (forgetDryRun), so the map holds only nodes that are unhealthy now.
 	dryRunSeen map[string]map[string]bool
-	// agentDown holds, per remote agent that failed its last health check, why.
-	agentDown map[string]string
-	// pendingEvents are the events of each incident waiting for its next save.
-	pendingEvents map[string][]pendingEvent
-	// apiUnreachable is set when a read of a node Lease failed: the API server may be
-	// down, and with it every kubelet's renewals (see confirmStale).
-	apiUnreachable atomic.Bool
 }
 
 // DefaultWorkers is how many nodes are synced at once by default. A worker stays with an
@@ -143,136 +185,81 @@ type Controller struct {
 // goroutine waiting on the queue.
 const DefaultWorkers = 100
 
-// New builds a controller; Run starts it.
+// New builds the incident loop on opts' caches; Run starts it.
 func New(opts Options) (*Controller, error) {
-	if opts.Workers <= 0 {
-		opts.Workers = DefaultWorkers
+	t := &opts.Tuning
+	if t.Workers <= 0 {
+		t.Workers = DefaultWorkers
 	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = 250 * time.Millisecond
+	if t.PollInterval <= 0 {
+		t.PollInterval = 250 * time.Millisecond
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.TargetInterval <= 0 {
-		opts.TargetInterval = DefaultTargetInterval
-	}
-	if opts.IdentityRenewInterval <= 0 {
-		opts.IdentityRenewInterval = 10 * time.Second
+	if opts.Leader.IdentityRenewInterval <= 0 {
+		opts.Leader.IdentityRenewInterval = 10 * time.Second
 	}
 	cfg := opts.Config
 	c := &Controller{
-		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, recorder: opts.Recorder, guard: opts.Guard,
-		metrics: newMetrics(),
-		detector: detector.New(detector.Thresholds{
-			LeaseStaleAfter:       cfg.Detection.LeaseStaleAfter.Duration,
-			NotReadyAfter:         cfg.Detection.NotReadyAfter.Duration,
-			ExpectedRenewInterval: cfg.Detection.ExpectedRenewInterval.Duration,
-			FlapWindow:            cfg.Detection.FlapWindow.Duration,
-			FlapThreshold:         int(cfg.Detection.FlapThreshold),
-			Heartbeats:            cfg.Heartbeats != nil,
-		}),
-		replicas:      newReplicas(opts.NodeName, opts.IdentityRenewInterval),
-		pause:         &pauser{point: opts.PauseAt},
-		dryRunSeen:    map[string]map[string]bool{},
-		agentDown:     map[string]string{},
-		pendingEvents: map[string][]pendingEvent{},
+		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, store: opts.Store, detector: opts.Detector, caller: opts.Caller,
+		metrics: newMetrics(opts.Registry),
+		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests,
+			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
+		},
+		lead:   leadership{guard: opts.Leader.Guard, pause: &pauser{point: t.PauseAt}},
+		events: eventLog{recorder: opts.Recorder, pending: map[string][]pendingEvent{}},
+		decide: decisions{dryRunSeen: map[string]map[string]bool{}},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
 		// bucket would queue a hundred simultaneous incidents behind each other.
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
 	}
-	names := make([]string, 0, len(cfg.Agents))
-	for _, a := range cfg.Agents {
-		names = append(names, a.Name)
+	c.peers.watchdogs = newWatchdogs(cfg.Watchdog, func() time.Time { return c.now() })
+	c.metrics.initCounters()
+	if cfg.Heartbeats != nil {
+		c.peers.heartbeats = newHeartbeats(cfg.Heartbeats, c.metrics.registry)
 	}
-	c.metrics.initCounters(names)
-	c.offReads = newOffReads(c.metrics.registry, cfg.Detection.ExpectedRenewInterval.Duration)
-	// The agents read the controller's clock as it is at each call: a test that swaps it
-	// swaps theirs too.
-	var err error
-	c.caller, err = newAgentCaller(opts.Agents, cfg, opts.Client, c.metrics, func() time.Time { return c.now() },
-		func() ([]*corev1.Node, error) { return c.nodes.List(everything()) })
-	if err != nil {
+	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
+	if err := c.useCaches(opts); err != nil {
 		return nil, err
 	}
-	c.nodeLeases = nodeLeaseReads(opts.Client)
 	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn,
 		CachedAttachments: func() []*storagev1.VolumeAttachment {
-			vas, _ := c.attachments.List(everything()) // a cache read fails only on a selector it cannot use
+			vas, _ := c.caches.attachments.List(everything()) // a cache read fails only on a selector it cannot use
 			return vas
 		},
 		Node: func(name string) (*corev1.Node, bool) {
-			n, err := c.nodes.Get(name)
+			n, err := c.caches.nodes.Get(name)
 			if err != nil {
 				return nil, false
 			}
 			return n.DeepCopy(), true
 		}}
-	c.watchdogs = newWatchdogs(cfg.Watchdog, func() time.Time { return c.now() })
-	if cfg.Heartbeats != nil {
-		c.heartbeats = newHeartbeats(cfg.Heartbeats, c.metrics.registry)
-	}
-	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
-	if err := c.newCaches(opts); err != nil {
-		return nil, err
-	}
 	return c, nil
 }
 
-// newCaches sets up the informer caches the controller reads, and their handlers.
-func (c *Controller) newCaches(opts Options) error {
-	cfg := opts.Config
-	c.kubeInformers = informers.NewSharedInformerFactory(opts.Client, 10*time.Minute)
-	c.leaseInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
-		informers.WithNamespace(NodeLeaseNamespace))
-	c.nfInformer = fencinginformers.NewSharedInformerFactory(opts.Fencing, 10*time.Minute)
-	c.idInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
-		informers.WithNamespace(cfg.LeaderElection.Namespace), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = leader.IdentityLabel + "=true," + leader.ComponentLabel + "=controller"
-		}))
-
-	nodeInf := c.kubeInformers.Core().V1().Nodes()
-	leaseInf := c.leaseInformer.Coordination().V1().Leases()
-	podInf := c.kubeInformers.Core().V1().Pods()
-	pdbInf := c.kubeInformers.Policy().V1().PodDisruptionBudgets()
-	vaInf := c.kubeInformers.Storage().V1().VolumeAttachments()
-	// Caches of every node, lease and pod are the controller's memory; drop what it never reads.
-	for _, inf := range []cache.SharedIndexInformer{nodeInf.Informer(), leaseInf.Informer(), podInf.Informer()} {
-		if err := inf.SetTransform(detector.TrimForCache); err != nil {
-			return fmt.Errorf("trim cache: %w", err)
-		}
-	}
+// useCaches takes the loop's reads from the shared caches and adds its handlers.
+func (c *Controller) useCaches(opts Options) error {
+	kube := opts.Caches.Kube
+	nodeInf := kube.Core().V1().Nodes()
+	podInf := kube.Core().V1().Pods()
 	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: podsByNode}); err != nil {
 		return fmt.Errorf("index pods: %w", err)
 	}
-	c.pods, c.pdbs, c.attachments = podInf.Informer(), pdbInf.Lister(), vaInf.Lister()
-	nfInf := c.nfInformer.Fencing().V1alpha1().NodeFences()
-	if err := nfInf.Informer().AddIndexers(nodeFenceIndexers()); err != nil {
-		return fmt.Errorf("index incidents: %w", err)
+	if err := c.caller.Index(nodeInf.Informer()); err != nil {
+		return err
 	}
-	if err := nodeInf.Informer().AddIndexers(cache.Indexers{targetIndex: c.caller.targetKeys}); err != nil {
-		return fmt.Errorf("index nodes by target: %w", err)
-	}
-	c.caller.owned = indexedOwners(nodeInf.Informer().GetIndexer())
-	c.nodes = nodeInf.Lister()
-	nfClient := opts.Fencing.FencingV1alpha1().NodeFences()
-	c.store = &store{client: nfClient, indexer: nfInf.Informer().GetIndexer(), openReads: sharedOpenReads(nfClient)}
-	idInf := c.idInformer.Coordination().V1().Leases().Informer()
-	c.synced = []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, nfInf.Informer().HasSynced,
-		podInf.Informer().HasSynced, pdbInf.Informer().HasSynced, vaInf.Informer().HasSynced, idInf.HasSynced}
-	if usesWatchdog(cfg) || cfg.Heartbeats != nil {
-		if err := c.watchReports(opts); err != nil {
+	c.caches = nodeCaches{nodes: nodeInf.Lister(), pods: podInf.Informer(), pdbs: kube.Policy().V1().PodDisruptionBudgets().Lister(),
+		attachments: kube.Storage().V1().VolumeAttachments().Lister(), nodeLeases: detector.LeaseReads(opts.Client)}
+	if usesWatchdog(c.cfg) || c.cfg.Heartbeats != nil {
+		if err := c.watchReports(opts.Caches.Reports.Coordination().V1().Leases().Informer()); err != nil {
 			return err
 		}
 	}
-	if cfg.ExternalRemediation.Enabled {
-		if err := c.watchRequests(opts); err != nil {
-			return err
-		}
-	}
-	return c.watch(nodeInf.Informer(), leaseInf.Informer(), nfInf.Informer(), idInf)
+	return c.watch(nodeInf.Informer(), opts.Caches.NodeLeases.Coordination().V1().Leases().Informer(),
+		opts.Caches.Fencing.Fencing().V1alpha1().NodeFences().Informer(), opts.Caches.Identities.Coordination().V1().Leases().Informer())
 }
 
 // usesWatchdog reports whether a policy has a watchdog level.
@@ -288,19 +275,13 @@ func usesWatchdog(cfg *v1alpha1.Config) bool {
 }
 
 // watchReports follows the node agents' report Leases.
-func (c *Controller) watchReports(opts Options) error {
-	c.reportInformer = informers.NewSharedInformerFactoryWithOptions(opts.Client, 10*time.Minute,
-		informers.WithNamespace(c.cfg.Watchdog.Namespace), informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = nodeagent.ComponentLabel + "=" + nodeagent.Component
-		}))
-	inf := c.reportInformer.Coordination().V1().Leases().Informer()
-	c.synced = append(c.synced, inf.HasSynced)
+func (c *Controller) watchReports(inf cache.SharedIndexInformer) error {
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onReport(obj) },
 		UpdateFunc: func(_, obj any) { c.onReport(obj) },
 		DeleteFunc: func(obj any) {
 			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
-				c.watchdogs.forget("", nodeagent.NodeOf(l))
+				c.peers.watchdogs.forget("", nodeagent.NodeOf(l))
 			}
 		},
 	})
@@ -317,13 +298,13 @@ func (c *Controller) onReport(obj any) {
 	if !ok {
 		return
 	}
-	holds := c.watchdogs.observe(l)
+	holds := c.peers.watchdogs.observe(l)
 	if node := nodeagent.NodeOf(l); node != "" {
 		c.queue.Add(node)
 	}
 	for _, name := range holds {
-		if obj, ok, err := c.store.indexer.GetByKey(name); err == nil && ok {
-			c.queue.Add(obj.(*v1alpha1.NodeFence).Spec.NodeName)
+		if nf := c.store.Get(name); nf != nil {
+			c.queue.Add(nf.Spec.NodeName)
 		}
 	}
 }
@@ -336,7 +317,7 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 		UpdateFunc: func(_, obj any) { c.onIdentityLease(obj) },
 		DeleteFunc: func(obj any) {
 			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
-				c.replicas.forget(l.Name)
+				c.peers.replicas.Forget(l.Name)
 			}
 		},
 	}); err != nil {
@@ -361,10 +342,10 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 		DeleteFunc: func(obj any) {
 			// A deleted incident's last write has nothing left to stand in for.
 			if nf, ok := unwrapDeleted(obj).(*v1alpha1.NodeFence); ok {
-				c.store.forget(nf.Name)
+				c.store.Forget(nf.Name)
 				c.dropEvents(nf.Name)
-				c.admission.unclaim(nf.Name)
-				c.watchdogs.forget(nf.Name, "")
+				c.decide.admission.unclaim(nf.Name)
+				c.peers.watchdogs.forget(nf.Name, "")
 			}
 		},
 	}); err != nil {
@@ -373,11 +354,26 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 	return nil
 }
 
-// Registry is the controller's metrics registry, for the HTTP server.
-func (c *Controller) Registry() *prometheus.Registry { return c.metrics.registry }
+// Enqueue asks the loop to look at node.
+func (c *Controller) Enqueue(node string) { c.queue.Add(node) }
 
-// IdentityMetrics receives the renewals of this replica's identity Lease.
-func (c *Controller) IdentityMetrics() leader.IdentityMetrics { return c.metrics }
+// Now is the loop's clock.
+func (c *Controller) Now() time.Time { return c.now() }
+
+// CheckLease reads the leader Lease fresh and passes while this replica leads at its
+// epoch; a deposed replica is stopped (Options.Leader.OnDeposed).
+func (c *Controller) CheckLease(ctx context.Context) error { return c.checkLease(ctx) }
+
+// LeaseConfirmed passes when a Lease check passed within the renew deadline, and checks
+// again otherwise.
+func (c *Controller) LeaseConfirmed(ctx context.Context) error { return c.leaseConfirmed(ctx) }
+
+// Remediator is the loop's release and undo of a node's workloads.
+func (c *Controller) Remediator() *remediate.Remediator { return c.remedy }
+
+// Record is the loop's record of incidents (steps, Events held for the save, the save at
+// this replica's epoch), for the repairs of closed incidents.
+func (c *Controller) Record() IncidentRecord { return IncidentRecord{c} }
 
 func unwrapDeleted(obj any) any {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -403,30 +399,22 @@ func (c *Controller) onLease(obj any) {
 
 func (c *Controller) onIdentityLease(obj any) {
 	if l, ok := obj.(*coordinationv1.Lease); ok {
-		c.replicas.observe(l, c.now())
+		c.peers.replicas.Observe(l, c.now())
 	}
 }
 
 func (c *Controller) onNodeFence(obj any) {
 	if nf, ok := obj.(*v1alpha1.NodeFence); ok && nf.Spec.NodeName != "" {
 		c.queue.Add(nf.Spec.NodeName)
-		c.onRequestIncident(nf)
+		c.peers.requests.OnIncident(nf)
 	}
 }
 
-// StartInformers starts the caches; standbys run them too so a takeover starts warm.
-func (c *Controller) StartInformers(ctx context.Context) error {
-	c.kubeInformers.Start(ctx.Done())
-	c.leaseInformer.Start(ctx.Done())
-	c.idInformer.Start(ctx.Done())
-	c.nfInformer.Start(ctx.Done())
-	if c.reportInformer != nil {
-		c.reportInformer.Start(ctx.Done())
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return fmt.Errorf("informer caches did not sync")
-	}
-	if c.heartbeats != nil {
+// Start starts what a standby keeps warm too: this replica's seat among the node agents'
+// peers, so that a new leader knows at once which agents are gone. The caches are started
+// by whoever made them (caches.Set.Start).
+func (c *Controller) Start(ctx context.Context) error {
+	if c.peers.heartbeats != nil {
 		return c.startHeartbeats(ctx)
 	}
 	return nil
@@ -436,9 +424,9 @@ func (c *Controller) StartInformers(ctx context.Context) error {
 func (c *Controller) Run(ctx context.Context, epoch int64) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
-	c.mu.Lock()
-	c.epoch = epoch
-	c.mu.Unlock()
+	c.lead.mu.Lock()
+	c.lead.epoch = epoch
+	c.lead.mu.Unlock()
 	c.metrics.leader.Set(1)
 	// Open incidents resume from their status; new ones need evidence gathered while this
 	// replica leads (see Detector.RestartClocks).
@@ -446,27 +434,18 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	klog.FromContext(ctx).Info("Acting as leader", "identity", c.opts.Identity, "epoch", epoch)
 	// A cache read fails only on a selector it cannot use; the resync below enqueues
 	// every node again within seconds anyway.
-	nodes, err := c.nodes.List(everything())
+	nodes, err := c.caches.nodes.List(everything())
 	if err == nil {
 		for _, n := range nodes {
 			c.queue.Add(n.Name)
 		}
 	}
-	for range c.opts.Workers {
+	for range c.opts.Tuning.Workers {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)
 	}
-	// Every fence device is read now and then regularly, as Pacemaker's monitor does.
-	go c.monitorTargets(ctx, c.opts.TargetInterval)
-	// At take-over and then regularly, find what a dead predecessor left behind.
-	go wait.UntilWithContext(ctx, c.reconcileOrphans, time.Minute)
-	if c.requests != nil {
-		go c.runRequests(ctx)
-	}
-	// Ended incidents are kept as history, within the configured retention.
-	go wait.UntilWithContext(ctx, c.pruneHistory, historyInterval)
 	// Leases that stop changing produce no events: look at every node regularly.
 	go wait.UntilWithContext(ctx, func(context.Context) {
-		nodes, err := c.nodes.List(everything())
+		nodes, err := c.caches.nodes.List(everything())
 		if err != nil {
 			return // a cache read; the next round tries again
 		}
@@ -479,9 +458,9 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 }
 
 func (c *Controller) currentEpoch() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.epoch
+	c.lead.mu.Lock()
+	defer c.lead.mu.Unlock()
+	return c.lead.epoch
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -507,4 +486,23 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.Forget(key)
 	}
 	return true
+}
+
+// IncidentRecord is the incident loop's record of an incident (steps, Events held for the
+// save, the save at this replica's epoch).
+type IncidentRecord struct{ c *Controller }
+
+// Step adds a timeline step to nf.
+func (r IncidentRecord) Step(ctx context.Context, nf *v1alpha1.NodeFence, typ, msg string) {
+	r.c.step(ctx, nf, r.c.now(), typ, msg)
+}
+
+// Event holds an Event of nf (or, with nf nil, of node) for its next save.
+func (r IncidentRecord) Event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
+	r.c.event(node, nf, typ, reason, format, args...)
+}
+
+// Save writes nf's status at this replica's epoch.
+func (r IncidentRecord) Save(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	return r.c.save(ctx, nf)
 }

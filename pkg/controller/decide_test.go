@@ -98,3 +98,24 @@ func TestUnwrittenIncidentReadLive(t *testing.T) {
 		t.Errorf("phase %s (%q), want Cancelled on the live renewal", got.Status.Phase, got.Status.Message)
 	}
 }
+
+// TestMarkedNodeHeld: a node the device monitor marked (its fence device read off while
+// it lived) is not fenced when it dies: its incident is held with the mark's words, and
+// no agent is called: a fence through that device would verify without touching it.
+func TestMarkedNodeHeld(t *testing.T) {
+	objs := threeNodes()
+	const mark = "agent ipmi read target bmc-spare off at 2026-11-24T06:00:00Z, and node node-1 renewed its Lease after"
+	objs[0].(*corev1.Node).Annotations[v1alpha1.TargetReadsOffAnnotation] = mark
+	f := newFixture(t, fixtureConfig(), objs...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	f.expectCalls()
+	nf := f.incident("node-1")
+	if nf.Status.Phase != v1alpha1.PhaseHeld || nf.Status.Message != mark {
+		t.Fatalf("incident %s (%q), want Held with the mark's words", nf.Status.Phase, nf.Status.Message)
+	}
+	if holds := stepsOf(nf, v1alpha1.StepHold); len(holds) == 0 || !strings.HasPrefix(holds[0], policy.ReasonTargetReadsOff) {
+		t.Errorf("hold steps %q, want %s", holds, policy.ReasonTargetReadsOff)
+	}
+}

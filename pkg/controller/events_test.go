@@ -2,25 +2,17 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -31,7 +23,7 @@ import (
 func TestEventsWaitForTheSave(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
-	rec := c.recorder.(*record.FakeRecorder)
+	rec := c.events.recorder.(*record.FakeRecorder)
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "node %s", node.Name)
 	if n := len(rec.Events); n != 0 {
 		t.Fatalf("%d events sent before the save", n)
@@ -58,7 +50,7 @@ func TestEventsWaitForTheSave(t *testing.T) {
 func TestEventOnNodeOnly(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
-	rec := c.recorder.(*record.FakeRecorder)
+	rec := c.events.recorder.(*record.FakeRecorder)
 	rec.IncludeObject = true
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "with node")
 	c.event(nil, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "node gone")
@@ -135,7 +127,7 @@ func TestEventsFoldInAStorm(t *testing.T) {
 	expect(save(v1alpha1.PhaseFencing), "Warning FenceStarted unhealthy. fencing")
 
 	for i := range eventStormAt {
-		c.admission.claimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), c.now())
+		c.decide.admission.claimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), c.now())
 	}
 	start()
 	expect(save(v1alpha1.PhaseFencing)) // before the agent call
@@ -158,134 +150,17 @@ func TestEventsFoldInAStorm(t *testing.T) {
 
 // TestConfirmedSinkDropsUnconfirmed: the broadcaster's queue may hold an event while the
 // process is paused; on waking it goes out only if a Lease check passed within the renew
-// deadline, and the refusal is one the broadcaster does not retry.
-func TestConfirmedSinkDropsUnconfirmed(t *testing.T) {
-	client := fake.NewSimpleClientset()
-	until := time.Now().Add(-time.Second)
-	s := confirmedSink{events: client.CoreV1().Events(""), until: func() time.Time { return until }}
-	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "default"}}
-	_, err := s.Create(ev)
-	sent := func() int {
-		l, _ := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
-		return len(l.Items)
-	}
-	if err == nil || sent() != 0 {
-		t.Fatalf("unconfirmed: err %v, %d sent", err, sent())
-	}
-	if !apierrors.IsServiceUnavailable(err) {
-		t.Errorf("refusal %T %v is not a StatusError the broadcaster gives up on", err, err)
-	}
-	until = time.Now().Add(time.Minute)
-	if _, err := s.Create(ev); err != nil || sent() != 1 {
-		t.Errorf("confirmed: err %v, %d sent", err, sent())
-	}
-}
-
-// TestConfirmedSinkReconfirms: an Event whose confirmation ran out while it waited in the
-// broadcaster's queue goes out after a Lease check of its own passes, and is dropped when
-// that check fails (a deposed replica).
-func TestConfirmedSinkReconfirms(t *testing.T) {
-	client := fake.NewSimpleClientset()
-	until := time.Now().Add(-time.Second)
-	var checkErr error
-	checks := 0
-	s := confirmedSink{events: client.CoreV1().Events(""), until: func() time.Time { return until },
-		reconfirm: func(context.Context) error {
-			checks++
-			if checkErr == nil {
-				until = time.Now().Add(time.Minute)
-			}
-			return checkErr
-		}}
-	sent := func() int {
-		l, _ := client.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
-		return len(l.Items)
-	}
-	checkErr = errors.New("lease held by another replica")
-	if _, err := s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}}); err == nil || sent() != 0 || checks != 1 {
-		t.Fatalf("failed check: err %v, %d sent, %d checks; want refused after one check", err, sent(), checks)
-	}
-	checkErr = nil
-	if _, err := s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "default"}}); err != nil || sent() != 1 || checks != 2 {
-		t.Fatalf("passed check: err %v, %d sent, %d checks; want sent after one check", err, sent(), checks)
-	}
-	if _, err := s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "default"}}); err != nil || sent() != 2 || checks != 2 {
-		t.Errorf("confirmed: err %v, %d sent, %d checks; want sent with no new check", err, sent(), checks)
-	}
-}
-
-// TestConfirmedSinkRequestEndsWithConfirmation: the request itself carries the
-// confirmation's end as its deadline, so a replica paused between the check and the send
-// abandons it on waking. Here the API server holds the request until the client gives up.
-func TestConfirmedSinkRequestEndsWithConfirmation(t *testing.T) {
-	seen, release := make(chan struct{}, 1), make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case seen <- struct{}{}:
-		default:
-		}
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
-	}))
-	defer srv.Close()
-	defer close(release) // before Close, which waits for the handler
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	until := time.Now().Add(300 * time.Millisecond)
-	s := confirmedSink{events: client.CoreV1().Events(""), until: func() time.Time { return until }}
-	_, err = s.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "default"}})
-	select {
-	case <-seen:
-	default:
-		t.Fatal("the request never reached the server")
-	}
-	if !apierrors.IsServiceUnavailable(err) {
-		t.Fatalf("a request outliving its confirmation returned %v, want the unconfirmed refusal", err)
-	}
-	if time.Now().Before(until) {
-		t.Fatalf("the request ended before its deadline %s", until)
-	}
-}
-
-// TestBuildInfoMetric: every registry carries kubefence_build_info with the build's
-// version, revision and Go version.
-func TestBuildInfoMetric(t *testing.T) {
-	m := newMetrics()
-	families, err := m.registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "kubefence_build_info" {
-			continue
-		}
-		labels := map[string]string{}
-		for _, l := range f.GetMetric()[0].GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		if labels["version"] != buildinfo.Version() || labels["goversion"] != buildinfo.GoVersion() || labels["revision"] == "" {
-			t.Errorf("kubefence_build_info labels %v", labels)
-		}
-		return
-	}
-	t.Errorf("no kubefence_build_info")
-}
 
 // TestCountersStartAtZero: a fresh controller exports every counter an alert reads at
 // 0, so that the first failure is an increase (issue 23: KubefenceFencingFailed missed
 // the first failed incident).
 func TestCountersStartAtZero(t *testing.T) {
-	c := testController(t, pendingIncident(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC), nil))
-	c.metrics.initCounters([]string{"ipmi"})
+	c := fixtureController(t, fixtureConfig(), nil, pendingIncident(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC), nil))
 	want := map[string]bool{
-		fmt.Sprintf(`kubefence_incidents_total{phase="%s"}`, v1alpha1.PhaseFailed):                                          false,
-		fmt.Sprintf(`kubefence_holds_total{reason="%s"}`, policy.ReasonStorm):                                               false,
-		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindAgentDied, methodFence):  false,
-		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindPermanent, methodStatus): false,
+		fmt.Sprintf(`kubefence_incidents_total{phase="%s"}`, v1alpha1.PhaseFailed):                                                    false,
+		fmt.Sprintf(`kubefence_holds_total{reason="%s"}`, policy.ReasonStorm):                                                         false,
+		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindAgentDied, agentcall.MethodFence):  false,
+		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindPermanent, agentcall.MethodStatus): false,
 	}
 	families, err := c.metrics.registry.Gather()
 	if err != nil {
@@ -317,7 +192,7 @@ func saveAndDrain(t *testing.T, c *Controller, nf *v1alpha1.NodeFence) []string 
 	if err := c.save(context.Background(), nf); err != nil {
 		t.Fatal(err)
 	}
-	rec := c.recorder.(*record.FakeRecorder)
+	rec := c.events.recorder.(*record.FakeRecorder)
 	var got []string
 	for len(rec.Events) > 0 {
 		got = append(got, <-rec.Events)

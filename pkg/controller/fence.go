@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -22,7 +23,7 @@ import (
 // in between is written with the next of those: losing it to a crash only means the
 // fence is issued and read back again, which agents do idempotently.
 func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
-	plan := fencer.PlanFor(pol, c.opts.PollInterval)
+	plan := fencer.PlanFor(pol, c.opts.Tuning.PollInterval)
 	unsaved := false
 	wait := func(d time.Duration) (time.Duration, error) {
 		if !unsaved {
@@ -63,7 +64,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		case fencer.DoFence:
 			// The call follows a fresh read of the leader Lease and the write of the issued
 			// attempt.
-			if why := c.agentDownReason(step.Agent); why != "" {
+			if why := c.peers.health.Down(step.Agent); why != "" {
 				msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
 				c.step(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
 				c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
@@ -93,7 +94,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			if err := <-checked; err != nil {
 				return 0, err
 			}
-			c.pause.at(PauseBeforeFenceCall)
+			c.lead.pause.at(PauseBeforeFenceCall)
 			// The fresh check vouches for this replica for one renew deadline. A replica
 			// paused since (SIGSTOP, a frozen VM) may have been replaced while it slept, and
 			// its power-off would be a deposed leader's: past the deadline it reads the Lease
@@ -127,7 +128,7 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 	}
 	ev := c.callStep(ctx, nf, node, step, a.Deadline.Time)
 	if step.Kind == fencer.DoFence {
-		c.pause.at(PauseAfterFenceCall)
+		c.lead.pause.at(PauseAfterFenceCall)
 	}
 	prev := a.State
 	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {
@@ -139,7 +140,7 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 		// The same read error again while verifying: nothing new to record.
 		return false, nil
 	case ev.Err != nil:
-		c.step(ctx, nf, now, v1alpha1.StepAgentError, fmt.Sprintf("agent %s %s %s: %v", step.Agent, method(step), ev.ErrKind, ev.Err))
+		c.step(ctx, nf, now, v1alpha1.StepAgentError, fmt.Sprintf("agent %s %s %s: %v", step.Agent, agentcall.Method(step), ev.ErrKind, ev.Err))
 	case step.Kind == fencer.DoFence:
 		c.step(ctx, nf, now, v1alpha1.StepAgentReturned, fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
 	case lastAttempt(nf).State != prev:
@@ -161,7 +162,7 @@ func (c *Controller) callStep(ctx context.Context, nf *v1alpha1.NodeFence, node 
 	if a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try); a != nil {
 		target = a.Target
 	}
-	return c.caller.call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)
+	return c.caller.Call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)
 }
 
 // fenceTarget is the device step's Fence call goes to: the one the agent's first attempt
@@ -178,7 +179,7 @@ func (c *Controller) fenceTarget(nf *v1alpha1.NodeFence, node *corev1.Node, step
 			return a.Target, nil
 		}
 	}
-	return c.caller.resolve(step.Agent, node, nil)
+	return c.caller.Resolve(step.Agent, node, nil)
 }
 
 // callRecord describes the Fence call step is about to send to target; a re-issue (the
@@ -203,13 +204,6 @@ func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, p
 		return fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
 	return c.save(ctx, nf)
-}
-
-func method(step fencer.Step) string {
-	if step.Kind == fencer.DoVerify {
-		return methodStatus
-	}
-	return methodFence
 }
 
 func lastStepIs(nf *v1alpha1.NodeFence, typ, contains string) bool {

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/kubefence/kubefence/pkg/orphans"
+	"github.com/kubefence/kubefence/pkg/plugin/plugintest"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,10 +22,12 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -35,70 +39,6 @@ import (
 
 var f0 = time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)
 
-// bmc is an agent whose machine powers off when fenced and on when unfenced; it records
-// the calls.
-type bmc struct {
-	mu    sync.Mutex
-	on    bool
-	calls []string
-	// fence, when set, answers Fence instead (a BMC that refuses, or hangs).
-	fence func(ctx context.Context) error
-	// status, when set, fails Status for the targets it returns an error for (a BMC
-	// that does not answer).
-	status func(target string) error
-	// actions, when set, is what Describe offers (a storage fence offers no reboot);
-	// default a power agent's.
-	actions []plugin.Action
-	// readsOff are targets that read off whatever the machine does (another machine's
-	// BMC, switched off).
-	readsOff map[string]bool
-}
-
-func (b *bmc) Describe(context.Context) (plugin.Description, error) {
-	actions := b.actions
-	if actions == nil {
-		actions = []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}
-	}
-	return plugin.Description{Name: "bmc", Actions: actions}, nil
-}
-func (b *bmc) Validate(context.Context, map[string]string) error { return nil }
-func (b *bmc) record(call string, on bool, set bool) plugin.Result {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.calls = append(b.calls, call)
-	if set {
-		b.on = on
-	}
-	st := plugin.StateOff
-	if b.on {
-		st = plugin.StateOn
-	}
-	return plugin.Result{State: st, Evidence: "power " + string(st)}
-}
-func (b *bmc) Fence(ctx context.Context, req plugin.Request, _ plugin.Action) (plugin.Result, error) {
-	if b.fence != nil {
-		err := b.fence(ctx)
-		b.record("Fence "+req.Target, false, err == nil || ctx.Err() != nil)
-		return plugin.Result{}, err
-	}
-	return b.record("Fence "+req.Target, false, true), nil
-}
-func (b *bmc) Status(_ context.Context, req plugin.Request) (plugin.Result, error) {
-	res := b.record("Status "+req.Target, false, false)
-	if b.readsOff[req.Target] {
-		res = plugin.Result{State: plugin.StateOff, Evidence: "power off"}
-	}
-	if b.status != nil {
-		if err := b.status(req.Target); err != nil {
-			return plugin.Result{}, err
-		}
-	}
-	return res, nil
-}
-func (b *bmc) Unfence(_ context.Context, req plugin.Request) (plugin.Result, error) {
-	return b.record("Unfence "+req.Target, true, true), nil
-}
-
 type fixture struct {
 	t    testing.TB
 	c    *Controller
@@ -106,11 +46,13 @@ type fixture struct {
 	dyn  *fencingfake.Clientset
 	// machines serves Cluster API Machines (unstructured objects given to newFixture).
 	machines *dynamicfake.FakeDynamicClient
-	bmc      *bmc
+	bmc      *plugintest.Machine
 	now      time.Time
 	rec      *record.FakeRecorder
 	// reports counts the node agent reports given (their resourceVersions).
 	reports int
+	// orphans is the orphan repair beside the loop (repair).
+	orphans *orphans.Repair
 }
 
 // fixtureConfig has one agent, ipmi, whose target is the node's "bmc" annotation, and
@@ -130,7 +72,7 @@ func fixtureConfig() *v1alpha1.Config {
 // seen renewed at f0.
 func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{t: t, now: f0, bmc: &bmc{on: true}, rec: record.NewFakeRecorder(100)}
+	f := &fixture{t: t, now: f0, bmc: &plugintest.Machine{On: true}, rec: record.NewFakeRecorder(100)}
 	var kubeObjs, nfObjs, machines []runtime.Object
 	for _, o := range objs {
 		switch o.(type) {
@@ -154,10 +96,7 @@ func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 	f.enforceResourceVersions()
 	f.machines = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{machinesV1beta2: "MachineList"}, machines...)
-	c, err := New(Options{Config: cfg, Client: f.kube, Fencing: f.dyn, Dynamic: f.machines, Agents: oneAgent{f.bmc}, Recorder: f.rec, Identity: "me"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newLoop(t, loopParts{cfg: cfg, kube: f.kube, fencing: f.dyn, dynamic: f.machines, agents: plugintest.One{A: f.bmc}, recorder: f.rec})
 	c.now = func() time.Time { return f.now }
 	f.c = c
 	for _, o := range kubeObjs {
@@ -177,21 +116,21 @@ func (f *fixture) cache(o runtime.Object) {
 	var err error
 	switch o := o.(type) {
 	case *corev1.Node:
-		err = f.c.kubeInformers.Core().V1().Nodes().Informer().GetIndexer().Add(o)
+		err = f.c.opts.Caches.Kube.Core().V1().Nodes().Informer().GetIndexer().Add(o)
 	case *corev1.Pod:
-		err = f.c.pods.GetIndexer().Add(o)
+		err = f.c.caches.pods.GetIndexer().Add(o)
 	case *storagev1.VolumeAttachment:
-		err = f.c.kubeInformers.Storage().V1().VolumeAttachments().Informer().GetIndexer().Add(o)
+		err = f.c.opts.Caches.Kube.Storage().V1().VolumeAttachments().Informer().GetIndexer().Add(o)
 	case *coordinationv1.Lease:
-		err = f.c.leaseInformer.Coordination().V1().Leases().Informer().GetIndexer().Add(o)
+		err = f.c.opts.Caches.NodeLeases.Coordination().V1().Leases().Informer().GetIndexer().Add(o)
 		f.c.detector.ObserveLease(o, f.now)
 	case *v1alpha1.NodeFence:
-		err = f.c.store.indexer.Update(o.DeepCopy())
+		err = nfIndexer(f.c).Update(o.DeepCopy())
 	case *v1alpha1.KubefenceRemediation:
-		if f.c.requests == nil {
+		if f.c.peers.requests == nil {
 			f.t.Fatal("fixture: a KubefenceRemediation needs externalRemediation.enabled")
 		}
-		err = f.c.requests.informer.GetIndexer().Update(o.DeepCopy())
+		err = f.c.opts.Caches.Fencing.Fencing().V1alpha1().KubefenceRemediations().Informer().GetIndexer().Update(o.DeepCopy())
 	default:
 		f.t.Fatalf("fixture: no cache for %T", o)
 	}
@@ -244,10 +183,7 @@ func (f *fixture) expectRequests(want ...string) {
 
 func (f *fixture) expectCalls(want ...string) {
 	f.t.Helper()
-	f.bmc.mu.Lock()
-	got := f.bmc.calls
-	f.bmc.calls = nil
-	f.bmc.mu.Unlock()
+	got := f.bmc.TakeCalls()
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		f.t.Errorf("agent calls %v, want %v", got, want)
 	}
@@ -580,7 +516,7 @@ func TestFixtureLateRelease(t *testing.T) {
 	late := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "late-0", UID: "u9"},
 		Spec: corev1.PodSpec{NodeName: "node-1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), fencedIncident(v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified), late)...)
-	f.bmc.on = false
+	f.bmc.On = false
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
 	f.sync("node-1")
@@ -620,7 +556,7 @@ func TestFixtureBack(t *testing.T) {
 			objs[0] = fixtureNode("node-1", tc.boot, true)
 			objs[0].(*corev1.Node).Spec.Taints = []corev1.Taint{{Key: "fencing.kubefence.io/fenced", Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 			f := newFixture(t, fixtureConfig(), append(objs, nf)...)
-			f.bmc.on = false
+			f.bmc.On = false
 			f.c.detector.Assess(objs[0].(*corev1.Node), f0)
 			// The node's renewal and status, both seen after the fence held.
 			f.now = f0.Add(time.Minute)
@@ -647,7 +583,7 @@ func TestFixtureBack(t *testing.T) {
 // node is released: no taint, no pod or attachment deleted.
 func TestFixtureFenceFails(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), threeNodes()...)
-	f.bmc.fence = func(context.Context) error { return plugin.Errorf(plugin.KindPermanent, "authentication failed") }
+	f.bmc.FenceFunc = func(context.Context) error { return plugin.Errorf(plugin.KindPermanent, "authentication failed") }
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
 	f.sync("node-1")
@@ -667,7 +603,7 @@ func TestFixtureFenceCallTimesOut(t *testing.T) {
 	cfg := fixtureConfig()
 	cfg.Agents[0].Timeout = metav1.Duration{Duration: 100 * time.Millisecond}
 	f := newFixture(t, cfg, threeNodes()...)
-	f.bmc.fence = func(ctx context.Context) error {
+	f.bmc.FenceFunc = func(ctx context.Context) error {
 		<-ctx.Done() // the machine goes off, the answer never comes
 		return ctx.Err()
 	}
@@ -731,4 +667,15 @@ func TestFixtureSlowAPIServerAfterOutage(t *testing.T) {
 		t.Fatalf("an incident opened for a healthy node a second after the API server answered: %s", list.Items[0].Status.Message)
 	}
 	f.expectCalls()
+}
+
+// nfIndexer is c's cache of NodeFences, which tests fill as the watch would.
+func nfIndexer(c *Controller) cache.Indexer {
+	return c.opts.Caches.Fencing.Fencing().V1alpha1().NodeFences().Informer().GetIndexer()
+}
+
+// prune runs the history retention once, as the leader does.
+func (f *fixture) prune() {
+	r := &incidents.Retention{Store: f.c.store, History: f.c.cfg.History, Confirm: f.c.checkLease, Now: f.c.now}
+	r.Prune(context.Background())
 }

@@ -69,7 +69,7 @@ func newHeartbeats(cfg *v1alpha1.Heartbeats, reg prometheus.Registerer) *heartbe
 // startHeartbeats takes the seat, and joins the reporting agents every few seconds until
 // ctx ends.
 func (c *Controller) startHeartbeats(ctx context.Context) error {
-	h := c.heartbeats
+	h := c.peers.heartbeats
 	key, err := os.ReadFile(h.cfg.KeyFile)
 	if err != nil {
 		return fmt.Errorf("heartbeats.keyFile: %w", err)
@@ -95,7 +95,7 @@ func (c *Controller) startHeartbeats(ctx context.Context) error {
 	go c.checkKubelets(ctx)
 	go func() {
 		wait.UntilWithContext(ctx, func(context.Context) {
-			h.seat.Join(c.watchdogs.peers())
+			h.seat.Join(c.peers.watchdogs.peers())
 			h.members.Set(float64(h.seat.Members()))
 			h.measured.Set(float64(c.detector.Measured()))
 		}, 2*time.Second)
@@ -106,27 +106,27 @@ func (c *Controller) startHeartbeats(ctx context.Context) error {
 
 // observeAgent passes to the detector whether node's agent is gone.
 func (c *Controller) observeAgent(node string) {
-	if c.heartbeats == nil || c.heartbeats.seat == nil {
+	if c.peers.heartbeats == nil || c.peers.heartbeats.seat == nil {
 		return
 	}
-	at, gone := c.heartbeats.seat.Gone(node)
+	at, gone := c.peers.heartbeats.seat.Gone(node)
 	c.detector.ObserveAgent(node, at, gone)
 }
 
 // agentLeft is when this replica's seat last saw node's agent leave its peers with a
 // goodbye; zero without heartbeats.
 func (c *Controller) agentLeft(node string) time.Time {
-	if c.heartbeats == nil || c.heartbeats.seat == nil {
+	if c.peers.heartbeats == nil || c.peers.heartbeats.seat == nil {
 		return time.Time{}
 	}
-	return c.heartbeats.seat.Left(node)
+	return c.peers.heartbeats.seat.Left(node)
 }
 
 // probeKubelet asks node's kubelet for an answer, on every InternalIP at once, and
 // records whether any came within heartbeats.kubeletTimeout. A node with no address
 // gives no evidence, and so no verdict.
 func (c *Controller) probeKubelet(ctx context.Context, node *corev1.Node, now time.Time) {
-	answered, probed := c.heartbeats.probe(ctx, node)
+	answered, probed := c.peers.heartbeats.probe(ctx, node)
 	klog.FromContext(ctx).V(2).Info("Probed the kubelet of a node whose agent is gone", "answered", answered)
 	c.detector.ObserveKubeletProbe(node.Name, now, answered || !probed)
 }
@@ -136,12 +136,12 @@ func (c *Controller) probeKubelet(ctx context.Context, node *corev1.Node, now ti
 // a kubelet has answered, its silence counts for nothing), the next ones spread over the
 // interval.
 func (c *Controller) checkKubelets(ctx context.Context) {
-	h := c.heartbeats
+	h := c.peers.heartbeats
 	every := h.cfg.KubeletCheckInterval.Duration
 	slots := make(chan struct{}, kubeletChecksAtOnce)
 	checked := map[string]bool{}
 	for round := 0; ctx.Err() == nil; round++ {
-		nodes, err := c.nodes.List(everything())
+		nodes, err := c.caches.nodes.List(everything())
 		if err != nil {
 			nodes = nil
 		}

@@ -58,8 +58,8 @@ func heartbeatFixture(t *testing.T, kubelet string, change ...func(*v1alpha1.Hea
 		t.Fatal(err)
 	}
 	t.Cleanup(agent.Stop)
-	f.c.heartbeats.seat.Join(map[string]string{"node-1": agent.Addr()})
-	pollUntil(t, "node-1's agent a member", func() bool { return f.c.heartbeats.seat.Members() == 1 })
+	f.c.peers.heartbeats.seat.Join(map[string]string{"node-1": agent.Addr()})
+	pollUntil(t, "node-1's agent a member", func() bool { return f.c.peers.heartbeats.seat.Members() == 1 })
 	for range 4 {
 		f.now = f.now.Add(2 * time.Second)
 		f.renewAllBut()
@@ -111,7 +111,7 @@ func heardKubelet(t *testing.T, f *fixture) {
 // crashAgent stops node-1's agent without a goodbye and waits until the seat counts it gone.
 func crashAgent(t *testing.T, f *fixture, agent *nodeagent.Peers) {
 	agent.Crash()
-	pollUntil(t, "node-1's agent gone", func() bool { _, gone := f.c.heartbeats.seat.Gone("node-1"); return gone })
+	pollUntil(t, "node-1's agent gone", func() bool { _, gone := f.c.peers.heartbeats.seat.Gone("node-1"); return gone })
 }
 
 // A node whose agent is gone and whose kubelet, heard before, does not answer is fenced
@@ -176,7 +176,7 @@ func TestHeartbeatAgentPresent(t *testing.T) {
 func TestHeartbeatKubeletNeverHeard(t *testing.T) {
 	f, agent := heartbeatFixture(t, silentKubelet(t))
 	pollUntil(t, "the routine check of node-1's kubelet", func() bool {
-		return testutil.ToFloat64(f.c.heartbeats.probes.WithLabelValues("node-1", probeSilent)) > 0
+		return testutil.ToFloat64(f.c.peers.heartbeats.probes.WithLabelValues("node-1", probeSilent)) > 0
 	})
 	last := f.now
 	crashAgent(t, f, agent)
@@ -189,7 +189,7 @@ func TestHeartbeatKubeletNeverHeard(t *testing.T) {
 		}
 	}
 	f.expectCalls()
-	if n := testutil.ToFloat64(f.c.heartbeats.probes.WithLabelValues("node-1", probeAnswered)); n != 0 {
+	if n := testutil.ToFloat64(f.c.peers.heartbeats.probes.WithLabelValues("node-1", probeAnswered)); n != 0 {
 		t.Errorf("kubefence_kubelet_probes_total{node=node-1,result=answered} = %v, want 0", n)
 	}
 }
@@ -207,7 +207,7 @@ func TestHeartbeatGoodbyeIsNotGone(t *testing.T) {
 	kubelet.Close()
 	last := f.now
 	agent.Stop()
-	pollUntil(t, "the seat hearing node-1's goodbye", func() bool { return !f.c.heartbeats.seat.Left("node-1").IsZero() })
+	pollUntil(t, "the seat hearing node-1's goodbye", func() bool { return !f.c.peers.heartbeats.seat.Left("node-1").IsZero() })
 	for _, at := range []time.Duration{3100 * time.Millisecond, 4900 * time.Millisecond} {
 		f.now = last.Add(at)
 		f.renewAllBut("node-1")

@@ -106,7 +106,7 @@ type createdKey struct{}
 // "" when none did. The end is on the controller's clock and the opening on the API
 // server's, to the second: within that second, an incident counts as opened before.
 func (c *Controller) supersededBy(nf *v1alpha1.NodeFence) string {
-	incs, err := c.store.forNode(nf.Spec.NodeName)
+	incs, err := c.store.ForNode(nf.Spec.NodeName)
 	if err != nil {
 		return "" // an incident the cache cannot decode fails the node's sync first
 	}
@@ -149,7 +149,7 @@ func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1
 	if pn.Name == "" {
 		pn, _ = c.view(pol, node, now)
 	}
-	pn.ControllerHere = c.replicas.on(node.Name, now)
+	pn.ControllerHere = c.peers.replicas.On(node.Name, now)
 	pn.Unhealthy = true
 	return c.admit(pol, pn, cl, incident, now), nil
 }
@@ -158,7 +158,7 @@ func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1
 func (c *Controller) startFencing(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, a fencer.Action) (time.Duration, error) {
 	if a.Forced != "" {
 		c.step(ctx, nf, c.now(), v1alpha1.StepForced, a.Forced)
-		c.admission.claimForced(nf.Name, node.Name, c.now())
+		c.decide.admission.claimForced(nf.Name, node.Name, c.now())
 	}
 	nf.Status.Level = 1
 	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFencing, message: ptr.To(""), count: true,

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
@@ -46,20 +47,16 @@ func testController(t *testing.T, nf *v1alpha1.NodeFence, objs ...runtime.Object
 }
 
 // fixtureController is a controller on fake clients holding nf, with cfg and agents.
-func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents AgentSource, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
+func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents agentcall.Source, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
 	t.Helper()
-	c, err := New(Options{Config: cfg, Client: fake.NewClientset(objs...), Fencing: fencingfake.NewSimpleClientset(nf), Agents: agents,
-		Recorder: record.NewFakeRecorder(10), Identity: "me"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return newLoop(t, loopParts{cfg: cfg, kube: fake.NewClientset(objs...), fencing: fencingfake.NewSimpleClientset(nf), agents: agents,
+		recorder: record.NewFakeRecorder(10)})
 }
 
 // stored reads an incident back from the (fake) API server.
 func stored(t *testing.T, c *Controller, name string) *v1alpha1.NodeFence {
 	t.Helper()
-	nf, err := c.store.client.Get(context.Background(), name, metav1.GetOptions{})
+	nf, err := c.store.Client().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +118,7 @@ func TestLateReleaseConfirmsPodsLive(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			nf, node := remediatedIncident(verified)
 			c := testController(t, nf, tc.inAPI...)
-			if err := c.pods.GetIndexer().Add(pod); err != nil {
+			if err := c.caches.pods.GetIndexer().Add(pod); err != nil {
 				t.Fatal(err)
 			}
 			pol := &v1alpha1.Policy{Name: "p", Remediation: v1alpha1.StrategyBoth}

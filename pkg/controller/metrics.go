@@ -1,15 +1,10 @@
 package controller
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/fencer"
-	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -17,20 +12,10 @@ import (
 // (v1alpha1.Phase), hold reasons (policy.Reason*) and error kinds (plugin.ErrorKind)
 // have constants of their own.
 const (
-	// Methods of kubefence_agent_call_duration_seconds and kubefence_agent_errors_total.
-	methodFence   = "Fence"
-	methodStatus  = "Status"
-	methodUnfence = "Unfence"
 	// Steps timed by kubefence_phase_duration_seconds.
 	durationDetect    = "detect"
 	durationFence     = "fence"
 	durationRemediate = "remediate"
-	// Outcomes of kubefence_orphans_total.
-	orphanRepaired = "repaired"
-	orphanReported = "reported"
-	// Results of kubefence_identity_lease_renewals_total.
-	renewalSuccess = "success"
-	renewalFailure = "failure"
 )
 
 // metrics are kubefence's Prometheus metrics, on a registry of their own.
@@ -38,27 +23,23 @@ type metrics struct {
 	registry      *prometheus.Registry
 	incidents     *prometheus.CounterVec
 	phaseDuration *prometheus.HistogramVec
-	agentLatency  *prometheus.HistogramVec
-	agentErrors   *prometheus.CounterVec
 	unhealthy     prometheus.Gauge
-	targetUp      *prometheus.GaugeVec
 	failedNodes   prometheus.Gauge
 	holds         *prometheus.CounterVec
 	leader        prometheus.Gauge
 	identity      *prometheus.GaugeVec
 	wouldFence    prometheus.Counter
-	orphans       *prometheus.CounterVec
 	// contradictions counts nodes back with the same boot after a verified fence.
 	contradictions prometheus.Counter
-	// Identity Lease of this replica, as the apiserver-identity proposal's metrics.
-	identityStart    prometheus.Gauge
-	identityRenew    prometheus.Gauge
-	identityRenewals *prometheus.CounterVec
 }
 
-func newMetrics() *metrics {
+// newMetrics makes the incident loop's metrics on reg (nil: a registry of their own).
+func newMetrics(reg *prometheus.Registry) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
+		registry: reg,
 		incidents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubefence_incidents_total",
 			Help: "Incidents that entered each phase.",
@@ -68,23 +49,10 @@ func newMetrics() *metrics {
 			Help:    "Time spent per incident step: detect (bad evidence to incident), fence (start to verified), remediate.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}, []string{"phase"}),
-		agentLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "kubefence_agent_call_duration_seconds",
-			Help:    "Latency of agent calls by agent and method.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}, []string{"agent", "method"}),
-		agentErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubefence_agent_errors_total",
-			Help: "Failed agent calls by agent, method and error kind.",
-		}, []string{"agent", "method", "kind"}),
 		unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_nodes_unhealthy",
 			Help: "Nodes the detector currently finds unhealthy, and nodes with an open incident (down until they are back); refreshed every 5s.",
 		}),
-		targetUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "kubefence_target_up",
-			Help: "1 when the node's first-level fence device answered the last Status check, 0 when it failed (see the controller log for the error); read at start and every --target-check-interval.",
-		}, []string{"node", "agent"}),
 		failedNodes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_nodes_fence_failed",
 			Help: "Nodes whose last incident failed and that get no new automatic incident until they recover or a person sets fencing.kubefence.io/retry=true on it; refreshed every 5s.",
@@ -101,10 +69,6 @@ func newMetrics() *metrics {
 			Name: "kubefence_identity",
 			Help: "Constant 1, labelled with this replica's identity.",
 		}, []string{"id"}),
-		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubefence_orphans_total",
-			Help: "Changes kubefence found on nodes with no open incident behind them, by outcome (repaired, reported).",
-		}, []string{"outcome"}),
 		wouldFence: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kubefence_would_fence_total",
 			Help: "Dry-run decisions to fence (shadow mode: nothing was done).",
@@ -113,42 +77,21 @@ func newMetrics() *metrics {
 			Name: "kubefence_fence_contradictions_total",
 			Help: "Nodes that reported Ready with the same boot ID after a verified fence.",
 		}),
-		identityStart: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "kubefence_identity_lease_start_time_seconds",
-			Help: "When this replica's identity Lease was acquired (Unix seconds).",
-		}),
-		identityRenew: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "kubefence_identity_lease_renew_time_seconds",
-			Help: "When this replica's identity Lease was last renewed (Unix seconds).",
-		}),
-		identityRenewals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kubefence_identity_lease_renewals_total",
-			Help: "Renewals of this replica's identity Lease, by result.",
-		}, []string{"result"}),
 	}
 	m.register()
 	return m
 }
 
-// register adds every metric to the registry, with kubefence_build_info and the Go and
-// process collectors.
+// register adds every metric to the registry.
 func (m *metrics) register() {
-	m.registry.MustRegister(m.orphans, m.wouldFence, m.contradictions, m.identityStart, m.identityRenew, m.identityRenewals)
-	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "kubefence_build_info",
-		Help: "Always 1; the labels say which build runs: version, revision and Go version.",
-	}, []string{"version", "revision", "goversion"})
-	buildInfo.WithLabelValues(buildinfo.Version(), buildinfo.Revision(), buildinfo.GoVersion()).Set(1)
-	m.registry.MustRegister(m.failedNodes, m.targetUp, buildInfo)
-	m.registry.MustRegister(m.incidents, m.phaseDuration, m.agentLatency, m.agentErrors,
-		m.unhealthy, m.holds, m.leader, m.identity,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.registry.MustRegister(m.wouldFence, m.contradictions, m.failedNodes, m.incidents, m.phaseDuration,
+		m.unhealthy, m.holds, m.leader, m.identity)
 }
 
 // initCounters sets every counter an alert reads to 0 for each label value known at
 // start, so that the first increment is an increase Prometheus can see: a counter that
 // appears at 1 has no increase, and the alert on the first failure would never fire.
-func (m *metrics) initCounters(agents []string) {
+func (m *metrics) initCounters() {
 	for _, p := range []v1alpha1.Phase{v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseFenced,
 		v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled} {
 		m.incidents.WithLabelValues(string(p))
@@ -158,30 +101,4 @@ func (m *metrics) initCounters(agents []string) {
 		policy.ReasonRateLimited, policy.ReasonControllerHere, policy.ReasonTargetReadsOff, fencer.ReasonOutlived} {
 		m.holds.WithLabelValues(r)
 	}
-	kinds := []plugin.ErrorKind{plugin.KindRetryable, plugin.KindPermanent, plugin.KindTargetUnreachable,
-		plugin.KindUnsupported, plugin.KindNotVerified, plugin.KindAgentDied, plugin.KindTimeout}
-	for _, a := range agents {
-		for _, method := range []string{methodFence, methodStatus, methodUnfence} {
-			for _, k := range kinds {
-				m.agentErrors.WithLabelValues(a, method, string(k))
-			}
-		}
-	}
-}
-
-// Renewal counts a renewal of this replica's identity Lease (leader.IdentityMetrics).
-func (m *metrics) Renewal(ok bool) {
-	result := renewalSuccess
-	if !ok {
-		result = renewalFailure
-	}
-	m.identityRenewals.WithLabelValues(result).Inc()
-}
-
-// Renewed exports when this replica's identity Lease was acquired and last renewed.
-func (m *metrics) Renewed(acquired, renewed time.Time) {
-	if !acquired.IsZero() {
-		m.identityStart.Set(float64(acquired.UnixMicro()) / 1e6)
-	}
-	m.identityRenew.Set(float64(renewed.UnixMicro()) / 1e6)
 }

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -16,11 +15,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
@@ -79,7 +78,7 @@ func (f *fixture) catchUp(node string) {
 		f.t.Fatal(err)
 	}
 	for i := range list.Items {
-		if err := f.c.store.indexer.Update(&list.Items[i]); err != nil {
+		if err := nfIndexer(f.c).Update(&list.Items[i]); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -99,9 +98,9 @@ func (f *fixture) depose() *error {
 		f.t.Fatal(err)
 	}
 	f.kube.ClearActions()
-	f.c.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
+	f.c.lead.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
 	deposed := new(error)
-	f.c.opts.OnDeposed = func(err error) { *deposed = err }
+	f.c.opts.Leader.OnDeposed = func(err error) { *deposed = err }
 	return deposed
 }
 
@@ -116,7 +115,7 @@ func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 	objs := taintedNodes(remediate.FencedTaint, maintenance, remediate.OutOfServiceTaint)
 	f := newFixture(t, fixtureConfig(), append(objs, nf)...)
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(ctx)
+	f.repair().Once(ctx)
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{maintenance.Key}) {
 		t.Errorf("node-1 taints %v, want only %s", got, maintenance.Key)
@@ -128,14 +127,14 @@ func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 	if len(stepsOf(got, v1alpha1.StepOrphanPrefix+v1alpha1.StepTaintsRemoved)) == 0 {
 		t.Errorf("no %s step in %+v", v1alpha1.StepOrphanPrefix+v1alpha1.StepTaintsRemoved, got.Status.Timeline)
 	}
-	if n := testutil.ToFloat64(f.c.metrics.orphans.WithLabelValues(orphanRepaired)); n != 1 {
+	if n := orphansCounted(t, f, orphans.Repaired); n != 1 {
 		t.Errorf("kubefence_orphans_total{outcome=repaired} = %v, want 1", n)
 	}
 	f.expectEvents(v1alpha1.ReasonOrphanRepaired)
 
 	// The watch brings the clean node: nothing left to do.
 	f.catchUp("node-1")
-	f.c.reconcileOrphans(ctx)
+	f.repair().Once(ctx)
 	f.expectRequests()
 	f.expectEvents()
 }
@@ -151,7 +150,7 @@ func TestOrphanRepairNewestRecordFirst(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(objs, older, newer)...)
 	f.now = f0.Add(2 * time.Hour)
 	for round, want := range [][]string{{remediate.FencedTaint.Key}, nil} {
-		f.c.reconcileOrphans(ctx)
+		f.repair().Once(ctx)
 		if got := f.nodeTaints("node-1"); !slices.Equal(got, want) {
 			t.Fatalf("round %d: node-1 taints %v, want %v", round+1, got, want)
 		}
@@ -162,7 +161,7 @@ func TestOrphanRepairNewestRecordFirst(t *testing.T) {
 			t.Errorf("%s: no repair step in %+v", name, got.Status.Timeline)
 		}
 	}
-	if n := testutil.ToFloat64(f.c.metrics.orphans.WithLabelValues(orphanRepaired)); n != 2 {
+	if n := orphansCounted(t, f, orphans.Repaired); n != 2 {
 		t.Errorf("kubefence_orphans_total{outcome=repaired} = %v, want 2", n)
 	}
 }
@@ -190,7 +189,7 @@ func TestOrphanTaintsLeftAlone(t *testing.T) {
 			}
 			f := newFixture(t, fixtureConfig(), objs...)
 			f.now = f0.Add(time.Hour)
-			f.c.reconcileOrphans(context.Background())
+			f.repair().Once(context.Background())
 			f.expectRequests()
 			if ev := f.events(); len(ev) != 0 {
 				t.Errorf("events %q, want none", ev)
@@ -198,7 +197,7 @@ func TestOrphanTaintsLeftAlone(t *testing.T) {
 			if got := f.nodeTaints("node-1"); len(got) != len(tc.taints) {
 				t.Errorf("node-1 taints %v, want %d left", got, len(tc.taints))
 			}
-			if n := testutil.CollectAndCount(f.c.metrics.orphans); n != 0 {
+			if n := orphanSeries(t, f); n != 0 {
 				t.Errorf("%d kubefence_orphans_total series, want none", n)
 			}
 		})
@@ -216,7 +215,7 @@ func TestOrphanTaintsRemovedByTheirOwnerMark(t *testing.T) {
 	objs[0].(*corev1.Node).Annotations = map[string]string{remediate.OwnerAnnotation: "node-1-x0=" + remediate.FencedTaint.Key}
 	f := newFixture(t, fixtureConfig(), append(objs, endedIncident("node-1-x0", "node-1", f0))...)
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(context.Background())
+	f.repair().Once(context.Background())
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{maintenance.Key}) {
 		t.Errorf("node-1 taints %v, want only %s", got, maintenance.Key)
@@ -238,7 +237,7 @@ func TestOrphanFencedTaintReported(t *testing.T) {
 	unrecorded := endedIncident("node-1-x0", "node-1", f0)
 	f := newFixture(t, fixtureConfig(), append(taintedNodes(remediate.FencedTaint), unrecorded)...)
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(context.Background())
+	f.repair().Once(context.Background())
 	f.expectRequests()
 	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{remediate.FencedTaint.Key}) {
 		t.Errorf("node-1 taints %v, want the fenced taint kept", got)
@@ -247,7 +246,7 @@ func TestOrphanFencedTaintReported(t *testing.T) {
 		" Node node-1 carries fencing.kubefence.io/fenced but no incident records adding it; left in place for a person to check" {
 		t.Errorf("events %q, want one OrphanTaint on the node", ev)
 	}
-	if n := testutil.ToFloat64(f.c.metrics.orphans.WithLabelValues(orphanReported)); n != 1 {
+	if n := orphansCounted(t, f, orphans.Reported); n != 1 {
 		t.Errorf("kubefence_orphans_total{outcome=reported} = %v, want 1", n)
 	}
 }
@@ -262,13 +261,13 @@ func TestOrphanRepairFailureKeepsTheRecord(t *testing.T) {
 		return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
 	})
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(context.Background())
+	f.repair().Once(context.Background())
 	f.expectRequests("get nodes node-1", "update nodes")
 	if got := f.incident("node-1").Status.Remediation.TaintsAdded; !slices.Equal(got, []string{remediate.FencedTaint.Key}) {
 		t.Errorf("recorded taints %v, want the record kept for the next round", got)
 	}
 	f.expectEvents()
-	if n := testutil.CollectAndCount(f.c.metrics.orphans); n != 0 {
+	if n := orphanSeries(t, f); n != 0 {
 		t.Errorf("%d kubefence_orphans_total series after a failed repair, want none", n)
 	}
 }
@@ -289,7 +288,7 @@ func TestPruneHistory(t *testing.T) {
 	objs = append(objs, fencedIncident(v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified)) // opened at f0, before them all
 	f := newFixture(t, cfg, objs...)
 	f.now = f0.Add(3 * time.Hour)
-	f.c.pruneHistory(context.Background())
+	f.prune()
 	actions := f.dyn.Actions()
 	f.expectRequests("delete nodefences node-1-a")
 	if len(actions) == 1 {
@@ -333,7 +332,7 @@ func TestPruneHistoryGoesOnPastFailures(t *testing.T) {
 		return ok, nil, err
 	})
 	f.now = f0.Add(4 * time.Hour)
-	f.c.pruneHistory(context.Background())
+	f.prune()
 	f.expectRequests("delete nodefences node-1-timeout", "delete nodefences node-1-conflict", "delete nodefences node-1-old")
 	for name, kept := range map[string]bool{"node-1-new": true, "node-1-timeout": true, "node-1-old": false} {
 		_, err := f.dyn.FencingV1alpha1().NodeFences().Get(context.Background(), name, metav1.GetOptions{})
@@ -351,12 +350,14 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 	for name, tc := range map[string]struct {
 		taints []corev1.Taint
 		nf     *v1alpha1.NodeFence
-		round  func(*Controller, context.Context)
+		round  func(*fixture, context.Context)
 	}{
 		"orphan repair": {[]corev1.Taint{remediate.FencedTaint}, endedIncident("node-1-x0", "node-1", f0, remediate.FencedTaint.Key),
-			(*Controller).reconcileOrphans},
-		"orphan report": {[]corev1.Taint{remediate.FencedTaint}, nil, (*Controller).reconcileOrphans},
-		"history prune": {nil, endedIncident("node-1-x0", "node-1", f0.Add(-365*24*time.Hour)), (*Controller).pruneHistory},
+			func(f *fixture, ctx context.Context) { f.repair().Once(ctx) }},
+		"orphan report": {[]corev1.Taint{remediate.FencedTaint}, nil, func(f *fixture, ctx context.Context) { f.repair().Once(ctx) }},
+		"history prune": {nil, endedIncident("node-1-x0", "node-1", f0.Add(-365*24*time.Hour)), func(f *fixture, ctx context.Context) {
+			f.prune()
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			objs := taintedNodes(tc.taints...)
@@ -366,7 +367,7 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 			f := newFixture(t, fixtureConfig(), objs...)
 			deposed := f.depose()
 			f.now = f0.Add(time.Hour)
-			tc.round(f.c, context.Background())
+			tc.round(f, context.Background())
 			f.expectRequests("get leases " + f.c.cfg.LeaderElection.Name)
 			if !errors.Is(*deposed, leader.ErrStaleEpoch) {
 				t.Errorf("OnDeposed told %v, want leader.ErrStaleEpoch", *deposed)
@@ -381,43 +382,6 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 	}
 }
 
-// TestConfirmedSinkUpdateAndPatch: the broadcaster sends a repeated Event as a patch of
-// the first (its count) and may update it; like a create, either goes out only while a
-// Lease check vouches for this replica, so a paused leader cannot touch Events after a
-// standby took over, and is refused in a way the broadcaster does not retry.
-func TestConfirmedSinkUpdateAndPatch(t *testing.T) {
-	first := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "node-1.fenced", Namespace: "default"}, Reason: "Fenced", Count: 1}
-	for name, send := range map[string]func(confirmedSink) (*corev1.Event, error){
-		"update": func(s confirmedSink) (*corev1.Event, error) {
-			e := first.DeepCopy()
-			e.Count = 2
-			return s.Update(e)
-		},
-		"patch": func(s confirmedSink) (*corev1.Event, error) { return s.Patch(first, []byte(`{"count":2}`)) },
-	} {
-		for _, confirmed := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s, confirmed %v", name, confirmed), func(t *testing.T) {
-				client := fake.NewClientset(first)
-				until := time.Now().Add(time.Minute)
-				if !confirmed {
-					until = time.Now().Add(-time.Second)
-				}
-				_, err := send(confirmedSink{events: client.CoreV1().Events(""), until: func() time.Time { return until }})
-				got, gerr := client.CoreV1().Events("default").Get(context.Background(), first.Name, metav1.GetOptions{})
-				if gerr != nil {
-					t.Fatal(gerr)
-				}
-				switch {
-				case confirmed && (err != nil || got.Count != 2):
-					t.Errorf("confirmed: err %v, count %d; want sent", err, got.Count)
-				case !confirmed && (!apierrors.IsServiceUnavailable(err) || got.Count != 1):
-					t.Errorf("unconfirmed: err %v, count %d; want refused as unavailable, the Event unchanged", err, got.Count)
-				}
-			})
-		}
-	}
-}
-
 // TestOrphanStaleRecordClaimsNoRepair: a closed incident's record names a taint the node
 // no longer carries (a person removed it), while the node carries kubefence's other taint
 // that no record names. The stale record is cleared with a step that says so, and no
@@ -428,10 +392,10 @@ func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
 	nf := endedIncident("node-1-x0", "node-1", f0, remediate.OutOfServiceTaint.Key)
 	f := newFixture(t, fixtureConfig(), append(taintedNodes(remediate.FencedTaint), nf)...)
 	f.now = f0.Add(time.Hour)
-	f.c.reconcileOrphans(ctx)
+	f.repair().Once(ctx)
 	f.expectRequests("get nodes node-1", "update nodefences/status")
 	f.expectEvents()
-	if n := testutil.ToFloat64(f.c.metrics.orphans.WithLabelValues(orphanRepaired)); n != 0 {
+	if n := orphansCounted(t, f, orphans.Repaired); n != 0 {
 		t.Errorf("kubefence_orphans_total{outcome=repaired} = %v, want 0: nothing was removed", n)
 	}
 	got := f.incident("node-1")
@@ -440,12 +404,53 @@ func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
 		t.Errorf("record %v, timeline %+v: want the record cleared, saying the taint was gone", got.Status.Remediation.TaintsAdded, tl)
 	}
 	// The next round finds the fenced taint with no record behind it.
-	if err := f.c.store.indexer.Update(got); err != nil {
+	if err := nfIndexer(f.c).Update(got); err != nil {
 		t.Fatal(err)
 	}
-	f.c.reconcileOrphans(ctx)
+	f.repair().Once(ctx)
 	f.expectRequests()
 	if ev := f.events(); len(ev) != 1 || !strings.HasPrefix(ev[0], "Warning "+v1alpha1.ReasonOrphanTaint+" ") {
 		t.Errorf("events %q, want one OrphanTaint on the node", ev)
 	}
+}
+
+// orphansCounted is kubefence_orphans_total{outcome} as the registry exports it.
+func orphansCounted(t *testing.T, f *fixture, outcome string) float64 {
+	t.Helper()
+	families, err := f.c.metrics.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range families {
+		if fam.GetName() != "kubefence_orphans_total" {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// orphanSeries is how many series kubefence_orphans_total has.
+func orphanSeries(t *testing.T, f *fixture) int {
+	t.Helper()
+	n, err := testutil.GatherAndCount(f.c.metrics.registry, "kubefence_orphans_total")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// repair is the orphan repair the leader runs beside the fixture's loop.
+func (f *fixture) repair() *orphans.Repair {
+	if f.orphans == nil {
+		f.orphans = orphans.New(orphans.Repair{Nodes: f.c.caches.nodes, Incidents: f.c.store, Remedy: f.c.remedy, Record: f.c.Record(),
+			Check: f.c.checkLease, Confirmed: f.c.leaseConfirmed}, f.c.metrics.registry)
+	}
+	return f.orphans
 }

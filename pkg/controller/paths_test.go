@@ -85,7 +85,7 @@ func TestFixtureRebootLeavesStorageFenced(t *testing.T) {
 	cfg := fixtureConfig()
 	cfg.Policies[0].Action = v1alpha1.ActionReboot
 	f := newFixture(t, cfg, threeNodes()...)
-	f.bmc.actions = []plugin.Action{plugin.ActionOff, plugin.ActionOn}
+	f.bmc.Actions = []plugin.Action{plugin.ActionOff, plugin.ActionOn}
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
 	f.sync("node-1")
@@ -144,7 +144,7 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 		t.Fatalf("phase %s, taints %v: want Fenced with the fenced taint recorded; timeline %+v", nf.Status.Phase, nf.Status.Remediation.TaintsAdded, nf.Status.Timeline)
 	}
 	// The informer brings the written incident and the tainted node back.
-	if err := f.c.store.indexer.Update(nf); err != nil {
+	if err := nfIndexer(f.c).Update(nf); err != nil {
 		t.Fatal(err)
 	}
 	node, err := f.kube.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
@@ -187,7 +187,7 @@ func TestFixtureFailedNodeGetsNoNewIncident(t *testing.T) {
 
 	failed = failed.DeepCopy()
 	failed.Annotations = map[string]string{v1alpha1.RetryAnnotation: "true"}
-	if err := f.c.store.indexer.Update(failed); err != nil {
+	if err := nfIndexer(f.c).Update(failed); err != nil {
 		t.Fatal(err)
 	}
 	f.now = f.now.Add(time.Second)

@@ -95,7 +95,7 @@ func TestLeaseRenewalFromTheWatch(t *testing.T) {
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
 	renewed := fixtureLease("node-1", f.now)
-	if err := f.c.leaseInformer.Coordination().V1().Leases().Informer().GetIndexer().Update(renewed); err != nil {
+	if err := f.c.opts.Caches.NodeLeases.Coordination().V1().Leases().Informer().GetIndexer().Update(renewed); err != nil {
 		t.Fatal(err)
 	}
 	f.c.onLease(renewed)
@@ -252,12 +252,14 @@ func (f *fixture) startInformers() {
 	ctx, cancel := context.WithCancel(context.Background())
 	f.t.Cleanup(func() {
 		cancel()
-		f.c.kubeInformers.Shutdown()
-		f.c.leaseInformer.Shutdown()
-		f.c.idInformer.Shutdown()
-		f.c.nfInformer.Shutdown()
+		set := f.c.opts.Caches
+		set.Kube.Shutdown()
+		set.NodeLeases.Shutdown()
+		set.Identities.Shutdown()
+		set.Fencing.Shutdown()
+		set.Reports.Shutdown()
 	})
-	if err := f.c.StartInformers(ctx); err != nil {
+	if err := f.c.opts.Caches.Start(ctx); err != nil {
 		f.t.Fatal(err)
 	}
 	f.eventually("watches open", func() bool {
@@ -297,13 +299,13 @@ func TestDeletedIncidentIsForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.eventually("the deleted incident forgotten", func() bool {
-		if _, cached, _ := f.c.store.indexer.GetByKey(nf.Name); cached {
+		if _, cached, _ := nfIndexer(f.c).GetByKey(nf.Name); cached {
 			return false // not deleted from the cache yet: the store still has a reason to hold the write
 		}
-		incs, err := f.c.store.forNode("node-1")
-		f.c.mu.Lock()
-		pending := len(f.c.pendingEvents[nf.Name])
-		f.c.mu.Unlock()
+		incs, err := f.c.store.ForNode("node-1")
+		f.c.events.mu.Lock()
+		pending := len(f.c.events.pending[nf.Name])
+		f.c.events.mu.Unlock()
 		return err == nil && len(incs) == 0 && pending == 0
 	})
 	if ev := f.events(); len(ev) != 0 {
@@ -329,9 +331,9 @@ func TestInformersFollowTheCluster(t *testing.T) {
 	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually("replica-b seen on node-2", func() bool { return f.c.replicas.on("node-2", f.now) != "" })
+	f.eventually("replica-b seen on node-2", func() bool { return f.c.peers.replicas.On("node-2", f.now) != "" })
 	if err := leases.Delete(ctx, lease.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually("replica-b forgotten", func() bool { return f.c.replicas.on("node-2", f.now) == "" })
+	f.eventually("replica-b forgotten", func() bool { return f.c.peers.replicas.On("node-2", f.now) == "" })
 }

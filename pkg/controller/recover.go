@@ -12,9 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 // lastUnfenceFailure is the message of agent's latest UnfenceFailed step since its last
@@ -52,7 +54,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			// Nothing is released on a failed Unfence, whatever was read back after it:
 			// the try is retried with backoff, and the timeline records each new state
 			// read back, not every try.
-			if key, msg := unfenceFailure(at.Agent, methodUnfence, res, err); !strings.HasPrefix(lastUnfenceFailure(nf, at.Agent), key) {
+			if key, msg := unfenceFailure(at.Agent, agentcall.MethodUnfence, res, err); !strings.HasPrefix(lastUnfenceFailure(nf, at.Agent), key) {
 				c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
 				if serr := c.save(ctx, nf); serr != nil {
 					err = errors.Join(err, serr)
@@ -85,7 +87,7 @@ func (c *Controller) attemptsToUndo(nf *v1alpha1.NodeFence) []v1alpha1.Attempt {
 		seen[at.Agent] = true
 	}
 	for _, at := range nf.Status.Attempts {
-		if cfg, ok := c.caller.config[at.Agent]; ok && cfg.NetworkFence != nil && !seen[at.Agent] {
+		if c.caller.NetworkFence(at.Agent) && !seen[at.Agent] {
 			seen[at.Agent] = true
 			out = append(out, at)
 		}
@@ -133,4 +135,12 @@ func nodeReady(node *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// unfenceFailure words a failed Unfence for the timeline: read is what unfence read back
+// after it. The first return is the part that stays the same across retries that read
+// back the same state, so that a retry loop records a change, not every try.
+func unfenceFailure(agent, what string, read plugin.Result, err error) (key, msg string) {
+	key = fmt.Sprintf("agent %s %s failed, read back %s", agent, what, read.State)
+	return key, fmt.Sprintf("%s (%s): %v", key, read.Evidence, err)
 }

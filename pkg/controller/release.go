@@ -24,7 +24,7 @@ func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) rem
 	r := *c.remedy
 	r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), step, msg) }
 	r.Before = func(ctx context.Context, action string) error {
-		c.pause.at(action)
+		c.lead.pause.at(action)
 		return c.leaseConfirmed(ctx)
 	}
 	return r
@@ -37,7 +37,7 @@ func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) rem
 func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	start := c.now()
 	if nf.Status.Phase == v1alpha1.PhaseFenced {
-		c.pause.at(PauseAfterFenced)
+		c.lead.pause.at(PauseAfterFenced)
 	}
 	r := c.remediator(ctx, nf)
 	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
@@ -63,7 +63,7 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		return 0, err
 	}
 	c.metrics.phaseDuration.WithLabelValues(durationRemediate).Observe(c.now().Sub(start).Seconds())
-	c.pause.at(PauseBeforeRecord)
+	c.lead.pause.at(PauseBeforeRecord)
 	c.yieldToReleases(ctx)
 	if err := c.save(ctx, nf); err != nil {
 		return 0, err
@@ -90,7 +90,7 @@ func action(nf *v1alpha1.NodeFence, pol *v1alpha1.Policy) v1alpha1.FenceAction {
 // retried: the node stays off, which is safe, until a person acts.
 func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) {
 	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
-		if why := c.caller.notPowering(ctx, at.Agent); why != "" {
+		if why := c.caller.NotPowering(ctx, at.Agent); why != "" {
 			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceSkipped, fmt.Sprintf("agent %s not asked to power the node on: %s", at.Agent, why))
 			continue
 		}

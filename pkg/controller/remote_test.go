@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/leader"
 )
@@ -49,7 +48,10 @@ func (f *fixture) healthRound(leases *leader.IdentityLeases, down map[string]err
 		}
 		return down[name]
 	})
-	f.c.WatchRemoteAgents(ctx, hc, leases, time.Hour)
+	if f.c.peers.health == nil {
+		f.c.peers.health = &agentcall.Health{}
+	}
+	f.c.peers.health.WatchRemoteAgents(ctx, f.c.cfg, hc, leases, time.Hour)
 	return asked
 }
 
@@ -63,56 +65,6 @@ func (h healthFunc) Healthy(ctx context.Context, name string) error { return h(c
 func (f *fixture) agentLeases() *leader.IdentityLeases {
 	return &leader.IdentityLeases{Client: f.kube, Namespace: f.c.cfg.LeaderElection.Namespace, Component: "agent",
 		Duration: time.Minute, RenewInterval: 10 * time.Second, Now: func() time.Time { return f.now }}
-}
-
-// TestRemoteAgentLease: while a remote agent answers its health check the leader renews
-// a Lease for it, which is how `kubectl get leases` shows that the datacenter agents are
-// alive; an agent that stops answering gets no renewal (its Lease ages) and is marked
-// down with the reason; one that answers again is renewed and no longer down. Local
-// agents are not health-checked this way.
-func TestRemoteAgentLease(t *testing.T) {
-	f := newFixture(t, remoteConfig(), threeNodes()...)
-	leases := f.agentLeases()
-	name := leader.LeaseName("agent", remoteAgent)
-	renewTime := func() time.Time {
-		l, err := f.kube.CoordinationV1().Leases(leases.Namespace).Get(context.Background(), name, metav1.GetOptions{})
-		f.kube.ClearActions()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != remoteAgent || l.Labels[leader.ComponentLabel] != "agent" {
-			t.Errorf("lease %s held by %v, labels %v; want the agent's", name, l.Spec.HolderIdentity, l.Labels)
-		}
-		return l.Spec.RenewTime.Time
-	}
-
-	if asked := f.healthRound(leases, nil); !slices.Equal(asked, []string{remoteAgent}) {
-		t.Errorf("health checks of %v, want only the remote agent", asked)
-	}
-	f.expectRequests("get leases "+name, "create leases")
-	if got := renewTime(); !got.Equal(f0) {
-		t.Errorf("lease renewed at %s, want %s", got, f0)
-	}
-
-	f.now = f0.Add(time.Minute)
-	f.healthRound(leases, map[string]error{remoteAgent: errors.New("dial tcp 10.1.0.7:9443: connection refused")})
-	f.expectRequests()
-	if why := f.c.agentDownReason(remoteAgent); why != "dial tcp 10.1.0.7:9443: connection refused" {
-		t.Errorf("down reason %q, want the health check's error", why)
-	}
-	if got := renewTime(); !got.Equal(f0) {
-		t.Errorf("lease of a silent agent renewed at %s", got)
-	}
-
-	f.now = f0.Add(2 * time.Minute)
-	f.healthRound(leases, nil)
-	f.expectRequests("get leases "+name, "update leases")
-	if why := f.c.agentDownReason(remoteAgent); why != "" {
-		t.Errorf("down reason %q after the agent answered again", why)
-	}
-	if got := renewTime(); !got.Equal(f.now) {
-		t.Errorf("lease renewed at %s, want %s", got, f.now)
-	}
 }
 
 // TestRemoteAgentDownSkipsItsLevel: a dead node whose first level goes through a remote

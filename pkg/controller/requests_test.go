@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/requests"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -63,7 +65,7 @@ func mhcRequest(machineName string) *v1alpha1.KubefenceRemediation {
 // syncRequest runs one sync of the request with key at the fixture's clock.
 func (f *fixture) syncRequest(key string) time.Duration {
 	f.t.Helper()
-	d, err := f.c.syncRequest(context.Background(), key)
+	d, err := f.c.peers.requests.Sync(context.Background(), key)
 	if err != nil {
 		f.t.Fatalf("sync request %s: %v", key, err)
 	}
@@ -144,8 +146,8 @@ func TestFixtureRequestFences(t *testing.T) {
 
 	f.cacheIncidents("node-1")
 	f.requests()
-	if d := f.syncRequest("nhc/node-1"); d != requestRecheck {
-		t.Errorf("requeue %s while the incident is open, want %s", d, requestRecheck)
+	if d := f.syncRequest("nhc/node-1"); d != requests.Recheck {
+		t.Errorf("requeue %s while the incident is open, want %s", d, requests.Recheck)
 	}
 	got = f.request("nhc", "node-1")
 	expectConditions(t, got, metav1.ConditionFalse, metav1.ConditionTrue, string(v1alpha1.PhaseRemediated))
@@ -169,7 +171,7 @@ func TestFixtureRequestJoinsOpenIncident(t *testing.T) {
 		t.Errorf("status nodeFence=%q phase=%s, want %s Fencing", got.Status.NodeFence, got.Status.Phase, open.Name)
 	}
 	expectConditions(t, got, metav1.ConditionTrue, metav1.ConditionUnknown, "")
-	if w := f.c.requests.wantedFor("node-1"); w != "" {
+	if w := f.c.peers.requests.Wanted("node-1"); w != "" {
 		t.Errorf("node-1's sync asked to open an incident for %s, want none", w)
 	}
 }
@@ -265,7 +267,7 @@ func TestFixtureRequestProblems(t *testing.T) {
 			f.expectRequests("update kubefenceremediations/status")
 			expectConditions(t, f.request(tc.req.Namespace, tc.req.Name), metav1.ConditionFalse, metav1.ConditionFalse, tc.reason)
 			for _, n := range []string{"node-1", "node-9"} {
-				if w := f.c.requests.wantedFor(n); w != "" {
+				if w := f.c.peers.requests.Wanted(n); w != "" {
 					t.Errorf("%s's sync asked to open an incident for %s", n, w)
 				}
 			}
@@ -282,7 +284,7 @@ func TestFixtureMachineRequest(t *testing.T) {
 	if got.Status.NodeName != "node-2" {
 		t.Errorf("status.nodeName %q, want node-2 (the Machine's nodeRef)", got.Status.NodeName)
 	}
-	if w := f.c.requests.wantedFor("node-2"); w != "capi/m-2" {
+	if w := f.c.peers.requests.Wanted("node-2"); w != "capi/m-2" {
 		t.Errorf("node-2's sync asked for %q, want capi/m-2", w)
 	}
 	f.sync("node-2")
@@ -302,7 +304,7 @@ func TestFixtureMachineRequest(t *testing.T) {
 func TestFixtureRequestAskEndsWithTheIncident(t *testing.T) {
 	f := newFixture(t, requestConfig(), append(threeNodes(), nhcRequest("node-1"))...)
 	f.syncRequest("nhc/node-1")
-	if w := f.c.requests.wantedFor("node-1"); w != "nhc/node-1" {
+	if w := f.c.peers.requests.Wanted("node-1"); w != "nhc/node-1" {
 		t.Fatalf("node-1's sync asked for %q, want nhc/node-1", w)
 	}
 	own, err := f.dyn.FencingV1alpha1().NodeFences().Create(context.Background(), fencedIncident(v1alpha1.PhasePending, ""), metav1.CreateOptions{})
@@ -314,7 +316,7 @@ func TestFixtureRequestAskEndsWithTheIncident(t *testing.T) {
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
-	if w := f.c.requests.wantedFor("node-1"); w != "" {
+	if w := f.c.peers.requests.Wanted("node-1"); w != "" {
 		t.Errorf("the ask for %s outlived the incident that answers it", w)
 	}
 	// The node is back on a new boot and the incident recovered; the request stands.
@@ -323,7 +325,7 @@ func TestFixtureRequestAskEndsWithTheIncident(t *testing.T) {
 	if _, err := f.dyn.FencingV1alpha1().NodeFences().UpdateStatus(context.Background(), done, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.c.store.forget(done.Name) // written here, not by the controller
+	f.c.store.Forget(done.Name) // written here, not by the controller
 	f.cacheIncidents("node-1")
 	f.bootAgain("node-1")
 	f.expectCalls()

@@ -12,7 +12,7 @@ import (
 // the Lease again otherwise: each pod and VolumeAttachment deletion of a release follows
 // a check that recent, without a read of the Lease for every one of them.
 func (c *Controller) leaseConfirmed(ctx context.Context) error {
-	if c.guard == nil || c.guard.Confirmed() {
+	if c.lead.guard == nil || c.lead.guard.Confirmed() {
 		return nil
 	}
 	return c.checkLease(ctx)
@@ -21,15 +21,15 @@ func (c *Controller) leaseConfirmed(ctx context.Context) error {
 // checkLease confirms, before an irreversible action, that this replica still leads at
 // its epoch; a deposed replica stops at once.
 func (c *Controller) checkLease(ctx context.Context) error {
-	if c.guard == nil {
+	if c.lead.guard == nil {
 		return nil
 	}
-	err := c.guard.Check(ctx, c.currentEpoch(), c.now())
+	err := c.lead.guard.Check(ctx, c.currentEpoch(), c.now())
 	switch {
-	case errors.Is(err, leader.ErrStaleEpoch) && c.opts.OnDeposed != nil:
-		c.opts.OnDeposed(err)
+	case errors.Is(err, leader.ErrStaleEpoch) && c.opts.Leader.OnDeposed != nil:
+		c.opts.Leader.OnDeposed(err)
 	case err != nil && !errors.Is(err, leader.ErrStaleEpoch):
-		c.apiUnreachable.Store(true)
+		c.lead.apiUnreachable.Store(true)
 	}
 	return err
 }
@@ -45,10 +45,10 @@ func (c *Controller) save(ctx context.Context, nf *v1alpha1.NodeFence) error {
 	if err := c.leaseConfirmed(ctx); err != nil {
 		return err
 	}
-	saved, err := c.store.writeStatus(ctx, nf, c.currentEpoch(), c.opts.Identity)
+	saved, err := c.store.WriteStatus(ctx, nf, c.currentEpoch(), c.opts.Identity)
 	if err != nil {
-		if errors.Is(err, leader.ErrStaleEpoch) && c.opts.OnDeposed != nil {
-			c.opts.OnDeposed(err)
+		if errors.Is(err, leader.ErrStaleEpoch) && c.opts.Leader.OnDeposed != nil {
+			c.opts.Leader.OnDeposed(err)
 		}
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -25,7 +25,7 @@ func everything() labels.Selector { return labels.Everything() }
 func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
 	ctx = withLogValues(ctx, "node", name)
 	now := c.now()
-	node, err := c.nodes.Get(name)
+	node, err := c.caches.nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		// A deleted Node object says nothing about the machine; an open incident keeps
 		// its state and a person decides. Nothing new is started for a node we cannot see.
@@ -46,7 +46,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	c.observeAgent(name)
 	if pol != nil {
 		pn, obs = c.view(pol, node, now)
-		if obs.ProbeKubelet && c.heartbeats != nil {
+		if obs.ProbeKubelet && c.peers.heartbeats != nil {
 			c.probeKubelet(ctx, node, now)
 			pn, obs = c.view(pol, node, now)
 		}
@@ -57,26 +57,25 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		// The unhealthy episode, if any, is over.
 		c.forgetDryRun(name)
 	}
-	c.checkTargetReadsOff(ctx, node)
 	if pol == nil || !dryRun(c.cfg, pol) {
 		// Shadow mode touches nothing, not even the pods' NodeUnreachable condition.
 		c.markPods(ctx, obs, now)
 	}
-	inc, err := c.openIncident(name)
+	inc, err := c.store.Open(name)
 	if err != nil {
 		return 0, err
 	}
 	if inc != nil || obs.Health == detector.Unhealthy {
 		// An incident under way, or about to open: its writes free workloads.
-		c.gate.enter()
-		defer c.gate.leave()
+		c.decide.gate.enter()
+		defer c.decide.gate.leave()
 		ctx = context.WithValue(ctx, gateKey{}, true)
 	}
-	if inc != nil && c.requests != nil {
+	if inc != nil && c.peers.requests != nil {
 		// A request that asked for an incident while this one was not in the cache yet
 		// joins this one; its ask must not outlive it and open another once it ends.
-		if key := c.requests.wantedFor(name); key != "" {
-			c.requests.answered(name, key)
+		if key := c.peers.requests.Wanted(name); key != "" {
+			c.peers.requests.Answered(name, key)
 		}
 	}
 	if inc == nil {
@@ -89,29 +88,6 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		return c.maybeOpen(ctx, node, pol, pn, obs, now)
 	}
 	return c.drive(ctx, inc, node, pn, obs)
-}
-
-// openIncident returns the node's open incident from the cache. Two open incidents for
-// one node would break invariant 3; the older one is driven and the other reported.
-func (c *Controller) openIncident(node string) (*v1alpha1.NodeFence, error) {
-	all, err := c.store.forNode(node)
-	if err != nil {
-		return nil, fmt.Errorf("incidents of node %s: %w", node, err)
-	}
-	var open []*v1alpha1.NodeFence
-	for _, nf := range all {
-		if nf.Status.Phase.Open() {
-			open = append(open, nf)
-		}
-	}
-	if len(open) == 0 {
-		return nil, nil
-	}
-	sort.Slice(open, func(i, j int) bool { return open[i].CreationTimestamp.Before(&open[j].CreationTimestamp) })
-	if len(open) > 1 {
-		klog.ErrorS(nil, "Several open incidents for one node; driving the oldest", "node", node, "incidents", len(open))
-	}
-	return open[0], nil
 }
 
 // maybeOpen opens an incident for an unhealthy node, or says when to look again. In dry
@@ -145,7 +121,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	}
 	opened := make(chan openRead, 1)
 	go func() {
-		live, err := c.store.openLive(ctx, node.Name)
+		live, err := c.store.OpenLive(ctx, node.Name)
 		opened <- openRead{live, err}
 	}()
 	fresh, err := c.confirmStale(ctx, node, pol)
@@ -177,11 +153,11 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	}
 	c.step(ctx, nf, obs.Since, v1alpha1.StepEvidenceStarted, obs.Evidence)
 	c.step(ctx, nf, now, v1alpha1.StepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
-	created, err := c.store.create(ctx, nf)
+	created, err := c.store.Create(ctx, nf)
 	if err != nil {
 		return 0, err
 	}
-	c.pause.at(PauseAfterCreate)
+	c.lead.pause.at(PauseAfterCreate)
 	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
 	c.metrics.phaseDuration.WithLabelValues(durationDetect).Observe(now.Sub(obs.Since).Seconds())
 	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
@@ -190,7 +166,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	// Go on at once rather than wait for the informer to bring the new incident back; the
 	// first decision writes the status with the detection in it.
 	requeue, err := c.drive(ctx, created, node, pn, obs)
-	if err != nil && c.store.fresh(created).ResourceVersion == created.ResourceVersion {
+	if err != nil && c.store.Fresh(created).ResourceVersion == created.ResourceVersion {
 		// The decision failed before it could write: keep the detection on record. (Had
 		// it written, this older copy would only be refused on its resourceVersion.)
 		if serr := c.save(ctx, created); serr != nil {
@@ -209,16 +185,16 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 // sync's start: a read against an API server coming back from an outage can take
 // seconds, and an earlier time would count them as the nodes' silence.
 func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v1alpha1.Policy) (bool, error) {
-	lease, found, err := c.nodeLeases.Get(ctx, node.Name)
+	lease, found, err := c.caches.nodeLeases.Get(ctx, node.Name)
 	now := c.now()
 	switch {
 	case err == nil && !found:
 		return true, nil
 	case err != nil:
-		c.apiUnreachable.Store(true)
+		c.lead.apiUnreachable.Store(true)
 		return false, fmt.Errorf("confirm lease of node %s: %w", node.Name, err)
 	}
-	if c.apiUnreachable.CompareAndSwap(true, false) {
+	if c.lead.apiUnreachable.CompareAndSwap(true, false) {
 		// This replica could not reach the API server a moment ago, and then no kubelet
 		// could renew either: staleness measured across the outage is the control
 		// plane's, not the nodes'. It counts again from now, as after a takeover.
@@ -241,7 +217,7 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 // whatever its thresholds (detector.Fresh), so only the others are assessed with their
 // pods: at 5,000 nodes most of a decision's cost is this pass.
 func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluster, error) {
-	nodes, err := c.nodes.List(everything())
+	nodes, err := c.caches.nodes.List(everything())
 	if err != nil {
 		return policy.Cluster{}, fmt.Errorf("list nodes: %w", err)
 	}
@@ -250,7 +226,7 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 		return policy.Cluster{}, err
 	}
 	cl := policy.Cluster{Paused: c.cfg.Paused, DryRun: c.cfg.DryRun, Nodes: make([]policy.Node, 0, len(nodes))}
-	pdbs, open := c.urgentPDBs(), c.store.openNodes()
+	pdbs, open := c.urgentPDBs(), c.store.OpenNodes()
 	for _, n := range nodes {
 		if !sel.Matches(labels.Set(n.Labels)) {
 			continue
@@ -273,7 +249,7 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 // no new one until they recover or a person acts). It runs on its own period, so the
 // gauges follow cancelled, recovered and adopted incidents, not only decisions.
 func (c *Controller) refreshUnhealthy(now time.Time) {
-	nodes, err := c.nodes.List(everything())
+	nodes, err := c.caches.nodes.List(everything())
 	if err != nil {
 		return // a cache read; the gauges keep their values until the next round
 	}
@@ -305,59 +281,8 @@ func withLogValues(ctx context.Context, keysAndValues ...any) context.Context {
 // step adds a timeline step to nf and logs it with the context's keys (node and
 // incident): the log carries every step an incident takes, as its timeline does.
 func (c *Controller) step(ctx context.Context, nf *v1alpha1.NodeFence, at time.Time, typ, msg string) {
-	addStep(&nf.Status, at, typ, msg)
+	incidents.AddStep(&nf.Status, at, typ, msg)
 	klog.FromContext(ctx).Info("Incident step", "step", typ, "message", msg)
-}
-
-func addStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
-	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})
-}
-
-// timelineBudget bounds the text of a timeline, well inside the API server's limit on
-// an object's size.
-const timelineBudget = 256 << 10
-
-// trimTimeline keeps a timeline within the CRD's count and the text budget: a status the
-// API server refuses would stop the incident where it stands. What goes is the oldest
-// step that is neither the first nor the last of its type, so every fact read back from
-// the timeline (when the incident was detected, when its first fence started, the latest
-// of each kind of step) stays.
-func trimTimeline(st *v1alpha1.NodeFenceStatus) {
-	text := timelineText(st.Timeline)
-	for len(st.Timeline) > v1alpha1.MaxTimelineSteps || text > timelineBudget {
-		i := oldestDroppable(st.Timeline)
-		if i < 0 {
-			return
-		}
-		text -= len(st.Timeline[i].Type) + len(st.Timeline[i].Message)
-		st.Timeline = slices.Delete(st.Timeline, i, i+1)
-	}
-}
-
-func timelineText(tl []v1alpha1.Step) int {
-	n := 0
-	for _, s := range tl {
-		n += len(s.Type) + len(s.Message)
-	}
-	return n
-}
-
-// oldestDroppable is the index of the oldest step that is neither the first nor the last
-// of its type, or -1.
-func oldestDroppable(tl []v1alpha1.Step) int {
-	first, last := map[string]int{}, map[string]int{}
-	for i, s := range tl {
-		if _, ok := first[s.Type]; !ok {
-			first[s.Type] = i
-		}
-		last[s.Type] = i
-	}
-	for i, s := range tl {
-		if first[s.Type] != i && last[s.Type] != i {
-			return i
-		}
-	}
-	return -1
 }
 
 // event records an event on the node, or on the incident when the node is gone. Not on
@@ -370,7 +295,7 @@ func oldestDroppable(tl []v1alpha1.Step) int {
 // (invariant 2: Events are mutations too): a replica deposed before it saves sends none
 // of them. An event with no incident follows a Lease check of its own.
 func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
-	if c.recorder == nil {
+	if c.events.recorder == nil {
 		return
 	}
 	e := pendingEvent{node: node, nf: nf, typ: typ, reason: reason, message: fmt.Sprintf(format, args...)}
@@ -379,17 +304,17 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 		return
 	}
 	// In a storm the start of a fence is told with its end (issue 24).
-	e.holdWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.admission.fencingNow(c.store.indexer.List(), c.now()) >= eventStormAt
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	queued := c.pendingEvents[nf.Name]
+	e.holdWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.decide.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
+	c.events.mu.Lock()
+	defer c.events.mu.Unlock()
+	queued := c.events.pending[nf.Name]
 	if n := len(queued); n > 0 && slices.Contains(eventFolds[reason], queued[n-1].reason) {
 		// One Event says both, the earlier message first, rather than two a moment apart.
 		e.message = queued[n-1].message + ". " + e.message
 		queued[n-1] = e
 		return
 	}
-	c.pendingEvents[nf.Name] = append(queued, e)
+	c.events.pending[nf.Name] = append(queued, e)
 }
 
 // eventStormAt is how many nodes fencing at once make a storm for Events: from then on
@@ -423,23 +348,23 @@ type pendingEvent struct {
 
 func (c *Controller) emit(e pendingEvent) {
 	if e.node != nil {
-		c.recorder.Event(e.node, e.typ, e.reason, e.message)
+		c.events.recorder.Event(e.node, e.typ, e.reason, e.message)
 	} else if e.nf != nil {
-		c.recorder.Event(e.nf, e.typ, e.reason, e.message)
+		c.events.recorder.Event(e.nf, e.typ, e.reason, e.message)
 	}
 }
 
 // flushEvents sends the events the save of nf has just made legitimate. The last one
 // waits for the next save if it is a storm's fence start and nf is still Fencing.
 func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
-	c.mu.Lock()
-	pending := c.pendingEvents[nf.Name]
-	delete(c.pendingEvents, nf.Name)
+	c.events.mu.Lock()
+	pending := c.events.pending[nf.Name]
+	delete(c.events.pending, nf.Name)
 	if n := len(pending); n > 0 && pending[n-1].holdWhileFencing && nf.Status.Phase == v1alpha1.PhaseFencing {
-		c.pendingEvents[nf.Name] = []pendingEvent{pending[n-1]}
+		c.events.pending[nf.Name] = []pendingEvent{pending[n-1]}
 		pending = pending[:n-1]
 	}
-	c.mu.Unlock()
+	c.events.mu.Unlock()
 	for _, e := range pending {
 		c.emit(e)
 	}
@@ -447,7 +372,7 @@ func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
 
 // dropEvents forgets the events of an incident that is gone.
 func (c *Controller) dropEvents(name string) {
-	c.mu.Lock()
-	delete(c.pendingEvents, name)
-	c.mu.Unlock()
+	c.events.mu.Lock()
+	delete(c.events.pending, name)
+	c.events.mu.Unlock()
 }

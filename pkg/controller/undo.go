@@ -35,7 +35,7 @@ var errNotSent = errors.New("not sent")
 func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, at v1alpha1.Attempt, what string) (plugin.Result, error) {
 	notCalled := plugin.Result{State: plugin.StateUnknown, Evidence: "nothing read back: the call was never made"}
 	if at.Agent == v1alpha1.WatchdogAgent {
-		return c.caller.unfence(ctx, at, "", node, nf.Name, c.currentEpoch())
+		return c.caller.Unfence(ctx, at, "", node, nf.Name, c.currentEpoch())
 	}
 	msg := fmt.Sprintf("agent %s %s, target %s", at.Agent, what, at.Target)
 	if at.Target == "" {
@@ -54,11 +54,11 @@ func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *cor
 	if what == undoPowerOn {
 		point = PauseBeforePowerOn
 	}
-	c.pause.at(point)
+	c.lead.pause.at(point)
 	if err := c.leaseConfirmed(ctx); err != nil {
 		return notCalled, fmt.Errorf("agent %s %s %w: %w", at.Agent, what, errNotSent, err)
 	}
-	return c.caller.unfence(ctx, at, restoreOf(nf, at), node, nf.Name, c.currentEpoch())
+	return c.caller.Unfence(ctx, at, restoreOf(nf, at), node, nf.Name, c.currentEpoch())
 }
 
 // undoOnRecord reports whether the agent's latest undo step already puts msg's call on

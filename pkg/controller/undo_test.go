@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/plugin/plugintest"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,10 +34,10 @@ func (f *fixture) lead() *error {
 		f.t.Fatal(err)
 	}
 	f.kube.ClearActions()
-	f.c.epoch = 1
-	f.c.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
+	f.c.lead.epoch = 1
+	f.c.lead.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
 	deposed := new(error)
-	f.c.opts.OnDeposed = func(err error) { *deposed = err }
+	f.c.opts.Leader.OnDeposed = func(err error) { *deposed = err }
 	return deposed
 }
 
@@ -66,7 +68,7 @@ func backOnANewBoot(t *testing.T, cfg *v1alpha1.Config) *fixture {
 	n.Spec.Taints = []corev1.Taint{{Key: "node.kubernetes.io/out-of-service", Effect: corev1.TaintEffectNoExecute}}
 	objs[0] = n
 	f := newFixture(t, cfg, append(objs, nf)...)
-	f.bmc.on = false
+	f.bmc.On = false
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut()
 	return f
@@ -157,7 +159,7 @@ func TestCallsGoToTheFencedTarget(t *testing.T) {
 		nf := fencedIncident(v1alpha1.PhaseFencing, v1alpha1.AttemptVerifying)
 		nf.Status.Attempts[0].Target = "bmc-node-1"
 		f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
-		f.bmc.on = false
+		f.bmc.On = false
 		f.now = f0.Add(time.Minute)
 		f.renewAllBut("node-1")
 		edited(f)
@@ -199,7 +201,7 @@ func TestCallsGoToTheFencedTarget(t *testing.T) {
 // read back that verified the fence and replaced the attempt's Evidence.
 func TestRecoveryRestoresWhatTheFenceRemoved(t *testing.T) {
 	var restore string
-	agent := &funcAgent{unfence: func(_ context.Context, req plugin.Request) (plugin.Result, error) {
+	agent := &plugintest.Funcs{UnfenceFunc: func(_ context.Context, req plugin.Request) (plugin.Result, error) {
 		restore = req.Restore
 		return plugin.Result{State: plugin.StateOn, Evidence: "restored"}, nil
 	}}
@@ -248,8 +250,8 @@ func TestReleaseRecordSurvivesACrash(t *testing.T) {
 			objs[0] = n
 			f := newFixture(t, fixtureConfig(), append(objs, nf)...)
 			unreachable := plugin.Errorf(plugin.KindTargetUnreachable, "bmc-node-1: no answer")
-			f.bmc.fence = func(context.Context) error { return unreachable }
-			f.bmc.status = func(string) error { return unreachable }
+			f.bmc.FenceFunc = func(context.Context) error { return unreachable }
+			f.bmc.StatusFunc = func(string) error { return unreachable }
 			f.now = f0.Add(time.Minute)
 			f.renewAllBut("node-1")
 			f.sync("node-1")

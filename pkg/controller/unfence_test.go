@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
+
+	"github.com/kubefence/kubefence/pkg/plugin/plugintest"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,33 +17,6 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
-
-// funcAgent is a plugin.Agent made of function fields; a nil field fails the call.
-type funcAgent struct {
-	unfence func(context.Context, plugin.Request) (plugin.Result, error)
-	status  func(context.Context, plugin.Request) (plugin.Result, error)
-	calls   []string
-}
-
-func (a *funcAgent) Describe(context.Context) (plugin.Description, error) {
-	return plugin.Description{Name: "func", Actions: []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn}}, nil
-}
-func (a *funcAgent) Validate(context.Context, map[string]string) error { return nil }
-func (a *funcAgent) Fence(context.Context, plugin.Request, plugin.Action) (plugin.Result, error) {
-	return plugin.Result{}, fmt.Errorf("fence: not expected here")
-}
-func (a *funcAgent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
-	a.calls = append(a.calls, "Status")
-	return a.status(ctx, req)
-}
-func (a *funcAgent) Unfence(ctx context.Context, req plugin.Request) (plugin.Result, error) {
-	a.calls = append(a.calls, "Unfence")
-	return a.unfence(ctx, req)
-}
-
-type oneAgent struct{ a plugin.Agent }
-
-func (s oneAgent) Agent(string) (plugin.Agent, error) { return s.a, nil }
 
 // timesOut is an Unfence that runs into its deadline, as a power-on through a slow BMC does.
 func timesOut(ctx context.Context, _ plugin.Request) (plugin.Result, error) {
@@ -74,7 +48,7 @@ func unfenceController(t *testing.T, nf *v1alpha1.NodeFence, agent plugin.Agent,
 	cfg := &v1alpha1.Config{Agents: []v1alpha1.Agent{{Name: "ipmi", Target: v1alpha1.TargetSource{Annotation: "bmc"},
 		OnTimeout: metav1.Duration{Duration: 50 * time.Millisecond}}}}
 	cfg.Default()
-	return fixtureController(t, cfg, oneAgent{agent}, nf, node)
+	return fixtureController(t, cfg, plugintest.One{A: agent}, nf, node)
 }
 
 func rebootedNode(boot string) *corev1.Node {
@@ -115,7 +89,7 @@ func TestFailedUnfenceIsReadBack(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			nf := fencedByBMC(verified)
-			agent := &funcAgent{unfence: tc.unfence, status: tc.status}
+			agent := &plugintest.Funcs{UnfenceFunc: tc.unfence, StatusFunc: tc.status}
 			node := rebootedNode("boot-2")
 			c := unfenceController(t, nf, agent, node)
 			c.now = func() time.Time { return verified.Add(time.Minute) }
@@ -141,8 +115,8 @@ func TestFailedUnfenceIsReadBack(t *testing.T) {
 			case tc.step != "" && (len(failed) != 1 || failed[0] != tc.step):
 				t.Errorf("%s steps %q, want exactly [%q]", v1alpha1.StepUnfenceFailed, failed, tc.step)
 			}
-			if tc.step != "" && strings.Join(agent.calls, ",") != "Unfence,Status,Unfence,Status" {
-				t.Errorf("calls %v: want each failed Unfence read back once", agent.calls)
+			if tc.step != "" && strings.Join(agent.Calls(), ",") != "Unfence,Status,Unfence,Status" {
+				t.Errorf("calls %v: want each failed Unfence read back once", agent.Calls())
 			}
 			live, err := c.client.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
 			if err != nil {
@@ -160,7 +134,7 @@ func TestFailedUnfenceIsReadBack(t *testing.T) {
 func TestTimedOutPowerOnIsReadBack(t *testing.T) {
 	verified := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
 	nf := fencedByBMC(verified)
-	agent := &funcAgent{unfence: timesOut, status: reads(plugin.StateOn)}
+	agent := &plugintest.Funcs{UnfenceFunc: timesOut, StatusFunc: reads(plugin.StateOn)}
 	node := rebootedNode("boot-1")
 	c := unfenceController(t, nf, agent, node)
 	c.powerOn(context.Background(), nf, node)
@@ -171,61 +145,6 @@ func TestTimedOutPowerOnIsReadBack(t *testing.T) {
 	}
 	if on := stepsOf(got, v1alpha1.StepPoweredOn); len(on) != 0 {
 		t.Errorf("PoweredOn recorded for a call that timed out: %q", on)
-	}
-}
-
-// TestTimelineKeepsFirstAndLatest: a timeline never outgrows the CRD's limit, and what
-// goes is never the first or the last step of its type: the detection, the first fence's
-// start (the cooldown counts from it) and the latest of each kind stay.
-func TestTimelineKeepsFirstAndLatest(t *testing.T) {
-	var st v1alpha1.NodeFenceStatus
-	t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
-	for _, typ := range []string{v1alpha1.StepEvidenceStarted, v1alpha1.StepDetected, v1alpha1.StepFenceStarted, v1alpha1.StepVerified, v1alpha1.StepRemediated} {
-		addStep(&st, t0, typ, typ)
-	}
-	for i := range v1alpha1.MaxTimelineSteps + 5 {
-		addStep(&st, t0.Add(time.Duration(i+1)*time.Second), v1alpha1.StepUnfenceFailed, fmt.Sprint(i))
-	}
-	clampStatus(&st) // as every status write does
-	if len(st.Timeline) != v1alpha1.MaxTimelineSteps {
-		t.Fatalf("%d steps, want %d", len(st.Timeline), v1alpha1.MaxTimelineSteps)
-	}
-	for i, typ := range []string{v1alpha1.StepEvidenceStarted, v1alpha1.StepDetected, v1alpha1.StepFenceStarted, v1alpha1.StepVerified, v1alpha1.StepRemediated} {
-		if st.Timeline[i].Type != typ {
-			t.Errorf("step %d is %s, want %s: the first of each type stays", i, st.Timeline[i].Type, typ)
-		}
-	}
-	if first, last := st.Timeline[5].Message, st.Timeline[len(st.Timeline)-1].Message; first != "0" || last != fmt.Sprint(v1alpha1.MaxTimelineSteps+4) {
-		t.Errorf("UnfenceFailed steps from %q to %q: want the first and the latest kept", first, last)
-	}
-	if next := st.Timeline[6].Message; next != "11" {
-		t.Errorf("the step after the first UnfenceFailed is %q, want 11: the oldest in between go first", next)
-	}
-	// Text counts too: a few huge messages are trimmed to the budget the same way.
-	var big v1alpha1.NodeFenceStatus
-	addStep(&big, t0, v1alpha1.StepDetected, "opened")
-	for range 100 {
-		addStep(&big, t0, v1alpha1.StepUnfenceFailed, strings.Repeat("x", 8000))
-	}
-	clampStatus(&big)
-	if n := timelineText(big.Timeline); n > timelineBudget || big.Timeline[0].Type != v1alpha1.StepDetected {
-		t.Errorf("timeline text %d bytes (budget %d), first step %s", n, timelineBudget, big.Timeline[0].Type)
-	}
-}
-
-func TestClampStatus(t *testing.T) {
-	long := strings.Repeat("é", maxText) // two bytes each: a cut can fall inside one
-	early := "ab\xff" + strings.Repeat("c", 2*maxText)
-	st := v1alpha1.NodeFenceStatus{Message: long, Timeline: []v1alpha1.Step{{Message: early}},
-		Attempts: []v1alpha1.Attempt{{Evidence: long, Error: "short", ErrorKind: strings.Repeat("K", 100)}}}
-	clampStatus(&st)
-	for name, s := range map[string]string{"message": st.Message, "step": st.Timeline[0].Message, "evidence": st.Attempts[0].Evidence} {
-		if len(s) > maxText || len(s) < maxText-16 || !utf8.ValidString(s) || !strings.HasSuffix(s, "... (cut)") {
-			t.Errorf("%s: %d bytes, valid UTF-8 %v, ends %q", name, len(s), utf8.ValidString(s), s[max(0, len(s)-20):])
-		}
-	}
-	if st.Attempts[0].Error != "short" || len(st.Attempts[0].ErrorKind) > 64 {
-		t.Errorf("error %q, error kind of %d bytes", st.Attempts[0].Error, len(st.Attempts[0].ErrorKind))
 	}
 }
 
@@ -241,7 +160,7 @@ func TestRecoveryUndoesEveryNetworkFence(t *testing.T) {
 		{Level: 1, Agent: "storage", Try: 2, State: v1alpha1.AttemptFailed},
 		{Level: 2, Agent: "ipmi", Try: 1, State: v1alpha1.AttemptVerified},
 	}}}
-	c := fixtureController(t, cfg, oneAgent{&bmc{}}, nf)
+	c := fixtureController(t, cfg, plugintest.One{A: &plugintest.Machine{}}, nf)
 	var got []string
 	for _, at := range c.attemptsToUndo(nf) {
 		got = append(got, fmt.Sprintf("%s/%d", at.Agent, at.Try))

@@ -27,7 +27,7 @@ func podsByNode(obj any) ([]string, error) {
 
 // podsOn returns the cached pods bound to a node.
 func (c *Controller) podsOn(node string) []*corev1.Pod {
-	objs, err := c.pods.GetIndexer().ByIndex(podsByNodeIndex, node)
+	objs, err := c.caches.pods.GetIndexer().ByIndex(podsByNodeIndex, node)
 	if err != nil {
 		return nil // only for an index New did not add
 	}
@@ -47,19 +47,19 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 	pods := c.podsOn(n.Name)
 	pn, obs := c.health(pol, n, pods, c.urgentPDBs(), now, false)
 	pn.NothingToRelease = policy.NothingToRelease(pods, c.attachmentsOf(n.Name))
-	pn.ControllerHere = c.replicas.on(n.Name, now)
+	pn.ControllerHere = c.peers.replicas.On(n.Name, now)
 	pn.TargetReadsOff = n.Annotations[v1alpha1.TargetReadsOffAnnotation]
-	for _, f := range c.store.factsForNode(n.Name) {
-		if f.phase == v1alpha1.PhaseFencing {
+	for _, f := range c.store.FactsForNode(n.Name) {
+		if f.Phase == v1alpha1.PhaseFencing {
 			pn.Fencing = true
 		}
-		if f.phase.Open() {
+		if f.Phase.Open() {
 			pn.Incident = true
 		}
 		// The cooldown follows a fence that held; a failed one is the Failed rule's
 		// (failedUnrecovered), not a fence.
-		if f.verified && f.fenceStart.After(pn.LastFencedAt) {
-			pn.LastFencedAt = f.fenceStart
+		if f.Verified && f.FenceStart.After(pn.LastFencedAt) {
+			pn.LastFencedAt = f.FenceStart
 		}
 	}
 	return pn, obs
@@ -88,7 +88,7 @@ func (c *Controller) health(pol *v1alpha1.Policy, n *corev1.Node, pods []*corev1
 // urgentPDBs are the cached PodDisruptionBudgets that allow no disruption now: the only
 // ones that can make a node urgent (policy.Urgent).
 func (c *Controller) urgentPDBs() []*policyv1.PodDisruptionBudget {
-	all, err := c.pdbs.List(everything())
+	all, err := c.caches.pdbs.List(everything())
 	if err != nil {
 		return nil // a cache read that cannot fail on labels.Everything(); without PDBs no pod is urgent
 	}
@@ -102,7 +102,7 @@ func (c *Controller) urgentPDBs() []*policyv1.PodDisruptionBudget {
 }
 
 func (c *Controller) attachmentsOf(node string) int {
-	vas, err := c.attachments.List(everything())
+	vas, err := c.caches.attachments.List(everything())
 	if err != nil {
 		return 0 // a cache read that cannot fail on labels.Everything()
 	}
@@ -151,21 +151,21 @@ func (c *Controller) markPods(ctx context.Context, obs detector.Observation, now
 // wouldFence reports a dry-run decision once per unhealthy episode of a node.
 func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs detector.Observation, d policy.Decision) {
 	key := obs.Since.String()
-	c.mu.Lock()
-	episodes := c.dryRunSeen[node.Name]
+	c.decide.mu.Lock()
+	episodes := c.decide.dryRunSeen[node.Name]
 	if episodes == nil {
 		episodes = map[string]bool{}
-		c.dryRunSeen[node.Name] = episodes
+		c.decide.dryRunSeen[node.Name] = episodes
 	}
 	seen := episodes[key]
 	episodes[key] = true
-	c.mu.Unlock()
+	c.decide.mu.Unlock()
 	if seen {
 		return
 	}
 	c.metrics.wouldFence.Inc()
-	if c.recorder != nil && c.checkLease(ctx) == nil {
-		c.recorder.Eventf(node, corev1.EventTypeWarning, v1alpha1.ReasonWouldFence, "Dry run: would fence node %s: %s (%s)",
+	if c.events.recorder != nil && c.checkLease(ctx) == nil {
+		c.events.recorder.Eventf(node, corev1.EventTypeWarning, v1alpha1.ReasonWouldFence, "Dry run: would fence node %s: %s (%s)",
 			node.Name, obs.Evidence, d.Message)
 	}
 	klog.FromContext(ctx).Info("Dry run: would fence", "evidence", obs.Evidence)
@@ -174,9 +174,9 @@ func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs dete
 // forgetDryRun forgets the episodes reported in dry run for a node that is healthy again
 // or deleted; its next unhealthy episode is reported anew.
 func (c *Controller) forgetDryRun(node string) {
-	c.mu.Lock()
-	delete(c.dryRunSeen, node)
-	c.mu.Unlock()
+	c.decide.mu.Lock()
+	delete(c.decide.dryRunSeen, node)
+	c.decide.mu.Unlock()
 }
 
 func dryRun(cfg *v1alpha1.Config, pol *v1alpha1.Policy) bool { return cfg.DryRun || pol.DryRun }

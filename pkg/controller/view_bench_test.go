@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,9 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-
-	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
 // BenchmarkCluster: the policy's view of a 5,000-node cluster, 100 or 1,000 of them
@@ -49,7 +45,7 @@ func benchCluster(b *testing.B, stale int) {
 	}
 	pol := &f.c.cfg.Policies[0]
 	for i := range nodes {
-		n, err := f.c.nodes.Get(fmt.Sprintf("node-%d", i))
+		n, err := f.c.caches.nodes.Get(fmt.Sprintf("node-%d", i))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -70,43 +66,5 @@ func benchCluster(b *testing.B, stale int) {
 		if len(cl.Nodes) != nodes || unhealthy != stale {
 			b.Fatalf("%d nodes in the view, %d unhealthy; want %d and %d", len(cl.Nodes), unhealthy, nodes, stale)
 		}
-	}
-}
-
-// BenchmarkTargetCheck: the check that an agent's target is one node's, before a call for
-// one node of a 5,000-node cluster each with its own BMC: by reading every node
-// (targetOwners, as CheckTargets does) and by the node cache's index (the controller).
-//
-//	go test ./pkg/controller -run '^$' -bench TargetCheck -benchmem
-func BenchmarkTargetCheck(b *testing.B) {
-	const nodes = 5000
-	cfg := &v1alpha1.Config{
-		Agents:   []v1alpha1.Agent{{Name: "ipmi", Target: v1alpha1.TargetSource{Annotation: "bmc"}}},
-		Policies: []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"ipmi"}}}}},
-	}
-	cfg.Default()
-	all := make([]*corev1.Node, nodes)
-	for i := range all {
-		all[i] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", i),
-			Annotations: map[string]string{"bmc": fmt.Sprintf("10.0.%d.%d", i/256, i%256)}}}
-	}
-	a, err := newAgentCaller(oneAgent{&targetEcho{sent: map[string]int{}}}, cfg, fake.NewClientset(), newMetrics(), time.Now,
-		func() ([]*corev1.Node, error) { return all, nil })
-	if err != nil {
-		b.Fatal(err)
-	}
-	idx := targetIndexer(b, a, all)
-	for _, way := range []struct {
-		name  string
-		owned func(agent, target string) ([]string, error)
-	}{{"every-node", nil}, {"index", indexedOwners(idx)}} {
-		b.Run(way.name, func(b *testing.B) {
-			a.owned = way.owned
-			for b.Loop() {
-				if _, _, err := a.request(context.Background(), "ipmi", all[nodes/2], "", "", 1); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
 	}
 }

@@ -32,7 +32,7 @@ func TestDryRunSeenIsForgotten(t *testing.T) {
 			c.detector.ObserveLease(renewed, now)
 		}},
 		"node deleted": {func(t *testing.T, c *Controller, node *corev1.Node, _ *coordinationv1.Lease) {
-			if err := c.kubeInformers.Core().V1().Nodes().Informer().GetIndexer().Delete(node); err != nil {
+			if err := c.opts.Caches.Kube.Core().V1().Nodes().Informer().GetIndexer().Delete(node); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -42,7 +42,7 @@ func TestDryRunSeenIsForgotten(t *testing.T) {
 			c := testController(t, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}})
 			c.now = func() time.Time { return now }
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
-			if err := c.kubeInformers.Core().V1().Nodes().Informer().GetIndexer().Add(node); err != nil {
+			if err := c.opts.Caches.Kube.Core().V1().Nodes().Informer().GetIndexer().Add(node); err != nil {
 				t.Fatal(err)
 			}
 			rt := metav1.NewMicroTime(t0)
@@ -63,8 +63,8 @@ func TestDryRunSeenIsForgotten(t *testing.T) {
 			if _, err := c.sync(ctx, node.Name); err != nil {
 				t.Fatalf("sync: %v", err)
 			}
-			if len(c.dryRunSeen) != 0 {
-				t.Errorf("dry run still remembers %v after the episode ended", c.dryRunSeen)
+			if len(c.decide.dryRunSeen) != 0 {
+				t.Errorf("dry run still remembers %v after the episode ended", c.decide.dryRunSeen)
 			}
 		})
 	}

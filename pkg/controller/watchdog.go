@@ -201,12 +201,12 @@ func (c *Controller) watchdogEvent(nf *v1alpha1.NodeFence, node *corev1.Node, st
 	if step.Kind == fencer.DoVerify {
 		ev.Kind = fencer.StateRead
 	}
-	members, err := c.nodes.List(everything())
+	members, err := c.caches.nodes.List(everything())
 	if err != nil {
 		ev.Err, ev.ErrKind = err, plugin.KindRetryable
 		return ev
 	}
-	v := c.watchdogs.verdict(nf, node, members, c.detector.LastLife(node.Name), c.agentLeft(node.Name), step.Kind == fencer.DoVerify)
+	v := c.peers.watchdogs.verdict(nf, node, members, c.detector.LastLife(node.Name), c.agentLeft(node.Name), step.Kind == fencer.DoVerify)
 	ev.Evidence = v.Reason
 	switch {
 	case v.State == selffence.Ineligible && step.Kind == fencer.DoFence:

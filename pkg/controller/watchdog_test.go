@@ -173,7 +173,7 @@ func TestFixtureWatchdogAfterTakeover(t *testing.T) {
 	f, nf := watchdogIncident(t)
 	// The new leader's memory of the reports starts now, 5s later.
 	f.now = f.now.Add(5 * time.Second)
-	f.c.watchdogs = newWatchdogs(f.c.cfg.Watchdog, func() time.Time { return f.now })
+	f.c.peers.watchdogs = newWatchdogs(f.c.cfg.Watchdog, func() time.Time { return f.now })
 	seen := f.now
 	f.report("node-1", true)
 	f.report("node-2", true, nf.Name)

@@ -115,10 +115,10 @@ func (c *Controller) yieldToReleases(ctx context.Context) {
 	if entered, _ := ctx.Value(gateKey{}).(bool); !entered {
 		return
 	}
-	if c.admission.fencingNow(c.store.indexer.List(), c.now()) < eventStormAt {
+	if c.decide.admission.fencingNow(c.store.Cached(), c.now()) < eventStormAt {
 		return
 	}
-	waited := c.gate.yield(ctx, c.queue.Len)
+	waited := c.decide.gate.yield(ctx, c.queue.Len)
 	klog.FromContext(ctx).V(2).Info("Release recorded after the storm's other releases", "waited", waited)
 }
 

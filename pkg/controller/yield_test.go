@@ -102,13 +102,13 @@ func TestRecordYieldsToReleasesInAStorm(t *testing.T) {
 			f := newFixture(t, fixtureConfig(), threeNodes()...)
 			f.now = f0.Add(time.Minute)
 			f.renewAllBut("node-1")
-			f.c.gate.max = time.Hour
+			f.c.decide.gate.max = time.Hour
 			if storm {
 				for i := range eventStormAt {
-					f.c.admission.claimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), f.now)
+					f.c.decide.admission.claimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), f.now)
 				}
 			}
-			f.c.gate.enter() // another incident on its way to its release
+			f.c.decide.gate.enter() // another incident on its way to its release
 			done := make(chan error, 1)
 			go func() {
 				_, err := f.c.sync(context.Background(), "node-1")
@@ -126,14 +126,14 @@ func TestRecordYieldsToReleasesInAStorm(t *testing.T) {
 				}
 			}
 			if storm {
-				pollUntil(t, "the record held back", func() bool { return f.c.gate.holding() == 1 })
+				pollUntil(t, "the record held back", func() bool { return f.c.decide.gate.holding() == 1 })
 				if !outOfService(t, f, "node-1") {
 					t.Error("the record is held back before the release")
 				}
 				if phase := f.incident("node-1").Status.Phase; phase == v1alpha1.PhaseRemediated {
 					t.Errorf("phase %s while the other release is under way", phase)
 				}
-				f.c.gate.leave()
+				f.c.decide.gate.leave()
 			}
 			pollUntil(t, "sync returned", returned)
 			if phase := f.incident("node-1").Status.Phase; phase != v1alpha1.PhaseRemediated {

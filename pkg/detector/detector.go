@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -388,4 +389,16 @@ func (d *Detector) LastLife(node string) time.Time {
 		return st.statusSeen
 	}
 	return st.renewalSeen
+}
+
+// ForConfig is a detector with cfg's detection timings.
+func ForConfig(cfg *v1alpha1.Config) *Detector {
+	return New(Thresholds{
+		LeaseStaleAfter:       cfg.Detection.LeaseStaleAfter.Duration,
+		NotReadyAfter:         cfg.Detection.NotReadyAfter.Duration,
+		ExpectedRenewInterval: cfg.Detection.ExpectedRenewInterval.Duration,
+		FlapWindow:            cfg.Detection.FlapWindow.Duration,
+		FlapThreshold:         int(cfg.Detection.FlapThreshold),
+		Heartbeats:            cfg.Heartbeats != nil,
+	})
 }

@@ -106,13 +106,10 @@ func issue(st *v1alpha1.NodeFenceStatus, lv Level, ev Event, now time.Time) {
 	})
 }
 
-// MaxFenceEvidence bounds an attempt's FenceEvidence (the CRD's limit). A Fence answer
-// that would not fit whole is not kept: a restore record cut in the middle could not be
-// read, and the first answers, which did the removing, are the ones that matter.
-const MaxFenceEvidence = 32768
-
 // keepFenceEvidence adds what a Fence call answered to a's FenceEvidence, one answer per
-// line: re-issues of one attempt each add theirs.
+// line: re-issues of one attempt each add theirs. An answer that would not fit whole
+// (v1alpha1.MaxFenceEvidence) is not kept: a restore record cut in the middle could not
+// be read, and the first answers, which did the removing, are the ones that matter.
 func keepFenceEvidence(a *v1alpha1.Attempt, evidence string) {
 	if evidence == "" {
 		return
@@ -121,7 +118,7 @@ func keepFenceEvidence(a *v1alpha1.Attempt, evidence string) {
 	if kept != "" {
 		kept += "\n"
 	}
-	if kept += evidence; len(kept) <= MaxFenceEvidence {
+	if kept += evidence; len(kept) <= v1alpha1.MaxFenceEvidence {
 		a.FenceEvidence = kept
 	}
 }

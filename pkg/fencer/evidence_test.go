@@ -48,8 +48,8 @@ func TestFenceEvidenceKept(t *testing.T) {
 		t.Errorf("FenceEvidenceOf another agent %q, want none", got)
 	}
 	// An answer that would not fit whole is not kept.
-	keepFenceEvidence(&a, strings.Repeat("x", MaxFenceEvidence))
+	keepFenceEvidence(&a, strings.Repeat("x", v1alpha1.MaxFenceEvidence))
 	if strings.Contains(a.FenceEvidence, "xxx") {
-		t.Error("an answer past MaxFenceEvidence was kept")
+		t.Error("an answer past v1alpha1.MaxFenceEvidence was kept")
 	}
 }

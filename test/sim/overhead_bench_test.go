@@ -34,6 +34,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/test/sim/bmc"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // instantAgent answers at once, so what remains of an incident's duration is the
@@ -483,19 +484,20 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 		b.Fatal(err)
 	}
 	guard := &leader.LeaseGuard{Client: client, Config: le, Identity: identity}
-	events, stopEvents := controller.NewEventRecorder(ctx, client, guard, identity)
+	events, stopEvents := leader.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
 	recorder := &countingRecorder{EventRecorder: events}
 	agent := newInstantAgent()
-	ctl, err := controller.New(controller.Options{Config: cfg, Client: client, Fencing: fencing,
-		Agents: agent, Identity: identity, Recorder: recorder, Guard: guard,
-		Workers: envInt("KUBEFENCE_BENCH_WORKERS", controller.DefaultWorkers)})
+	ctrls, err := app.Assemble(app.Assembly{Config: cfg, Kube: client, Fencing: fencing, Agents: agent, Identity: identity,
+		Recorder: recorder, Registry: prometheus.NewRegistry(), Leader: controller.LeaderOptions{Guard: guard},
+		Tuning: controller.Tuning{Workers: envInt("KUBEFENCE_BENCH_WORKERS", controller.DefaultWorkers)}})
 	if err != nil {
 		b.Fatal(err)
 	}
+	ctl := ctrls.Loop
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	if err := ctl.StartInformers(runCtx); err != nil {
+	if err := ctrls.Caches.Start(runCtx); err != nil {
 		b.Fatal(err)
 	}
 	counter.reset()

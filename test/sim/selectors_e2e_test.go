@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
 )
 
@@ -55,7 +55,7 @@ func TestPhaseSelectorsServed(t *testing.T) {
 		selector string
 		want     []string
 	}{
-		"the controller's open incidents": {controller.OpenIncidentsSelector, open},
+		"the controller's open incidents": {incidents.OpenIncidentsSelector, open},
 		"the node agents' holds":          {nodeagent.PastBudgetSelector, past},
 	} {
 		list, err := fencing.FencingV1alpha1().NodeFences().List(ctx, metav1.ListOptions{FieldSelector: tc.selector})

@@ -83,6 +83,9 @@ const MaxTimelineSteps = 1000
 // that failed are likely to fail again, and a person should look first.
 const RetryAnnotation = "fencing.kubefence.io/retry"
 
+// MaxFenceEvidence bounds an attempt's FenceEvidence (the CRD's MaxLength).
+const MaxFenceEvidence = 32768
+
 // TargetReadsOffAnnotation, on a Node, is the controller's mark of a node whose fence
 // device read off while the node renewed its Lease after the read: the target mapping
 // names another machine, and the node's fencing is held (the message says which agent and

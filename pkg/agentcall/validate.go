@@ -1,4 +1,4 @@
-package controller
+package agentcall
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func (p AgentProblems) Err() error { return errors.Join(p.Invalid...) }
 // the configuration gives it (Validate), so that an unknown name, an out-of-range value
 // or a secret passed as a parameter is refused when the configuration is loaded, not at
 // the first fence. Each problem names the agent's field path and the agent.
-func ValidateAgents(ctx context.Context, cfg *v1alpha1.Config, agents AgentSource) AgentProblems {
+func ValidateAgents(ctx context.Context, cfg *v1alpha1.Config, agents Source) AgentProblems {
 	// All at once: a start that waited for each unreachable agent's timeout in turn
 	// would hold back leader election by minutes when a datacenter is dark.
 	errs := make([]error, len(cfg.Agents))
@@ -58,7 +58,7 @@ func ValidateAgents(ctx context.Context, cfg *v1alpha1.Config, agents AgentSourc
 	return out
 }
 
-func validateAgent(ctx context.Context, agents AgentSource, a v1alpha1.Agent) error {
+func validateAgent(ctx context.Context, agents Source, a v1alpha1.Agent) error {
 	ctx, cancel := context.WithTimeout(ctx, agentCheckTimeout)
 	defer cancel()
 	agent, err := agents.Agent(a.Name)

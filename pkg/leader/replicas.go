@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"fmt"
@@ -10,12 +10,12 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// replicas knows which nodes run a live replica of the controller, from the replicas'
+// Replicas knows which nodes run a live replica of the controller, from the replicas'
 // identity Leases (labelled with their node): a replica that renews its Lease is proof
 // that its node is alive, and no replica may fence the node it runs on. Renewals are
 // timed on this process's clock, as the detector times node Leases, so that a replica's
 // skewed clock can neither hide nor fake one.
-type replicas struct {
+type Replicas struct {
 	// self is the node this replica runs on; empty when unknown (outside a pod).
 	self string
 	// window is how long after a renewal was seen a replica still counts as alive.
@@ -36,14 +36,16 @@ type replicaSeen struct {
 // its node no longer counts as hosting a live replica.
 const replicaWindowRenewals = 3
 
-func newReplicas(self string, renewInterval time.Duration) *replicas {
-	return &replicas{self: self, window: replicaWindowRenewals * renewInterval, seen: map[string]replicaSeen{}}
+// NewReplicas knows the replicas of the controller seen from the one on node self (empty
+// outside a pod), which renew their identity Leases every renewInterval.
+func NewReplicas(self string, renewInterval time.Duration) *Replicas {
+	return &Replicas{self: self, window: replicaWindowRenewals * renewInterval, seen: map[string]replicaSeen{}}
 }
 
-// observe records an identity Lease of a controller replica as seen at now. A Lease seen
+// Observe records an identity Lease of a controller replica as seen at now. A Lease seen
 // for the first time counts as a renewal: a replica is presumed alive until it has been
 // silent for the window, which only ever holds a fence back.
-func (r *replicas) observe(lease *coordinationv1.Lease, now time.Time) {
+func (r *Replicas) Observe(lease *coordinationv1.Lease, now time.Time) {
 	// The whole name is in the annotation; replicas from before it wrote only the label,
 	// which is the whole name when it fits.
 	node := lease.Annotations[v1alpha1.NodeAnnotation]
@@ -62,14 +64,15 @@ func (r *replicas) observe(lease *coordinationv1.Lease, now time.Time) {
 	r.seen[lease.Name] = replicaSeen{node: node, holder: ptr.Deref(lease.Spec.HolderIdentity, ""), renew: lease.Spec.RenewTime.Time, at: now}
 }
 
-func (r *replicas) forget(name string) {
+// Forget drops a deleted identity Lease.
+func (r *Replicas) Forget(name string) {
 	r.mu.Lock()
 	delete(r.seen, name)
 	r.mu.Unlock()
 }
 
-// on returns the evidence that a live replica runs on node at now, or "".
-func (r *replicas) on(node string, now time.Time) string {
+// On returns the evidence that a live replica runs on node at now, or "".
+func (r *Replicas) On(node string, now time.Time) string {
 	if r == nil {
 		return ""
 	}

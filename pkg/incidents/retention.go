@@ -1,4 +1,4 @@
-package controller
+package incidents
 
 import (
 	"cmp"
@@ -8,26 +8,43 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
-// historyInterval is how often the leader prunes ended incidents; it also prunes when it
+// HistoryInterval is how often the leader prunes ended incidents; it also prunes when it
 // takes over.
-const historyInterval = 10 * time.Minute
+const HistoryInterval = 10 * time.Minute
 
-// pruneHistory deletes the ended incidents that the history retention no longer keeps
+// Retention deletes the ended incidents the history configuration no longer keeps
 // (config History): older than MaxAge, or beyond the newest KeepPerNode of their node.
 // The newest ended incident of a node always stays, open ones are never touched, and
-// only incidents the controller opened are deleted (invariant 6).
-func (c *Controller) pruneHistory(ctx context.Context) {
-	for _, nf := range c.expiredIncidents(c.now()) {
-		if err := c.checkLease(ctx); err != nil {
+// only incidents the controller opened are deleted (invariant 6). Only the leader runs
+// it.
+type Retention struct {
+	Store   *Store
+	History v1alpha1.History
+	// Confirm passes while this replica leads (a Lease check); nothing is deleted while it
+	// fails.
+	Confirm func(ctx context.Context) error
+	Now     func() time.Time
+}
+
+// Run prunes now and every HistoryInterval until ctx ends.
+func (r *Retention) Run(ctx context.Context) {
+	wait.UntilWithContext(ctx, r.Prune, HistoryInterval)
+}
+
+// Prune deletes what retention no longer keeps, once.
+func (r *Retention) Prune(ctx context.Context) {
+	for _, nf := range r.expired(r.Now()) {
+		if err := r.Confirm(ctx); err != nil {
 			return // not confirmed as leader: nothing is deleted; the next round tries again
 		}
 		uid, rv := nf.UID, nf.ResourceVersion
-		err := c.store.client.Delete(ctx, nf.Name, metav1.DeleteOptions{
+		err := r.Store.client.Delete(ctx, nf.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			klog.FromContext(ctx).Error(err, "Pruning incident history", "incident", nf.Name)
@@ -37,17 +54,17 @@ func (c *Controller) pruneHistory(ctx context.Context) {
 	}
 }
 
-// expiredIncidents lists the cached incidents that retention deletes at now.
-func (c *Controller) expiredIncidents(now time.Time) []*v1alpha1.NodeFence {
+// expired lists the cached incidents that retention deletes at now.
+func (r *Retention) expired(now time.Time) []*v1alpha1.NodeFence {
 	byNode := map[string][]*v1alpha1.NodeFence{}
-	for _, obj := range c.store.indexer.List() {
+	for _, obj := range r.Store.indexer.List() {
 		nf, err := cached(obj)
 		if err != nil || nf.Status.Phase.Open() || nf.Spec.RequestedBy != v1alpha1.RequestedByController {
 			continue // one that cannot be read is kept: retention never deletes on a guess
 		}
 		byNode[nf.Spec.NodeName] = append(byNode[nf.Spec.NodeName], nf)
 	}
-	h := c.cfg.History
+	h := r.History
 	var out []*v1alpha1.NodeFence
 	for _, ended := range byNode {
 		slices.SortFunc(ended, func(a, b *v1alpha1.NodeFence) int {

@@ -1,11 +1,10 @@
-package controller
+package leader
 
 import (
 	"context"
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/leader"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -88,7 +87,7 @@ func errUnconfirmed() error {
 // NewEventRecorder returns the recorder of the controller's Events and the function that
 // stops it. With leader election (guard set), an Event goes out only while a Lease check
 // vouches for this replica (confirmedSink).
-func NewEventRecorder(ctx context.Context, client kubernetes.Interface, guard *leader.LeaseGuard, identity string) (record.EventRecorder, func()) {
+func NewEventRecorder(ctx context.Context, client kubernetes.Interface, guard *LeaseGuard, identity string) (record.EventRecorder, func()) {
 	scheme := runtime.NewScheme()
 	// Adding types to a fresh scheme fails only when two registrations conflict, which
 	// these two do not; the scheme only names the objects Events are about.

@@ -1,4 +1,4 @@
-package controller
+package agentcall
 
 import (
 	"context"
@@ -23,17 +23,20 @@ import (
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
-// AgentSource hands out agent handles by name; *plugin.Host is one.
-type AgentSource interface {
+// Source hands out agent handles by name; *plugin.Host is one.
+type Source interface {
 	Agent(name string) (plugin.Agent, error)
 }
 
-// agentCaller turns a fencer step into an agent call for one node.
-type agentCaller struct {
-	agents  AgentSource
+// Caller turns a fencer step into an agent call for one node: it resolves the node's
+// target for the agent, refuses a target two nodes share, reads the agent's Secret into
+// the request, bounds the call by its deadline on the controller's clock, and counts
+// latency and errors.
+type Caller struct {
+	agents  Source
 	config  map[string]v1alpha1.Agent
 	client  kubernetes.Interface
-	metrics *metrics
+	metrics *Metrics
 	// now is the controller's clock: attempt deadlines are on it.
 	now func() time.Time
 	// templates are the parsed target templates, by agent.
@@ -48,10 +51,12 @@ type agentCaller struct {
 	policies []v1alpha1.Policy
 }
 
-// newAgentCaller is an agentCaller for the (validated) agents of a config.
-func newAgentCaller(src AgentSource, cfg *v1alpha1.Config, client kubernetes.Interface, m *metrics,
-	now func() time.Time, nodes func() ([]*corev1.Node, error)) (*agentCaller, error) {
-	a := &agentCaller{agents: src, config: map[string]v1alpha1.Agent{}, client: client, metrics: m, now: now,
+// New is a Caller for the (validated) agents of cfg, reading Secrets with client; m counts
+// its calls (NewMetrics), now is the controller's clock, and nodes lists every node, to
+// find a target two nodes share (Index replaces it with a lookup in the node cache).
+func New(src Source, cfg *v1alpha1.Config, client kubernetes.Interface, m *Metrics,
+	now func() time.Time, nodes func() ([]*corev1.Node, error)) (*Caller, error) {
+	a := &Caller{agents: src, config: map[string]v1alpha1.Agent{}, client: client, metrics: m, now: now,
 		templates: map[string]*template.Template{}, nodes: nodes, policies: cfg.Policies}
 	for _, cfg := range cfg.Agents {
 		a.config[cfg.Name] = cfg
@@ -67,9 +72,9 @@ func newAgentCaller(src AgentSource, cfg *v1alpha1.Config, client kubernetes.Int
 	return a, nil
 }
 
-// resolve names agent's target for node, and checks that no other node the agent acts
+// Resolve names agent's target for node, and checks that no other node the agent acts
 // for names it too (owners, from targetOwners; nil: list them).
-func (a *agentCaller) resolve(name string, node *corev1.Node, owners map[string][]string) (string, error) {
+func (a *Caller) Resolve(name string, node *corev1.Node, owners map[string][]string) (string, error) {
 	cfg, ok := a.config[name]
 	if !ok {
 		return "", plugin.Errorf(plugin.KindPermanent, "agent %s is not configured", name)
@@ -90,14 +95,14 @@ func (a *agentCaller) resolve(name string, node *corev1.Node, owners map[string]
 // request builds the plugin request for agent on node, for incident, with its secrets.
 // target is the device: the one an attempt recorded when it was issued, or "" to
 // resolve it from the node now.
-func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Node, target, incident string, epoch int64) (plugin.Request, v1alpha1.Agent, error) {
+func (a *Caller) request(ctx context.Context, name string, node *corev1.Node, target, incident string, epoch int64) (plugin.Request, v1alpha1.Agent, error) {
 	cfg, ok := a.config[name]
 	if !ok {
 		return plugin.Request{}, cfg, plugin.Errorf(plugin.KindPermanent, "agent %s is not configured", name)
 	}
 	if target == "" {
 		var err error
-		if target, err = a.resolve(name, node, nil); err != nil {
+		if target, err = a.Resolve(name, node, nil); err != nil {
 			return plugin.Request{}, cfg, err
 		}
 	}
@@ -119,8 +124,8 @@ func (a *agentCaller) request(ctx context.Context, name string, node *corev1.Nod
 	return req, cfg, nil
 }
 
-// targetFor names agent's target for node, for the record; a mapping that fails says so.
-func (a *agentCaller) targetFor(agent string, node *corev1.Node) string {
+// TargetFor names agent's target for node, for the record; a mapping that fails says so.
+func (a *Caller) TargetFor(agent string, node *corev1.Node) string {
 	if agent == v1alpha1.WatchdogAgent {
 		return "(node " + node.Name + "'s own watchdog)"
 	}
@@ -136,7 +141,7 @@ func (a *agentCaller) targetFor(agent string, node *corev1.Node) string {
 }
 
 // targetOf names cfg's target for node.
-func (a *agentCaller) targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, error) {
+func (a *Caller) targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, error) {
 	var target, from string
 	switch {
 	case cfg.Target.Template != "":
@@ -169,7 +174,7 @@ func (a *agentCaller) targetOf(cfg v1alpha1.Agent, node *corev1.Node) (string, e
 }
 
 // targetOwners maps each target of agent cfg to the nodes it acts for that name it.
-func (a *agentCaller) targetOwners(cfg v1alpha1.Agent) (map[string][]string, error) {
+func (a *Caller) targetOwners(cfg v1alpha1.Agent) (map[string][]string, error) {
 	owners := map[string][]string{}
 	if a.nodes == nil {
 		return owners, nil
@@ -191,7 +196,7 @@ func (a *agentCaller) targetOwners(cfg v1alpha1.Agent) (map[string][]string, err
 
 // ownersOf maps target to the nodes agent cfg acts for that name it: from the node
 // cache's index when the caller has one, by reading every node otherwise.
-func (a *agentCaller) ownersOf(cfg v1alpha1.Agent, target string) (map[string][]string, error) {
+func (a *Caller) ownersOf(cfg v1alpha1.Agent, target string) (map[string][]string, error) {
 	if a.owned == nil {
 		return a.targetOwners(cfg)
 	}
@@ -206,11 +211,28 @@ func (a *agentCaller) ownersOf(cfg v1alpha1.Agent, target string) (map[string][]
 // maps them.
 const targetIndex = "agentTarget"
 
+// Index adds to the node cache inf an index by agent and target, and looks targets up
+// in it from then on instead of listing every node at each call.
+func (a *Caller) Index(inf cache.SharedIndexInformer) error {
+	if err := inf.AddIndexers(cache.Indexers{targetIndex: a.targetKeys}); err != nil {
+		return fmt.Errorf("index nodes by target: %w", err)
+	}
+	a.owned = indexedOwners(inf.GetIndexer())
+	return nil
+}
+
+// NetworkFence reports whether agent is a csi-addons NetworkFence agent, whose fence
+// holds whether or not its level verified.
+func (a *Caller) NetworkFence(agent string) bool {
+	cfg, ok := a.config[agent]
+	return ok && cfg.NetworkFence != nil
+}
+
 func targetKey(agent, target string) string { return agent + "\x00" + target }
 
 // targetKeys are a node's targetIndex keys: one for each configured agent that acts for
 // the node (actsFor, as targetOwners asks) and whose target the node resolves.
-func (a *agentCaller) targetKeys(obj any) ([]string, error) {
+func (a *Caller) targetKeys(obj any) ([]string, error) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return nil, nil
@@ -268,7 +290,7 @@ func unshared(cfg v1alpha1.Agent, node *corev1.Node, target string, owners map[s
 }
 
 // actsFor reports whether a level of node's policy names agent.
-func (a *agentCaller) actsFor(agent string, node *corev1.Node) bool {
+func (a *Caller) actsFor(agent string, node *corev1.Node) bool {
 	pol, err := policy.Select(a.policies, node.Labels)
 	if err != nil || pol == nil {
 		return false
@@ -281,12 +303,12 @@ func (a *agentCaller) actsFor(agent string, node *corev1.Node) bool {
 	return false
 }
 
-// call carries out a DoFence or DoVerify step and returns the event to apply. Fencing
+// Call carries out a DoFence or DoVerify step and returns the event to apply. Fencing
 // always asks for off: a Reboot policy powers the node on again only after its workloads
 // were released, never inside the fence, so that "verified off" is always read back.
 // target is the attempt's recorded device ("" to resolve it now).
-func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.Node, target, incident string, epoch int64, deadline time.Time) fencer.Event {
-	kind, method := fencer.FenceReturned, method(step)
+func (a *Caller) Call(ctx context.Context, step fencer.Step, node *corev1.Node, target, incident string, epoch int64, deadline time.Time) fencer.Event {
+	kind, method := fencer.FenceReturned, Method(step)
 	if step.Kind == fencer.DoVerify {
 		kind = fencer.StateRead
 	}
@@ -310,13 +332,13 @@ func (a *agentCaller) call(ctx context.Context, step fencer.Step, node *corev1.N
 			// state back before it does anything else.
 			ev.ErrKind = plugin.KindTimeout
 		}
-		a.metrics.agentErrors.WithLabelValues(step.Agent, method, string(ev.ErrKind)).Inc()
+		a.metrics.errors.WithLabelValues(step.Agent, method, string(ev.ErrKind)).Inc()
 	}
 	return ev
 }
 
 // invoke calls method of agent name, bounded by deadline on the controller's clock.
-func (a *agentCaller) invoke(ctx context.Context, name, method string, req plugin.Request, deadline time.Time) (plugin.Result, error) {
+func (a *Caller) invoke(ctx context.Context, name, method string, req plugin.Request, deadline time.Time) (plugin.Result, error) {
 	agent, err := a.agents.Agent(name)
 	if err != nil {
 		return plugin.Result{}, fmt.Errorf("agent %s: %w", name, err)
@@ -324,8 +346,8 @@ func (a *agentCaller) invoke(ctx context.Context, name, method string, req plugi
 	ctx, cancel := a.withDeadline(ctx, deadline)
 	defer cancel()
 	start := a.now()
-	defer func() { a.metrics.agentLatency.WithLabelValues(name, method).Observe(a.now().Sub(start).Seconds()) }()
-	if method == methodStatus {
+	defer func() { a.metrics.latency.WithLabelValues(name, method).Observe(a.now().Sub(start).Seconds()) }()
+	if method == MethodStatus {
 		return agent.Status(ctx, req)
 	}
 	return agent.Fence(ctx, req, plugin.ActionOff)
@@ -336,14 +358,14 @@ func (a *agentCaller) invoke(ctx context.Context, name, method string, req plugi
 // whose times are hours or years away from it: what ctx gets is the time left until
 // deadline, read on the controller's clock right before the call. With the real clock
 // that is deadline itself, give or take the nanoseconds between the two reads of it.
-func (a *agentCaller) withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+func (a *Caller) withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, deadline.Sub(a.now()))
 }
 
-// notPowering says why agent is not one to power a node on for the Reboot action, ""
+// NotPowering says why agent is not one to power a node on for the Reboot action, ""
 // when it is: it must offer reboot (power agents do; storage agents offer off and on,
 // and a NetworkFence off alone). The node's own watchdog powers nothing.
-func (a *agentCaller) notPowering(ctx context.Context, name string) string {
+func (a *Caller) NotPowering(ctx context.Context, name string) string {
 	if name == v1alpha1.WatchdogAgent {
 		return "the node's own watchdog reset it"
 	}
@@ -363,10 +385,10 @@ func (a *agentCaller) notPowering(ctx context.Context, name string) string {
 	return ""
 }
 
-// unfence undoes what an agent's attempt did: powers the node on, restores storage
+// Unfence undoes what an agent's attempt did: powers the node on, restores storage
 // access. It goes to the target the attempt recorded, and restore is what the agent's
 // Fence calls answered (fencer.FenceEvidenceOf).
-func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, restore string, node *corev1.Node, incident string, epoch int64) (plugin.Result, error) {
+func (a *Caller) Unfence(ctx context.Context, at v1alpha1.Attempt, restore string, node *corev1.Node, incident string, epoch int64) (plugin.Result, error) {
 	notCalled := plugin.Result{State: plugin.StateUnknown, Evidence: "nothing read back: the call was never made"}
 	if at.Agent == v1alpha1.WatchdogAgent {
 		return plugin.Result{State: plugin.StateUnknown, Evidence: "nothing to undo: the node's watchdog reset it, and it boots by itself"}, nil
@@ -384,11 +406,11 @@ func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, restore 
 	start := a.now()
 	res, err := agent.Unfence(callCtx, req)
 	cancel()
-	a.metrics.agentLatency.WithLabelValues(at.Agent, methodUnfence).Observe(a.now().Sub(start).Seconds())
+	a.metrics.latency.WithLabelValues(at.Agent, MethodUnfence).Observe(a.now().Sub(start).Seconds())
 	if err == nil {
 		return res, nil
 	}
-	a.metrics.agentErrors.WithLabelValues(at.Agent, methodUnfence, string(plugin.KindOf(err))).Inc()
+	a.metrics.errors.WithLabelValues(at.Agent, MethodUnfence, string(plugin.KindOf(err))).Inc()
 	// The outcome of a failed or timed-out Unfence is unknown: a command sent just
 	// before the deadline can still have landed. What the target says now is read
 	// back with a call of its own, so that the incident records the state, not the
@@ -397,18 +419,26 @@ func (a *agentCaller) unfence(ctx context.Context, at v1alpha1.Attempt, restore 
 	defer cancel()
 	start = a.now()
 	read, rerr := agent.Status(readCtx, req)
-	a.metrics.agentLatency.WithLabelValues(at.Agent, methodStatus).Observe(a.now().Sub(start).Seconds())
+	a.metrics.latency.WithLabelValues(at.Agent, MethodStatus).Observe(a.now().Sub(start).Seconds())
 	if rerr != nil {
-		a.metrics.agentErrors.WithLabelValues(at.Agent, methodStatus, string(plugin.KindOf(rerr))).Inc()
+		a.metrics.errors.WithLabelValues(at.Agent, MethodStatus, string(plugin.KindOf(rerr))).Inc()
 		return plugin.Result{State: plugin.StateUnknown, Evidence: "read back failed: " + rerr.Error()}, err
 	}
 	return read, err
 }
 
-// unfenceFailure words a failed Unfence for the timeline: read is what unfence read back
-// after it. The first return is the part that stays the same across retries that read
-// back the same state, so that a retry loop records a change, not every try.
-func unfenceFailure(agent, what string, read plugin.Result, err error) (key, msg string) {
-	key = fmt.Sprintf("agent %s %s failed, read back %s", agent, what, read.State)
-	return key, fmt.Sprintf("%s (%s): %v", key, read.Evidence, err)
+// Methods of kubefence_agent_call_duration_seconds and kubefence_agent_errors_total, and
+// of the steps' words.
+const (
+	MethodFence   = "Fence"
+	MethodStatus  = "Status"
+	MethodUnfence = "Unfence"
+)
+
+// Method is the agent method step calls.
+func Method(step fencer.Step) string {
+	if step.Kind == fencer.DoVerify {
+		return MethodStatus
+	}
+	return MethodFence
 }

@@ -1,29 +1,42 @@
-package controller
+package agentcall
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/kubefence/kubefence/pkg/plugin/plugintest"
+
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
-// The fence-device check: `fence-controller check` (CheckTargets, PrintTargetChecks)
-// and the leader's kubefence_target_up (recordTargets).
+// The fence-device check: `fence-controller check` (CheckTargets, PrintTargetChecks).
+
+// ipmiConfig has one agent, ipmi, whose target is the node's "bmc" annotation, and one
+// policy over every node.
+func ipmiConfig() *v1alpha1.Config {
+	cfg := &v1alpha1.Config{
+		Agents:   []v1alpha1.Agent{{Name: "ipmi", SHA256: strings.Repeat("0", 64), Target: v1alpha1.TargetSource{Annotation: "bmc"}}},
+		Policies: []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"ipmi"}}}}},
+	}
+	cfg.Default()
+	return cfg
+}
 
 // checkConfig reads node BMCs through ipmi at the first level and, should that fail,
 // fences through pdu, whose devices the check does not read.
 func checkConfig() *v1alpha1.Config {
-	cfg := fixtureConfig()
+	cfg := ipmiConfig()
 	cfg.Agents = append(cfg.Agents, v1alpha1.Agent{Name: "pdu", SHA256: strings.Repeat("0", 64),
 		Target: v1alpha1.TargetSource{Label: "pdu-outlet"}})
 	cfg.Policies[0].Levels = append(cfg.Policies[0].Levels, v1alpha1.Level{Agents: []string{"pdu"}})
@@ -35,10 +48,9 @@ func checkConfig() *v1alpha1.Config {
 // annotation.
 func checkNodes() []*corev1.Node {
 	var nodes []*corev1.Node
-	for _, o := range threeNodes() {
-		if n, ok := o.(*corev1.Node); ok {
-			nodes = append(nodes, n)
-		}
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"bmc": "bmc-" + name}}})
 	}
 	delete(nodes[2].Annotations, "bmc")
 	return nodes
@@ -57,9 +69,9 @@ func node2Unreachable(target string) error {
 // whose target cannot be named both show up before the day that node dies. Only the
 // first level is read: the check must not poll every device of every level.
 func TestCheckTargets(t *testing.T) {
-	agent := &bmc{on: true, status: node2Unreachable}
+	agent := &plugintest.Machine{On: true, StatusFunc: node2Unreachable}
 	nodes := checkNodes()
-	checks, err := CheckTargets(context.Background(), checkConfig(), oneAgent{agent}, fake.NewClientset(), nodes)
+	checks, err := CheckTargets(context.Background(), checkConfig(), plugintest.One{A: agent}, fake.NewClientset(), nodes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,18 +98,19 @@ func TestCheckTargets(t *testing.T) {
 			t.Errorf("check %d: %+v (up %v), want %+v", i, got, tc.Up(), want[i])
 		}
 	}
-	slices.Sort(agent.calls)
-	if want := []string{"Status bmc-node-1", "Status bmc-node-2"}; !slices.Equal(agent.calls, want) {
-		t.Errorf("agent calls %v, want %v", agent.calls, want)
+	calls := agent.TakeCalls()
+	slices.Sort(calls)
+	if want := []string{"Status bmc-node-1", "Status bmc-node-2"}; !slices.Equal(calls, want) {
+		t.Errorf("agent calls %v, want %v", calls, want)
 	}
 }
 
 // TestCheckTargetsRefusesABadTemplate: a target template that does not parse is a
 // configuration error reported as such, not three hundred failed checks.
 func TestCheckTargetsRefusesABadTemplate(t *testing.T) {
-	cfg := fixtureConfig()
+	cfg := ipmiConfig()
 	cfg.Agents[0].Target = v1alpha1.TargetSource{Template: "{{ .Labels.rack "}
-	checks, err := CheckTargets(context.Background(), cfg, oneAgent{&bmc{}}, fake.NewClientset(), checkNodes())
+	checks, err := CheckTargets(context.Background(), cfg, plugintest.One{A: &plugintest.Machine{}}, fake.NewClientset(), checkNodes())
 	if err == nil || !strings.Contains(err.Error(), "agent ipmi: target.template") || checks != nil {
 		t.Errorf("checks %v, err %v; want none and the template's error", checks, err)
 	}
@@ -121,37 +134,5 @@ func TestPrintTargetChecks(t *testing.T) {
 		"node-2  ipmi   10.0.0.2  error  5s       dial 10.0.0.2:623: i/o timeout\n"
 	if out.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", out.String(), want)
-	}
-}
-
-// TestTargetUpMetric: the leader exports one kubefence_target_up per node and
-// first-level agent, 1 for a device that answered and 0 for one that did not (the alert
-// on a broken BMC); a node gone since the last round loses its series, so an alert
-// does not fire for a machine that left the cluster.
-func TestTargetUpMetric(t *testing.T) {
-	ctx := context.Background()
-	cfg := checkConfig()
-	nodes := checkNodes()
-	f := newFixture(t, cfg, nodes[0], nodes[1], nodes[2])
-	f.bmc.status = node2Unreachable
-	f.c.recordTargets(ctx, f.c.caller.checkTargets(ctx, cfg.Policies, nodes))
-	const head = "# HELP kubefence_target_up 1 when the node's first-level fence device answered the last Status check, " +
-		"0 when it failed (see the controller log for the error); read at start and every --target-check-interval.\n" +
-		"# TYPE kubefence_target_up gauge\n"
-	want := head +
-		`kubefence_target_up{agent="ipmi",node="node-1"} 1` + "\n" +
-		`kubefence_target_up{agent="ipmi",node="node-2"} 0` + "\n" +
-		`kubefence_target_up{agent="ipmi",node="node-3"} 0` + "\n"
-	if err := testutil.GatherAndCompare(f.c.Registry(), strings.NewReader(want), "kubefence_target_up"); err != nil {
-		t.Error(err)
-	}
-	// node-2's BMC answers again; node-3 leaves the cluster.
-	f.bmc.status = nil
-	f.c.recordTargets(ctx, f.c.caller.checkTargets(ctx, cfg.Policies, nodes[:2]))
-	want = head +
-		`kubefence_target_up{agent="ipmi",node="node-1"} 1` + "\n" +
-		`kubefence_target_up{agent="ipmi",node="node-2"} 1` + "\n"
-	if err := testutil.GatherAndCompare(f.c.Registry(), strings.NewReader(want), "kubefence_target_up"); err != nil {
-		t.Errorf("after node-3 left: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package controller
+package incidents
 
 import (
 	"fmt"
@@ -75,15 +75,15 @@ func FuzzStatusWithinCRD(f *testing.F) {
 		steps, attempts = min(max(steps, 0), 3000), min(max(attempts, 0), 50)
 		st := v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFencing, Message: message}
 		t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
-		addStep(&st, t0, v1alpha1.StepDetected, text)
+		AddStep(&st, t0, v1alpha1.StepDetected, text)
 		for i := range steps {
-			addStep(&st, t0.Add(time.Duration(i)*time.Millisecond), []string{v1alpha1.StepUnfenceFailed, v1alpha1.StepAgentError, v1alpha1.StepFenceStarted}[i%3], text)
+			AddStep(&st, t0.Add(time.Duration(i)*time.Millisecond), []string{v1alpha1.StepUnfenceFailed, v1alpha1.StepAgentError, v1alpha1.StepFenceStarted}[i%3], text)
 		}
 		for i := range attempts {
 			st.Attempts = append(st.Attempts, v1alpha1.Attempt{Level: 1, Agent: "ipmi", Try: int32(i + 1),
 				State: v1alpha1.AttemptFailed, Evidence: text, Error: message, ErrorKind: kind, PowerState: kind})
 		}
-		clampStatus(&st)
+		ClampStatus(&st)
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
 		if err != nil {
 			t.Fatal(err)

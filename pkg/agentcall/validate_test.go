@@ -1,4 +1,4 @@
-package controller
+package agentcall
 
 import (
 	"context"
@@ -9,27 +9,12 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/plugin/plugintest"
 )
 
-// validatingAgent answers Validate with err.
-type validatingAgent struct {
-	funcAgent
-	err error
-}
-
-func (a *validatingAgent) Validate(context.Context, map[string]string) error { return a.err }
-
-// agentsByName hands out agents by name; a name with no agent fails to start with its error.
-type agentsByName struct {
-	agents    map[string]plugin.Agent
-	launchErr map[string]error
-}
-
-func (s agentsByName) Agent(name string) (plugin.Agent, error) {
-	if err := s.launchErr[name]; err != nil {
-		return nil, err
-	}
-	return s.agents[name], nil
+// refuses is an agent whose Validate answers err.
+func refuses(err error) *plugintest.Funcs {
+	return &plugintest.Funcs{ValidateFunc: func(context.Context, map[string]string) error { return err }}
 }
 
 // TestValidateAgents: what an agent refuses for good (Permanent) stops the configuration;
@@ -43,12 +28,12 @@ func TestValidateAgents(t *testing.T) {
 		}
 		cfg.Agents = append(cfg.Agents, a)
 	}
-	src := agentsByName{
-		agents: map[string]plugin.Agent{
-			"ok":        &validatingAgent{},
-			"bad-param": &validatingAgent{err: plugin.Errorf(plugin.KindPermanent, "invalid parameters: cipherSuite: \"99\" is not a cipher suite ID (0-17)")},
+	src := plugintest.ByName{
+		Agents: map[string]plugin.Agent{
+			"ok":        refuses(nil),
+			"bad-param": refuses(plugin.Errorf(plugin.KindPermanent, "invalid parameters: cipherSuite: \"99\" is not a cipher suite ID (0-17)")),
 		},
-		launchErr: map[string]error{
+		Errs: map[string]error{
 			"remote-down":  fmt.Errorf("agent remote-down: dial: %w", plugin.ErrAgentDied),
 			"slow-start":   errors.New("agent slow-start: launch: timeout while waiting for plugin to start"),
 			"bad-checksum": fmt.Errorf("agent bad-checksum: %w", &plugin.Error{Kind: plugin.KindPermanent, Message: "checksum mismatch"}),

@@ -1,4 +1,4 @@
-package controller
+package agentcall
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kubefence/kubefence/pkg/plugin/plugintest"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,7 +53,7 @@ func rackNodes(n int) []*corev1.Node {
 	return nodes
 }
 
-func templateCaller(t *testing.T, agent plugin.Agent, nodes []*corev1.Node, templates ...string) (*agentCaller, *v1alpha1.Config) {
+func templateCaller(t *testing.T, agent plugin.Agent, nodes []*corev1.Node, templates ...string) (*Caller, *v1alpha1.Config) {
 	t.Helper()
 	cfg := &v1alpha1.Config{}
 	var names []string
@@ -65,7 +67,7 @@ func templateCaller(t *testing.T, agent plugin.Agent, nodes []*corev1.Node, temp
 	if errs := cfg.Validate(); len(errs) > 0 {
 		t.Fatalf("config: %v", errs)
 	}
-	a, err := newAgentCaller(oneAgent{agent}, cfg, fake.NewClientset(), newMetrics(), time.Now,
+	a, err := New(plugintest.One{A: agent}, cfg, fake.NewClientset(), NewMetrics(nil, nil), time.Now,
 		func() ([]*corev1.Node, error) { return nodes, nil })
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +87,7 @@ func TestTargetTemplateAtScale(t *testing.T) {
 		`10.{{ .Labels.rack }}.0.{{ index .Annotations "example.com/slot" }}`,
 		`{{ .Name | trimPrefix "node-" }}-bmc.rack{{ .Labels.rack }}.example.com`,
 		`rack{{ .Labels.rack }}-bmc.example.com`)
-	checks := a.checkTargets(context.Background(), cfg.Policies, nodes)
+	checks := a.CheckAll(context.Background(), cfg.Policies, nodes)
 	if len(checks) != 3*n {
 		t.Fatalf("%d checks, want %d", len(checks), 3*n)
 	}
@@ -144,7 +146,7 @@ func TestSharedTargetRefused(t *testing.T) {
 	}
 	cfg.Default()
 	nodes := []*corev1.Node{a1, a2, other, otherSame, node("node-5", "10.0.0.3", nil)}
-	a, err := newAgentCaller(oneAgent{&targetEcho{sent: map[string]int{}}}, cfg, fake.NewClientset(), newMetrics(), time.Now,
+	a, err := New(plugintest.One{A: &targetEcho{sent: map[string]int{}}}, cfg, fake.NewClientset(), NewMetrics(nil, nil), time.Now,
 		func() ([]*corev1.Node, error) { return nodes, nil })
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +160,7 @@ func TestSharedTargetRefused(t *testing.T) {
 }
 
 // targetIndexer is a node cache of nodes indexed by targetIndex, as the controller's.
-func targetIndexer(t testing.TB, a *agentCaller, nodes []*corev1.Node) cache.Indexer {
+func targetIndexer(t testing.TB, a *Caller, nodes []*corev1.Node) cache.Indexer {
 	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{targetIndex: a.targetKeys})
 	for _, n := range nodes {
@@ -169,7 +171,7 @@ func targetIndexer(t testing.TB, a *agentCaller, nodes []*corev1.Node) cache.Ind
 	return idx
 }
 
-func sharedTargetCases(t *testing.T, a *agentCaller, a1, a2, other, node5 *corev1.Node) {
+func sharedTargetCases(t *testing.T, a *Caller, a1, a2, other, node5 *corev1.Node) {
 	t.Helper()
 	for _, tc := range []struct {
 		agent string

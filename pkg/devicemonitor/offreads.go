@@ -1,4 +1,4 @@
-package controller
+package devicemonitor
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -35,11 +36,11 @@ type offReads struct {
 
 	mu sync.Mutex
 	// pending are reads of off not yet contradicted by a renewal, by node.
-	pending map[string]TargetCheck
+	pending map[string]agentcall.TargetCheck
 }
 
 func newOffReads(reg prometheus.Registerer, renewInterval time.Duration) *offReads {
-	o := &offReads{pending: map[string]TargetCheck{}, margin: 2 * max(renewInterval, 10*time.Second), gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	o := &offReads{pending: map[string]agentcall.TargetCheck{}, margin: 2 * max(renewInterval, 10*time.Second), gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kubefence_target_reads_off",
 		Help: "1 for a node whose first-level fence device read off while the node renewed its Lease after the read: the target mapping names another machine, and the node's fencing is held.",
 	}, []string{"node", "agent"})}
@@ -49,10 +50,10 @@ func newOffReads(reg prometheus.Registerer, renewInterval time.Duration) *offRea
 
 // note keeps the reads of off of a monitor round, and returns the checks of nodes whose
 // device read on again for the agent their mark names: the mark goes.
-func (o *offReads) note(checks []TargetCheck) []TargetCheck {
+func (o *offReads) note(checks []agentcall.TargetCheck) []agentcall.TargetCheck {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var cleared []TargetCheck
+	var cleared []agentcall.TargetCheck
 	for _, tc := range checks {
 		switch {
 		case tc.Err == nil && tc.State == plugin.StateOff:
@@ -70,56 +71,76 @@ func (o *offReads) note(checks []TargetCheck) []TargetCheck {
 
 // contradicted returns the read of off of node that a renewal seen at lastLife (on the
 // controller's clock, as the read's time is) contradicts, if any.
-func (o *offReads) contradicted(node string, lastLife time.Time) (TargetCheck, bool) {
+func (o *offReads) contradicted(node string, lastLife time.Time) (agentcall.TargetCheck, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	tc, ok := o.pending[node]
 	if !ok || !lastLife.After(tc.At.Add(o.margin)) {
-		return TargetCheck{}, false
+		return agentcall.TargetCheck{}, false
 	}
 	delete(o.pending, node)
 	return tc, true
 }
 
-// checkTargetReadsOff marks node when a read of off of its device is contradicted by a
-// renewal seen since; it runs at each sync of the node and after each monitor round.
-func (c *Controller) checkTargetReadsOff(ctx context.Context, node *corev1.Node) {
-	tc, ok := c.offReads.contradicted(node.Name, c.detector.LastLife(node.Name))
-	if !ok {
-		return
+// checkPending marks every node whose read of off a renewal seen since contradicts.
+func (m *Monitor) checkPending(ctx context.Context) {
+	m.off.mu.Lock()
+	nodes := make([]string, 0, len(m.off.pending))
+	for n := range m.off.pending {
+		nodes = append(nodes, n)
 	}
-	msg := fmt.Sprintf("agent %s read target %s off at %s, and node %s renewed its Lease at %s, after the read: the target is not this node's machine; fencing of the node is held until the mapping (agents[].target) is fixed and the device reads on, or a person removes %s or forces the incident",
-		tc.Agent, tc.Target, fencer.Stamp(tc.At), node.Name, fencer.Stamp(c.detector.LastLife(node.Name)), v1alpha1.TargetReadsOffAnnotation)
-	c.offReads.gauge.WithLabelValues(node.Name, tc.Agent).Set(1)
-	if node.Annotations[v1alpha1.TargetReadsOffAnnotation] == msg {
-		return
+	m.off.mu.Unlock()
+	for _, name := range nodes {
+		tc, ok := m.off.contradicted(name, m.LastLife(name))
+		if !ok {
+			continue
+		}
+		if err := m.mark(ctx, name, tc); err != nil {
+			klog.FromContext(ctx).Error(err, "Marking a node whose fence device reads off", "node", name)
+			m.off.mu.Lock()
+			m.off.pending[name] = tc // tried again at the next look
+			m.off.mu.Unlock()
+		}
 	}
-	if err := c.markNode(ctx, node.Name, msg); err != nil {
-		klog.FromContext(ctx).Error(err, "Marking a node whose fence device reads off", "node", node.Name)
-		c.offReads.mu.Lock()
-		c.offReads.pending[node.Name] = tc // tried again at the node's next sync
-		c.offReads.mu.Unlock()
-		return
-	}
-	klog.FromContext(ctx).Error(nil, "Fence device reads off while its node lives", "node", node.Name, "agent", tc.Agent, "target", tc.Target)
-	c.event(node, nil, corev1.EventTypeWarning, v1alpha1.ReasonTargetReadsOff, "%s", msg)
 }
 
-// clearTargetReadsOff removes the mark of a node whose marked agent's device read on.
-func (c *Controller) clearTargetReadsOff(ctx context.Context, tc TargetCheck) {
-	node, err := c.nodes.Get(tc.Node)
+// mark sets node's TargetReadsOffAnnotation for the contradicted read tc, and tells.
+func (m *Monitor) mark(ctx context.Context, name string, tc agentcall.TargetCheck) error {
+	node, err := m.Nodes.Get(name)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("agent %s read target %s off at %s, and node %s renewed its Lease at %s, after the read: the target is not this node's machine; fencing of the node is held until the mapping (agents[].target) is fixed and the device reads on, or a person removes %s or forces the incident",
+		tc.Agent, tc.Target, fencer.Stamp(tc.At), name, fencer.Stamp(m.LastLife(name)), v1alpha1.TargetReadsOffAnnotation)
+	m.off.gauge.WithLabelValues(name, tc.Agent).Set(1)
+	if node.Annotations[v1alpha1.TargetReadsOffAnnotation] == msg {
+		return nil
+	}
+	if err := m.patchMark(ctx, name, msg); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).Error(nil, "Fence device reads off while its node lives", "node", name, "agent", tc.Agent, "target", tc.Target)
+	if m.Recorder != nil {
+		m.Recorder.Event(node, corev1.EventTypeWarning, v1alpha1.ReasonTargetReadsOff, msg)
+	}
+	return nil
+}
+
+// clear removes the mark of a node whose marked agent's device read on.
+func (m *Monitor) clear(ctx context.Context, tc agentcall.TargetCheck) {
+	node, err := m.Nodes.Get(tc.Node)
 	if err != nil || !strings.HasPrefix(node.Annotations[v1alpha1.TargetReadsOffAnnotation], "agent "+tc.Agent+" ") {
 		return // no mark, or one another agent's device earned
 	}
-	if err := c.markNode(ctx, tc.Node, ""); err != nil {
+	if err := m.patchMark(ctx, tc.Node, ""); err != nil {
 		klog.FromContext(ctx).Error(err, "Removing the mark of a node whose fence device reads on again", "node", tc.Node)
 	}
 }
 
-// markNode sets (msg) or removes ("") node's TargetReadsOffAnnotation, after a Lease
+// patchMark sets (msg) or removes ("") node's TargetReadsOffAnnotation, after a Lease
 // check as every write.
-func (c *Controller) markNode(ctx context.Context, node, msg string) error {
-	if err := c.leaseConfirmed(ctx); err != nil {
+func (m *Monitor) patchMark(ctx context.Context, node, msg string) error {
+	if err := m.Confirm(ctx); err != nil {
 		return err
 	}
 	var value any
@@ -130,6 +151,6 @@ func (c *Controller) markNode(ctx context.Context, node, msg string) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err = m.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
 }

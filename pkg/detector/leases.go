@@ -1,4 +1,4 @@
-package controller
+package detector
 
 import (
 	"context"
@@ -13,6 +13,9 @@ import (
 	"github.com/kubefence/kubefence/pkg/coalesce"
 )
 
+// LeaseNamespace is where kubelets keep their heartbeat Leases.
+const LeaseNamespace = "kube-node-lease"
+
 // leaseListAt is how many node Leases read at once are read with one LIST of them all
 // rather than one GET each: a LIST costs the API server more than a GET, and fewer than
 // that many incidents rarely open together.
@@ -21,12 +24,12 @@ const leaseListAt = 8
 // leaseReadTimeout bounds one shared read of node Leases.
 const leaseReadTimeout = 30 * time.Second
 
-// nodeLeaseReads reads node Leases live for the incidents about to open (confirmStale),
+// LeaseReads reads node Leases live for the incidents about to open (confirmStale),
 // sharing one read among those that ask together (issue 24): a read sent after each of
 // them asked, GETs for a few, one LIST of the namespace for many. A Lease the read did
 // not find is missing from the map.
-func nodeLeaseReads(client kubernetes.Interface) *coalesce.Batch[string, *coordinationv1.Lease] {
-	leases := client.CoordinationV1().Leases(NodeLeaseNamespace)
+func LeaseReads(client kubernetes.Interface) *coalesce.Batch[string, *coordinationv1.Lease] {
+	leases := client.CoordinationV1().Leases(LeaseNamespace)
 	return &coalesce.Batch[string, *coordinationv1.Lease]{Timeout: leaseReadTimeout,
 		Do: func(ctx context.Context, names []string) (map[string]*coordinationv1.Lease, error) {
 			out := make(map[string]*coordinationv1.Lease, len(names))

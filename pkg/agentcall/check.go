@@ -1,10 +1,9 @@
-package controller
+package agentcall
 
 import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"sort"
 	"sync"
 	"text/tabwriter"
@@ -12,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -44,17 +42,17 @@ const (
 
 // CheckTargets reads every node's first-level fence device once through agents, as the
 // leader's monitor does (fence-controller check).
-func CheckTargets(ctx context.Context, cfg *v1alpha1.Config, agents AgentSource, client kubernetes.Interface, nodes []*corev1.Node) ([]TargetCheck, error) {
-	caller, err := newAgentCaller(agents, cfg, client, newMetrics(), time.Now, func() ([]*corev1.Node, error) { return nodes, nil })
+func CheckTargets(ctx context.Context, cfg *v1alpha1.Config, agents Source, client kubernetes.Interface, nodes []*corev1.Node) ([]TargetCheck, error) {
+	caller, err := New(agents, cfg, client, NewMetrics(nil, nil), time.Now, func() ([]*corev1.Node, error) { return nodes, nil })
 	if err != nil {
 		return nil, err
 	}
-	return caller.checkTargets(ctx, cfg.Policies, nodes), nil
+	return caller.CheckAll(ctx, cfg.Policies, nodes), nil
 }
 
-// checkTargets reads the first-level targets of every node a policy governs, at most
+// CheckAll reads the first-level targets of every node a policy governs, at most
 // targetConcurrency at once, and returns the results sorted by node and agent.
-func (a *agentCaller) checkTargets(ctx context.Context, policies []v1alpha1.Policy, nodes []*corev1.Node) []TargetCheck {
+func (a *Caller) CheckAll(ctx context.Context, policies []v1alpha1.Policy, nodes []*corev1.Node) []TargetCheck {
 	type job struct {
 		node  *corev1.Node
 		agent string
@@ -100,9 +98,9 @@ func (a *agentCaller) checkTargets(ctx context.Context, policies []v1alpha1.Poli
 }
 
 // checkTarget reads one node's target through agent, bounded by the agent's timeout.
-func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev1.Node, owners map[string][]string) TargetCheck {
-	tc := TargetCheck{Node: node.Name, Agent: agent, Target: a.targetFor(agent, node)}
-	target, err := a.resolve(agent, node, owners)
+func (a *Caller) checkTarget(ctx context.Context, agent string, node *corev1.Node, owners map[string][]string) TargetCheck {
+	tc := TargetCheck{Node: node.Name, Agent: agent, Target: a.TargetFor(agent, node)}
+	target, err := a.Resolve(agent, node, owners)
 	if err != nil {
 		tc.Err = err
 		return tc
@@ -113,7 +111,7 @@ func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev
 		return tc
 	}
 	start := a.now()
-	res, err := a.invoke(ctx, agent, methodStatus, req, start.Add(cfg.Timeout.Duration))
+	res, err := a.invoke(ctx, agent, MethodStatus, req, start.Add(cfg.Timeout.Duration))
 	tc.At = a.now()
 	tc.Latency = tc.At.Sub(start)
 	if err != nil {
@@ -122,43 +120,6 @@ func (a *agentCaller) checkTarget(ctx context.Context, agent string, node *corev
 	}
 	tc.State = res.State
 	return tc
-}
-
-// monitorTargets reads every first-level target now and then on an interval, and
-// exports kubefence_target_up. Only the leader runs it.
-func (c *Controller) monitorTargets(ctx context.Context, every time.Duration) {
-	for {
-		// A cache read; a round that cannot list the nodes is skipped.
-		nodes, err := c.nodes.List(everything())
-		if err == nil {
-			c.recordTargets(ctx, c.caller.checkTargets(ctx, c.cfg.Policies, nodes))
-			for _, n := range nodes {
-				c.queue.Add(n.Name) // each sync asks whether a read of off was contradicted since
-			}
-		}
-		jitter := time.Duration(rand.Int64N(int64(every/10) + 1))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(every + jitter):
-		}
-	}
-}
-
-func (c *Controller) recordTargets(ctx context.Context, checks []TargetCheck) {
-	for _, tc := range c.offReads.note(checks) {
-		c.clearTargetReadsOff(ctx, tc)
-	}
-	c.metrics.targetUp.Reset()
-	for _, tc := range checks {
-		up := 0.0
-		if tc.Up() {
-			up = 1
-		} else {
-			klog.FromContext(ctx).Error(tc.Err, "Fence device check failed", "node", tc.Node, "agent", tc.Agent, "target", tc.Target)
-		}
-		c.metrics.targetUp.WithLabelValues(tc.Node, tc.Agent).Set(up)
-	}
 }
 
 // PrintTargetChecks writes checks as a table: node, agent, target, state, latency, error.

@@ -1,4 +1,4 @@
-package controller
+package incidents
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
@@ -38,14 +39,15 @@ func TestHistoryRetention(t *testing.T) {
 	)
 	cfg := &v1alpha1.Config{}
 	cfg.Default()
-	c := fixtureController(t, cfg, nil, all[0])
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, nodeFenceIndexers())
 	for _, nf := range all {
-		if err := c.store.indexer.Add(nf.DeepCopy()); err != nil {
+		if err := idx.Add(nf.DeepCopy()); err != nil {
 			t.Fatal(err)
 		}
 	}
+	r := &Retention{Store: &Store{indexer: idx}, History: cfg.History}
 	var got []string
-	for _, nf := range c.expiredIncidents(now) {
+	for _, nf := range r.expired(now) {
 		got = append(got, nf.Name)
 	}
 	slices.Sort(got)

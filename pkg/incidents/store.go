@@ -1,26 +1,25 @@
-package controller
+package incidents
 
 import (
 	"context"
 	"fmt"
-	"strings"
+	"sort"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/coalesce"
-	"github.com/kubefence/kubefence/pkg/fencer"
 	fencingclient "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/typed/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/leader"
 )
 
-// store reads NodeFences from the informer cache and writes them to the API server.
-type store struct {
+// Store reads NodeFences from the informer cache and writes them to the API server.
+type Store struct {
 	client  fencingclient.NodeFenceInterface
 	indexer cache.Indexer
 	// openReads is the live list of open incidents that incidents opened at once share.
@@ -35,8 +34,8 @@ type store struct {
 	written map[string]*v1alpha1.NodeFence
 }
 
-// fresh returns the newer of the cached incident and this replica's last write of it.
-func (s *store) fresh(nf *v1alpha1.NodeFence) *v1alpha1.NodeFence {
+// Fresh returns the newer of the cached incident and this replica's last write of it.
+func (s *Store) Fresh(nf *v1alpha1.NodeFence) *v1alpha1.NodeFence {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w, ok := s.written[nf.Name]
@@ -50,12 +49,12 @@ func (s *store) fresh(nf *v1alpha1.NodeFence) *v1alpha1.NodeFence {
 	return w.DeepCopy()
 }
 
-// get returns the named incident from the cache or this replica's newer write of it,
+// Get returns the named incident from the cache or this replica's newer write of it,
 // nil when neither holds it.
-func (s *store) get(name string) *v1alpha1.NodeFence {
+func (s *Store) Get(name string) *v1alpha1.NodeFence {
 	obj, ok, err := s.indexer.GetByKey(name)
 	if nf, isNF := obj.(*v1alpha1.NodeFence); err == nil && ok && isNF {
-		return s.fresh(nf)
+		return s.Fresh(nf)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -65,7 +64,7 @@ func (s *store) get(name string) *v1alpha1.NodeFence {
 	return nil
 }
 
-func (s *store) remember(nf *v1alpha1.NodeFence) {
+func (s *Store) remember(nf *v1alpha1.NodeFence) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.written == nil {
@@ -74,14 +73,14 @@ func (s *store) remember(nf *v1alpha1.NodeFence) {
 	s.written[nf.Name] = nf.DeepCopy()
 }
 
-func (s *store) forget(name string) {
+func (s *Store) Forget(name string) {
 	s.mu.Lock()
 	delete(s.written, name)
 	s.mu.Unlock()
 }
 
 // unseen returns this replica's writes of a node's incidents the cache does not hold yet.
-func (s *store) unseen(node string, cached map[string]bool) []*v1alpha1.NodeFence {
+func (s *Store) unseen(node string, cached map[string]bool) []*v1alpha1.NodeFence {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*v1alpha1.NodeFence
@@ -94,6 +93,31 @@ func (s *store) unseen(node string, cached map[string]bool) []*v1alpha1.NodeFenc
 }
 
 const byNodeIndex = "byNode"
+
+// New is the store of the incidents inf caches (it adds the indexes it reads by) and
+// client writes.
+func New(client fencingclient.NodeFenceInterface, inf cache.SharedIndexInformer) (*Store, error) {
+	if err := inf.AddIndexers(nodeFenceIndexers()); err != nil {
+		return nil, fmt.Errorf("index incidents: %w", err)
+	}
+	return &Store{client: client, indexer: inf.GetIndexer(), openReads: sharedOpenReads(client)}, nil
+}
+
+// Cached are every cached incident, as the informer holds them: read them, never change
+// them.
+func (s *Store) Cached() []*v1alpha1.NodeFence {
+	objs := s.indexer.List()
+	out := make([]*v1alpha1.NodeFence, 0, len(objs))
+	for _, o := range objs {
+		if nf, ok := o.(*v1alpha1.NodeFence); ok {
+			out = append(out, nf)
+		}
+	}
+	return out
+}
+
+// Client writes NodeFences.
+func (s *Store) Client() fencingclient.NodeFenceInterface { return s.client }
 
 func nodeFenceIndexers() cache.Indexers {
 	return cache.Indexers{byNodeIndex: func(obj any) ([]string, error) {
@@ -114,8 +138,8 @@ func cached(obj any) (*v1alpha1.NodeFence, error) {
 	return nf, nil
 }
 
-// forNode returns every cached NodeFence of a node.
-func (s *store) forNode(node string) ([]*v1alpha1.NodeFence, error) {
+// ForNode returns every cached NodeFence of a node.
+func (s *Store) ForNode(node string) ([]*v1alpha1.NodeFence, error) {
 	objs, err := s.indexer.ByIndex(byNodeIndex, node)
 	if err != nil {
 		return nil, err
@@ -128,19 +152,19 @@ func (s *store) forNode(node string) ([]*v1alpha1.NodeFence, error) {
 			return nil, err
 		}
 		seen[nf.Name] = true
-		out = append(out, s.fresh(nf).DeepCopy())
+		out = append(out, s.Fresh(nf).DeepCopy())
 	}
 	return append(out, s.unseen(node, seen)...), nil
 }
 
-// openLive lists the node's open incidents from the API server itself, so that a cache
+// OpenLive lists the node's open incidents from the API server itself, so that a cache
 // that has not yet seen a fresh incident cannot lead to a second one (invariant 3).
 // Incidents opened at once share one read, sent after each of them asked (issue 24): it
 // selects the open incidents of every node by status.phase, a selectable field of the
 // CRD, and each caller keeps its node's. An API server that refuses the selector (a
 // CRD from before status.phase was selectable, or Kubernetes before 1.31) gets a list of
 // every incident instead.
-func (s *store) openLive(ctx context.Context, node string) ([]*v1alpha1.NodeFence, error) {
+func (s *Store) OpenLive(ctx context.Context, node string) ([]*v1alpha1.NodeFence, error) {
 	res, err := s.openReads.Get(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list incidents of node %s: %w", node, err)
@@ -176,12 +200,12 @@ func sharedOpenReads(client fencingclient.NodeFenceInterface) *coalesce.Read[[]v
 		}}
 }
 
-// create creates the incident. Its status is not written yet: it is returned with nf's
+// Create creates the incident. Its status is not written yet: it is returned with nf's
 // status, which the first decision on the incident writes (saving a request per
 // incident); until then the incident reads as a fresh request, and is decided as one.
 // The status is not sent either: the API server drops a new object's status (the status
 // subresource) only after decoding, pruning and tracking its fields (issue 24).
-func (s *store) create(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.NodeFence, error) {
+func (s *Store) Create(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.NodeFence, error) {
 	req := *nf
 	req.Status = v1alpha1.NodeFenceStatus{}
 	out, err := s.client.Create(ctx, &req, metav1.CreateOptions{})
@@ -192,17 +216,17 @@ func (s *store) create(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.N
 	return out, nil
 }
 
-// writeStatus writes nf's status if the stored object still has nf's resourceVersion
+// WriteStatus writes nf's status if the stored object still has nf's resourceVersion
 // and no newer epoch has written it.
-func (s *store) writeStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch int64, identity string) (*v1alpha1.NodeFence, error) {
+func (s *Store) WriteStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch int64, identity string) (*v1alpha1.NodeFence, error) {
 	if nf.Status.Epoch > epoch {
 		return nil, fmt.Errorf("write incident %s at epoch %d, stored epoch is %d: %w", nf.Name, epoch, nf.Status.Epoch, leader.ErrStaleEpoch)
 	}
 	nf.Status.Epoch, nf.Status.Leader = epoch, identity
-	clampStatus(&nf.Status)
+	ClampStatus(&nf.Status)
 	saved, err := s.client.UpdateStatus(ctx, nf, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
-		s.forget(nf.Name)
+		s.Forget(nf.Name)
 		// Someone wrote in between: find out whether it was a newer leader.
 		if stored, gerr := s.client.Get(ctx, nf.Name, metav1.GetOptions{}); gerr == nil && stored.Status.Epoch > epoch {
 			return nil, fmt.Errorf("write incident %s at epoch %d, stored epoch is %d: %w", nf.Name, epoch, stored.Status.Epoch, leader.ErrStaleEpoch)
@@ -215,44 +239,45 @@ func (s *store) writeStatus(ctx context.Context, nf *v1alpha1.NodeFence, epoch i
 	return saved, nil
 }
 
-// facts is what policy needs of an incident, read straight from the cached object.
-type facts struct {
-	phase      v1alpha1.Phase
-	fenceStart time.Time
-	// verified: a level of the incident was read back as fenced.
-	verified bool
+// Facts are what policy needs of an incident, read straight from the cached object.
+type Facts struct {
+	Phase      v1alpha1.Phase
+	FenceStart time.Time
+	// Verified: a level of the incident was read back as fenced.
+	Verified bool
 }
 
-func factsOf(obj any) facts {
+// FactsOf are nf's facts; none for an object that is not a NodeFence.
+func FactsOf(obj any) Facts {
 	nf, ok := obj.(*v1alpha1.NodeFence)
 	if !ok {
-		return facts{}
+		return Facts{}
 	}
-	f := facts{phase: nf.Status.Phase, verified: nf.Status.Verified()}
+	f := Facts{Phase: nf.Status.Phase, Verified: nf.Status.Verified()}
 	for _, st := range nf.Status.Timeline {
 		if st.Type == v1alpha1.StepFenceStarted {
-			f.fenceStart = st.Time.Time
+			f.FenceStart = st.Time.Time
 			break
 		}
 	}
 	return f
 }
 
-// factsForNode returns the facts of every cached incident of a node.
-func (s *store) factsForNode(node string) []facts {
+// FactsForNode returns the facts of every cached incident of a node.
+func (s *Store) FactsForNode(node string) []Facts {
 	objs, err := s.indexer.ByIndex(byNodeIndex, node)
 	if err != nil {
 		return nil
 	}
-	out := make([]facts, 0, len(objs))
+	out := make([]Facts, 0, len(objs))
 	for _, o := range objs {
-		out = append(out, factsOf(o))
+		out = append(out, FactsOf(o))
 	}
 	return out
 }
 
-// openNodes are the nodes with an open incident in the cache.
-func (s *store) openNodes() map[string]bool {
+// OpenNodes are the nodes with an open incident in the cache.
+func (s *Store) OpenNodes() map[string]bool {
 	open := map[string]bool{}
 	for _, obj := range s.indexer.List() {
 		if nf, ok := obj.(*v1alpha1.NodeFence); ok && nf.Status.Phase.Open() {
@@ -262,41 +287,26 @@ func (s *store) openNodes() map[string]bool {
 	return open
 }
 
-// maxText is how much free text (a message, evidence, an error) the controller writes in
-// one field: a quarter of the CRD's limit, so that a whole status stays far inside the
-// API server's limit on an object's size.
-const maxText = 8192
-
-// clampStatus cuts what the controller writes to the CRD's limits: a status the API
-// server refuses would stop the incident where it stands, for the sake of a long message
-// or an agent's odd error kind.
-func clampStatus(st *v1alpha1.NodeFenceStatus) {
-	st.Message = clampText(st.Message, maxText)
-	for i := range st.Timeline {
-		st.Timeline[i].Message = clampText(st.Timeline[i].Message, maxText)
+// Open returns the node's open incident from the cache. Two open incidents for one node
+// would break invariant 3; the oldest is the one the loop drives, and the others are
+// reported.
+func (s *Store) Open(node string) (*v1alpha1.NodeFence, error) {
+	all, err := s.ForNode(node)
+	if err != nil {
+		return nil, fmt.Errorf("incidents of node %s: %w", node, err)
 	}
-	trimTimeline(st)
-	for i := range st.Attempts {
-		a := &st.Attempts[i]
-		a.Evidence, a.Error = clampText(a.Evidence, maxText), clampText(a.Error, maxText)
-		a.ErrorKind, a.PowerState = clampText(a.ErrorKind, 64), clampText(a.PowerState, 32)
-		a.Target, a.FenceEvidence = clampText(a.Target, 1024), clampText(a.FenceEvidence, fencer.MaxFenceEvidence)
+	var open []*v1alpha1.NodeFence
+	for _, nf := range all {
+		if nf.Status.Phase.Open() {
+			open = append(open, nf)
+		}
 	}
-}
-
-// clampText cuts s to at most limit bytes of valid UTF-8, saying so when it cuts.
-func clampText(s string, limit int) string {
-	s = strings.ToValidUTF8(s, "?")
-	if len(s) <= limit {
-		return s
+	if len(open) == 0 {
+		return nil, nil
 	}
-	cut := "... (cut)"
-	if limit <= len(cut) {
-		cut = ""
+	sort.Slice(open, func(i, j int) bool { return open[i].CreationTimestamp.Before(&open[j].CreationTimestamp) })
+	if len(open) > 1 {
+		klog.ErrorS(nil, "Several open incidents for one node; driving the oldest", "node", node, "incidents", len(open))
 	}
-	end := limit - len(cut)
-	for end > 0 && !utf8.RuneStart(s[end]) {
-		end--
-	}
-	return s[:end] + cut
+	return open[0], nil
 }

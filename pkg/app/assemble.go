@@ -1,0 +1,122 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kubefence/kubefence/pkg/agentcall"
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/caches"
+	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/devicemonitor"
+	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/orphans"
+	"github.com/kubefence/kubefence/pkg/requests"
+)
+
+// Controllers are the process's controllers, on one set of shared caches: the incident
+// loop and the leader's housekeepers around it.
+type Controllers struct {
+	Config    *v1alpha1.Config
+	Caches    *caches.Set
+	Loop      *controller.Controller
+	Health    *agentcall.Health
+	Requests  *requests.Requests
+	Monitor   *devicemonitor.Monitor
+	Orphans   *orphans.Repair
+	Retention *incidents.Retention
+}
+
+// Assembly is what the controllers are built from.
+type Assembly struct {
+	Config   *v1alpha1.Config
+	Kube     kubernetes.Interface
+	Fencing  versioned.Interface
+	Dynamic  dynamic.Interface
+	Agents   agentcall.Source
+	Recorder record.EventRecorder
+	Registry *prometheus.Registry
+	Identity string
+	Leader   controller.LeaderOptions
+	Tuning   controller.Tuning
+	// TargetInterval is how often the leader reads every fence device.
+	TargetInterval time.Duration
+}
+
+// Assemble builds every controller of the process on one set of caches; nothing runs
+// until the caches are started (Caches.Start) and the replica leads (Lead).
+func Assemble(a Assembly) (*Controllers, error) {
+	cfg := a.Config
+	set, err := caches.New(a.Kube, a.Fencing, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	store, err := incidents.New(a.Fencing.FencingV1alpha1().NodeFences(), set.Fencing.Fencing().V1alpha1().NodeFences().Informer())
+	if err != nil {
+		return nil, err
+	}
+	det := detector.ForConfig(cfg)
+	nodes := set.Kube.Core().V1().Nodes().Lister()
+	var loop *controller.Controller // made last; its methods are called only once the caches run
+	caller, err := agentcall.New(a.Agents, cfg, a.Kube, agentcall.NewMetrics(a.Registry, agentNames(cfg)), func() time.Time { return loop.Now() },
+		func() ([]*corev1.Node, error) { return nodes.List(labels.Everything()) })
+	if err != nil {
+		return nil, err
+	}
+	out := &Controllers{Config: cfg, Caches: set, Health: &agentcall.Health{}}
+	if cfg.ExternalRemediation.Enabled {
+		out.Requests, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
+			Fencing: a.Fencing, Machines: a.Dynamic, Nodes: nodes, Policies: cfg.Policies, Incidents: store,
+			EnqueueNode: func(node string) { loop.Enqueue(node) }, Confirm: func(ctx context.Context) error { return loop.CheckLease(ctx) }})
+		if err != nil {
+			return nil, err
+		}
+	}
+	loop, err = controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
+		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests},
+		Recorder: a.Recorder, Registry: a.Registry, Identity: a.Identity, Leader: a.Leader, Tuning: a.Tuning})
+	if err != nil {
+		return nil, fmt.Errorf("new controller: %w", err)
+	}
+	out.Loop = loop
+	out.Monitor = devicemonitor.New(devicemonitor.Monitor{Checker: caller, Policies: cfg.Policies, Nodes: nodes, Client: a.Kube,
+		LastLife: det.LastLife, Confirm: loop.LeaseConfirmed, Recorder: a.Recorder, Interval: a.TargetInterval},
+		a.Registry, cfg.Detection.ExpectedRenewInterval.Duration)
+	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Remedy: loop.Remediator(), Record: loop.Record(),
+		Check: loop.CheckLease, Confirmed: loop.LeaseConfirmed}, a.Registry)
+	out.Retention = &incidents.Retention{Store: store, History: cfg.History, Confirm: loop.CheckLease, Now: loop.Now}
+	return out, nil
+}
+
+// Lead runs, while this replica leads at epoch, the incident loop and the leader's
+// housekeepers, until ctx ends.
+func (c *Controllers) Lead(ctx context.Context, epoch int64) {
+	// Every fence device is read now and then regularly, as Pacemaker's monitor does.
+	go c.Monitor.Run(ctx)
+	// At take-over and then regularly, find what a dead predecessor left behind.
+	go c.Orphans.Run(ctx)
+	if c.Requests != nil {
+		go c.Requests.Run(ctx)
+	}
+	// Ended incidents are kept as history, within the configured retention.
+	go c.Retention.Run(ctx)
+	c.Loop.Run(ctx, epoch)
+}
+
+func agentNames(cfg *v1alpha1.Config) []string {
+	names := make([]string, 0, len(cfg.Agents))
+	for _, a := range cfg.Agents {
+		names = append(names, a.Name)
+	}
+	return names
+}

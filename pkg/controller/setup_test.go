@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/kubefence/kubefence/pkg/agentcall"
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/caches"
+	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/requests"
+)
+
+// loopParts are what a test's incident loop is built from, as pkg/app builds the
+// process's: caches, the incident record, the detector, the agents, and the health
+// checkers' requests when the configuration turns them on.
+type loopParts struct {
+	cfg      *v1alpha1.Config
+	kube     kubernetes.Interface
+	fencing  versioned.Interface
+	dynamic  dynamic.Interface
+	agents   agentcall.Source
+	recorder record.EventRecorder
+}
+
+// newLoop builds the incident loop of p on caches nothing runs: tests fill them.
+func newLoop(t testing.TB, p loopParts) *Controller {
+	t.Helper()
+	set, err := caches.New(p.kube, p.fencing, p.cfg.LeaderElection.Namespace, p.cfg.Watchdog.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := incidents.New(p.fencing.FencingV1alpha1().NodeFences(), set.Fencing.Fencing().V1alpha1().NodeFences().Informer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	var c *Controller
+	var names []string
+	for _, a := range p.cfg.Agents {
+		names = append(names, a.Name)
+	}
+	caller, err := agentcall.New(p.agents, p.cfg, p.kube, agentcall.NewMetrics(reg, names), func() time.Time { return c.now() },
+		func() ([]*corev1.Node, error) { return c.caches.nodes.List(everything()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs *requests.Requests
+	if p.cfg.ExternalRemediation.Enabled {
+		reqs, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
+			Fencing: p.fencing, Machines: p.dynamic, Nodes: set.Kube.Core().V1().Nodes().Lister(), Policies: p.cfg.Policies,
+			Incidents: store, EnqueueNode: func(node string) { c.Enqueue(node) }, Confirm: func(ctx context.Context) error { return c.checkLease(ctx) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err = New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: detector.ForConfig(p.cfg),
+		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs}, Recorder: p.recorder, Registry: reg, Identity: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

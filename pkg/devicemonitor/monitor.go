@@ -1,0 +1,109 @@
+package devicemonitor
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/agentcall"
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// DefaultInterval is how often every node's first-level fence device is read, as
+// Pacemaker's monitor reads each stonith device: a broken BMC password shows up weeks
+// before the node it guards dies. Each round is jittered by up to a tenth.
+const DefaultInterval = 10 * time.Minute
+
+// pendingLook is how often reads of off are held against the nodes' renewals between
+// rounds.
+const pendingLook = 2 * time.Second
+
+// Checker reads every node's first-level fence devices; *agentcall.Caller is one.
+type Checker interface {
+	CheckAll(ctx context.Context, policies []v1alpha1.Policy, nodes []*corev1.Node) []agentcall.TargetCheck
+}
+
+// Monitor is the leader's fence-device monitor.
+type Monitor struct {
+	Checker  Checker
+	Policies []v1alpha1.Policy
+	Nodes    corelisters.NodeLister
+	// Client patches the nodes' marks.
+	Client kubernetes.Interface
+	// LastLife is the latest sign of a node's life the controller saw, on its clock.
+	LastLife func(node string) time.Time
+	// Confirm passes while this replica leads (a Lease check); nothing is written while
+	// it fails.
+	Confirm  func(ctx context.Context) error
+	Recorder record.EventRecorder
+	Interval time.Duration
+
+	up  *prometheus.GaugeVec
+	off *offReads
+}
+
+// New is a monitor whose metrics (kubefence_target_up, kubefence_target_reads_off) go to
+// reg; renewInterval is the kubelets' Lease renewal period (detection.expectedRenewInterval).
+func New(m Monitor, reg prometheus.Registerer, renewInterval time.Duration) *Monitor {
+	m.up = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubefence_target_up",
+		Help: "1 when the node's first-level fence device answered the last Status check, 0 when it failed (see the controller log for the error); read at start and every --target-check-interval.",
+	}, []string{"node", "agent"})
+	reg.MustRegister(m.up)
+	m.off = newOffReads(reg, renewInterval)
+	if m.Interval <= 0 {
+		m.Interval = DefaultInterval
+	}
+	return &m
+}
+
+// Run reads every first-level device now and then every Interval, and between rounds
+// holds the reads of off against the nodes' renewals, until ctx ends. Only the leader
+// runs it.
+func (m *Monitor) Run(ctx context.Context) {
+	look := time.NewTicker(pendingLook)
+	defer look.Stop()
+	for {
+		if nodes, err := m.Nodes.List(everything()); err == nil { // a cache read; a failed round is skipped
+			m.record(ctx, m.Checker.CheckAll(ctx, m.Policies, nodes))
+		}
+		next := time.After(m.Interval + time.Duration(rand.Int64N(int64(m.Interval/10)+1)))
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-look.C:
+				m.checkPending(ctx)
+			case <-next:
+				waiting = false
+			}
+		}
+	}
+}
+
+// record exports a round's reads and keeps its reads of off.
+func (m *Monitor) record(ctx context.Context, checks []agentcall.TargetCheck) {
+	for _, tc := range m.off.note(checks) {
+		m.clear(ctx, tc)
+	}
+	m.up.Reset()
+	for _, tc := range checks {
+		up := 0.0
+		if tc.Up() {
+			up = 1
+		} else {
+			klog.FromContext(ctx).Error(tc.Err, "Fence device check failed", "node", tc.Node, "agent", tc.Agent, "target", tc.Target)
+		}
+		m.up.WithLabelValues(tc.Node, tc.Agent).Set(up)
+	}
+}
+
+func everything() labels.Selector { return labels.Everything() }

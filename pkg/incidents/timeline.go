@@ -1,0 +1,103 @@
+package incidents
+
+import (
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// AddStep appends a step to an incident's timeline.
+func AddStep(st *v1alpha1.NodeFenceStatus, at time.Time, typ, msg string) {
+	st.Timeline = append(st.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: typ, Message: msg})
+}
+
+// timelineBudget bounds the text of a timeline, well inside the API server's limit on
+// an object's size.
+const timelineBudget = 256 << 10
+
+// TrimTimeline keeps a timeline within the CRD's count and the text budget: a status the
+// API server refuses would stop the incident where it stands. What goes is the oldest
+// step that is neither the first nor the last of its type, so every fact read back from
+// the timeline (when the incident was detected, when its first fence started, the latest
+// of each kind of step) stays.
+func TrimTimeline(st *v1alpha1.NodeFenceStatus) {
+	text := timelineText(st.Timeline)
+	for len(st.Timeline) > v1alpha1.MaxTimelineSteps || text > timelineBudget {
+		i := oldestDroppable(st.Timeline)
+		if i < 0 {
+			return
+		}
+		text -= len(st.Timeline[i].Type) + len(st.Timeline[i].Message)
+		st.Timeline = slices.Delete(st.Timeline, i, i+1)
+	}
+}
+
+func timelineText(tl []v1alpha1.Step) int {
+	n := 0
+	for _, s := range tl {
+		n += len(s.Type) + len(s.Message)
+	}
+	return n
+}
+
+// oldestDroppable is the index of the oldest step that is neither the first nor the last
+// of its type, or -1.
+func oldestDroppable(tl []v1alpha1.Step) int {
+	first, last := map[string]int{}, map[string]int{}
+	for i, s := range tl {
+		if _, ok := first[s.Type]; !ok {
+			first[s.Type] = i
+		}
+		last[s.Type] = i
+	}
+	for i, s := range tl {
+		if first[s.Type] != i && last[s.Type] != i {
+			return i
+		}
+	}
+	return -1
+}
+
+// maxText is how much free text (a message, evidence, an error) the controller writes in
+// one field: a quarter of the CRD's limit, so that a whole status stays far inside the
+// API server's limit on an object's size.
+const maxText = 8192
+
+// ClampStatus cuts what the controller writes to the CRD's limits: a status the API
+// server refuses would stop the incident where it stands, for the sake of a long message
+// or an agent's odd error kind.
+func ClampStatus(st *v1alpha1.NodeFenceStatus) {
+	st.Message = clampText(st.Message, maxText)
+	for i := range st.Timeline {
+		st.Timeline[i].Message = clampText(st.Timeline[i].Message, maxText)
+	}
+	TrimTimeline(st)
+	for i := range st.Attempts {
+		a := &st.Attempts[i]
+		a.Evidence, a.Error = clampText(a.Evidence, maxText), clampText(a.Error, maxText)
+		a.ErrorKind, a.PowerState = clampText(a.ErrorKind, 64), clampText(a.PowerState, 32)
+		a.Target, a.FenceEvidence = clampText(a.Target, 1024), clampText(a.FenceEvidence, v1alpha1.MaxFenceEvidence)
+	}
+}
+
+// clampText cuts s to at most limit bytes of valid UTF-8, saying so when it cuts.
+func clampText(s string, limit int) string {
+	s = strings.ToValidUTF8(s, "?")
+	if len(s) <= limit {
+		return s
+	}
+	cut := "... (cut)"
+	if limit <= len(cut) {
+		cut = ""
+	}
+	end := limit - len(cut)
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return s[:end] + cut
+}

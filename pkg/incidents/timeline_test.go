@@ -1,0 +1,66 @@
+package incidents
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// TestTimelineKeepsFirstAndLatest: a timeline never outgrows the CRD's limit, and what
+// goes is never the first or the last step of its type: the detection, the first fence's
+// start (the cooldown counts from it) and the latest of each kind stay.
+func TestTimelineKeepsFirstAndLatest(t *testing.T) {
+	var st v1alpha1.NodeFenceStatus
+	t0 := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
+	for _, typ := range []string{v1alpha1.StepEvidenceStarted, v1alpha1.StepDetected, v1alpha1.StepFenceStarted, v1alpha1.StepVerified, v1alpha1.StepRemediated} {
+		AddStep(&st, t0, typ, typ)
+	}
+	for i := range v1alpha1.MaxTimelineSteps + 5 {
+		AddStep(&st, t0.Add(time.Duration(i+1)*time.Second), v1alpha1.StepUnfenceFailed, fmt.Sprint(i))
+	}
+	ClampStatus(&st) // as every status write does
+	if len(st.Timeline) != v1alpha1.MaxTimelineSteps {
+		t.Fatalf("%d steps, want %d", len(st.Timeline), v1alpha1.MaxTimelineSteps)
+	}
+	for i, typ := range []string{v1alpha1.StepEvidenceStarted, v1alpha1.StepDetected, v1alpha1.StepFenceStarted, v1alpha1.StepVerified, v1alpha1.StepRemediated} {
+		if st.Timeline[i].Type != typ {
+			t.Errorf("step %d is %s, want %s: the first of each type stays", i, st.Timeline[i].Type, typ)
+		}
+	}
+	if first, last := st.Timeline[5].Message, st.Timeline[len(st.Timeline)-1].Message; first != "0" || last != fmt.Sprint(v1alpha1.MaxTimelineSteps+4) {
+		t.Errorf("UnfenceFailed steps from %q to %q: want the first and the latest kept", first, last)
+	}
+	if next := st.Timeline[6].Message; next != "11" {
+		t.Errorf("the step after the first UnfenceFailed is %q, want 11: the oldest in between go first", next)
+	}
+	// Text counts too: a few huge messages are trimmed to the budget the same way.
+	var big v1alpha1.NodeFenceStatus
+	AddStep(&big, t0, v1alpha1.StepDetected, "opened")
+	for range 100 {
+		AddStep(&big, t0, v1alpha1.StepUnfenceFailed, strings.Repeat("x", 8000))
+	}
+	ClampStatus(&big)
+	if n := timelineText(big.Timeline); n > timelineBudget || big.Timeline[0].Type != v1alpha1.StepDetected {
+		t.Errorf("timeline text %d bytes (budget %d), first step %s", n, timelineBudget, big.Timeline[0].Type)
+	}
+}
+
+func TestClampStatus(t *testing.T) {
+	long := strings.Repeat("é", maxText) // two bytes each: a cut can fall inside one
+	early := "ab\xff" + strings.Repeat("c", 2*maxText)
+	st := v1alpha1.NodeFenceStatus{Message: long, Timeline: []v1alpha1.Step{{Message: early}},
+		Attempts: []v1alpha1.Attempt{{Evidence: long, Error: "short", ErrorKind: strings.Repeat("K", 100)}}}
+	ClampStatus(&st)
+	for name, s := range map[string]string{"message": st.Message, "step": st.Timeline[0].Message, "evidence": st.Attempts[0].Evidence} {
+		if len(s) > maxText || len(s) < maxText-16 || !utf8.ValidString(s) || !strings.HasSuffix(s, "... (cut)") {
+			t.Errorf("%s: %d bytes, valid UTF-8 %v, ends %q", name, len(s), utf8.ValidString(s), s[max(0, len(s)-20):])
+		}
+	}
+	if st.Attempts[0].Error != "short" || len(st.Attempts[0].ErrorKind) > 64 {
+		t.Errorf("error %q, error kind of %d bytes", st.Attempts[0].Error, len(st.Attempts[0].ErrorKind))
+	}
+}
