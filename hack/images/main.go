@@ -46,10 +46,19 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "registry" {
-		err = serveRegistry(ctx, os.Args[2:])
-	} else {
-		err = build(ctx, os.Args[1:])
+	sub, args := "", os.Args[1:]
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	switch sub {
+	case "":
+		err = build(ctx, args)
+	case "registry":
+		err = serveRegistry(ctx, args)
+	case "lock":
+		err = lock(ctx, args)
+	default:
+		err = fmt.Errorf("unknown command %q\n%s", sub, usage)
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return
