@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kubefence/kubefence/hack/images/imagebuild"
+)
+
+// release builds and pushes a release's image index with its SBOMs (make release, whose
+// next step packages the chart in deploy/render).
+func release(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("images release", flag.ContinueOnError)
+	var o imagebuild.ReleaseOptions
+	fs.StringVar(&o.Src, "src", ".", "root of the kubefence repository")
+	fs.StringVar(&o.Go, "go", "go", "go command that builds the binaries")
+	fs.StringVar(&o.Version, "version", "", "the release, vX.Y.Z (CHANGELOG.md needs its section)")
+	fs.StringVar(&o.Registry, "registry", "", "registry and path the release goes to (`REGISTRY`/kubefence), e.g. ghcr.io/kubefence")
+	fs.BoolVar(&o.Insecure, "insecure", false, "the registry speaks plain HTTP")
+	fs.BoolVar(&o.AllowDirty, "allow-dirty", false, "release uncommitted changes (the revision says -dirty)")
+	fs.StringVar(&o.Out, "out", "", "directory for release.json and the SBOMs (default bin/release/VERSION)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.Version == "" || o.Registry == "" {
+		return errors.New("release: set -version (VERSION=vX.Y.Z) and -registry (REGISTRY=host/path)")
+	}
+	if o.Out == "" {
+		o.Out = filepath.Join(o.Src, "bin", "release", o.Version)
+	}
+	o.Log = os.Stderr
+	start := time.Now()
+	rel, err := imagebuild.Release(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s@%s\n", rel.Image, rel.Digest)
+	for _, i := range rel.Images {
+		fmt.Printf("  %s %s, SBOM %s, compressed %s\n", i.Platform, i.Digest, i.SBOM, imagebuild.MB(i.Compressed))
+	}
+	fmt.Fprintf(os.Stderr, "image index released in %s; wrote %s\n", time.Since(start).Round(time.Second), filepath.Join(o.Out, imagebuild.ReleaseFile))
+	return nil
+}
