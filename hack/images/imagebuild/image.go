@@ -29,7 +29,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// The image's layout; the Dockerfile and the chart (pluginDir) use the same paths.
+// The image's layout; the chart (pluginDir) uses the same paths.
 const (
 	BinDir   = "/usr/local/bin"
 	AgentDir = "/usr/libexec/kubefence/agents"
@@ -52,7 +52,7 @@ type Command struct {
 	Dir  string
 }
 
-// Commands are the binaries of the image, in the Dockerfile's order.
+// Commands are the binaries of the image, in the order of their layer.
 var Commands = []Command{
 	{Pkg: "./cmd/fence-controller", Name: "fence-controller", Dir: BinDir},
 	{Pkg: "./deploy/image/config-init", Name: "kubefence-config-init", Dir: BinDir},

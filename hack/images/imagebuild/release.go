@@ -52,6 +52,10 @@ type Released struct {
 	Tags     []string        `json:"tags"`
 	Insecure bool            `json:"insecure,omitempty"`
 	Images   []ReleasedImage `json:"images"`
+	// Chart and ChartDigest are the chart's OCI repository (oci://...) and manifest
+	// digest, which the chart's step (deploy/render release) adds.
+	Chart       string `json:"chart,omitempty"`
+	ChartDigest string `json:"chartDigest,omitempty"`
 }
 
 // ReleasedImage is one platform image of the index and its SBOM's artifact.
