@@ -72,6 +72,12 @@ func ReleaseSource(ctx context.Context, goCmd, src string) (SourceCommit, error)
 	if err != nil {
 		return SourceCommit{}, err
 	}
+	return sourceCommitOf(ctx, src, inputs)
+}
+
+// sourceCommitOf finds the newest commit of the repository at src that changed inputs
+// (git pathspecs), tests and test data left out.
+func sourceCommitOf(ctx context.Context, src string, inputs []string) (SourceCommit, error) {
 	spec := append([]string{"--"}, inputs...)
 	spec = append(spec, ":(exclude,glob)**/*_test.go", ":(exclude,glob)**/testdata/**")
 	out, err := git(ctx, src, append([]string{"log", "-1", "--format=%H %ct"}, spec...)...)
