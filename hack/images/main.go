@@ -175,19 +175,7 @@ func buildKubefence(ctx context.Context, f flags, opts []name.Option) error {
 		// Without the commit's time every file has the Unix epoch's.
 		fmt.Fprintf(os.Stderr, "images: %v; files dated at the Unix epoch\n", gitErr)
 	}
-	chart := f.chart
-	if !filepath.IsAbs(chart) {
-		chart = filepath.Join(f.src, chart)
-	}
-	appVersion, err := imagebuild.ChartAppVersion(chart)
-	if err != nil {
-		return fmt.Errorf("chart appVersion: %w", err)
-	}
-	repo := f.repo
-	if f.push != "" {
-		repo = f.push
-	}
-	tags, err := imagebuild.Tags(repo, []string{appVersion, version}, opts...)
+	tags, err := tagsFor(f, version, opts)
 	if err != nil {
 		return err
 	}
@@ -206,13 +194,10 @@ func buildKubefence(ctx context.Context, f flags, opts []name.Option) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		fmt.Fprintf(os.Stderr, "building kubefence %s (%s) for linux/%s\n", version, revision, arch.Name)
-		start := time.Now()
 		spec := imagebuild.BinarySpec{Go: f.goCmd, Src: f.src, Out: tmp, Version: version, Revision: revision, Arch: arch.Name, Trim: true, Log: os.Stderr}
-		if err := spec.Build(ctx); err != nil {
+		if err := buildBinaries(ctx, spec); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "built the binaries in %s\n", time.Since(start).Round(time.Second))
 		bin = tmp
 	}
 	o := imagebuild.Options{BinDir: bin, Arch: arch, Debs: debs, Version: version, Revision: revision, Created: created}
@@ -233,6 +218,34 @@ func buildKubefence(ctx context.Context, f flags, opts []name.Option) error {
 		return err
 	}
 	return emit(ctx, img, tags, f)
+}
+
+// buildBinaries builds the image's binaries as spec says and tells how long it took.
+func buildBinaries(ctx context.Context, spec imagebuild.BinarySpec) error {
+	fmt.Fprintf(os.Stderr, "building kubefence %s (%s) for linux/%s\n", spec.Version, spec.Revision, spec.Arch)
+	start := time.Now()
+	if err := spec.Build(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "built the binaries in %s\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// tagsFor are the kubefence image's tags: the chart's appVersion and version.
+func tagsFor(f flags, version string, opts []name.Option) ([]name.Tag, error) {
+	chart := f.chart
+	if !filepath.IsAbs(chart) {
+		chart = filepath.Join(f.src, chart)
+	}
+	appVersion, err := imagebuild.ChartAppVersion(chart)
+	if err != nil {
+		return nil, fmt.Errorf("chart appVersion: %w", err)
+	}
+	repo := f.repo
+	if f.push != "" {
+		repo = f.push
+	}
+	return imagebuild.Tags(repo, []string{appVersion, version}, opts...)
 }
 
 func buildRootfs(ctx context.Context, f flags, opts []name.Option) error {

@@ -71,20 +71,8 @@ func BaseTree(a Arch, debs []*Deb, mtime time.Time) (*Tree, error) {
 		c.UID, c.GID = 0, 0
 		return t.add(c)
 	}
-	ipmi := byName[pkgIpmitool]
-	for _, p := range []string{Ipmitool, PENRegistry} {
-		if err := take(ipmi, p); err != nil {
-			return nil, err
-		}
-	}
-	libs, err := linkedFiles(a, Ipmitool, ipmi.Files.Get(Ipmitool).Data, debs)
-	if err != nil {
+	if err := takeIpmitool(a, byName[pkgIpmitool], debs, take); err != nil {
 		return nil, err
-	}
-	for _, l := range libs {
-		if err := take(l.deb, l.entry.Path); err != nil {
-			return nil, err
-		}
 	}
 	base := byName[pkgBaseFiles]
 	for _, p := range []string{"/usr/lib/os-release", OSRelease} {
@@ -109,6 +97,26 @@ func BaseTree(a Arch, debs []*Deb, mtime time.Time) (*Tree, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// takeIpmitool takes ipmitool, the IANA enterprise numbers it reads, and every file of
+// debs it links (libraries, loader, the links to them).
+func takeIpmitool(a Arch, ipmi *Deb, debs []*Deb, take func(*Deb, string) error) error {
+	for _, p := range []string{Ipmitool, PENRegistry} {
+		if err := take(ipmi, p); err != nil {
+			return err
+		}
+	}
+	libs, err := linkedFiles(a, Ipmitool, ipmi.Files.Get(Ipmitool).Data, debs)
+	if err != nil {
+		return err
+	}
+	for _, l := range libs {
+		if err := take(l.deb, l.entry.Path); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // addSkeleton adds the users, name service configuration and directories every image
