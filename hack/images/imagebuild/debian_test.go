@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -288,8 +289,65 @@ func TestParseDepends(t *testing.T) {
 	if _, err := ParseAptRecord(nil); err == nil {
 		t.Error("apt-cache's empty answer (an unknown package) accepted")
 	}
-	url, sum, err := ParsePrintURIs("'http://deb.debian.org/debian/pool/main/i/ipmitool/ipmitool_1.8.19-4%2bdeb12u2_arm64.deb' ipmitool_1.8.19-4+deb12u2_arm64.deb 1974620 SHA256:8a99a321c0d5adddd51c7576e5cb5e83fe6defe96a329f45039bf99073bdf65c\n")
-	if err != nil || url != "http://deb.debian.org/debian/pool/main/i/ipmitool/ipmitool_1.8.19-4%2bdeb12u2_arm64.deb" || !strings.HasPrefix(sum, "8a99a3") {
-		t.Errorf("ParsePrintURIs = %q %q %v", url, sum, err)
+	out := "'http://deb.debian.org/debian/pool/main/i/ipmitool/ipmitool_1.8.19-4%2bdeb12u2_arm64.deb' ipmitool_1.8.19-4+deb12u2_arm64.deb 1974620 SHA256:8a99a321c0d5adddd51c7576e5cb5e83fe6defe96a329f45039bf99073bdf65c\n" +
+		"'http://deb.debian.org/debian/pool/main/q/qemu/qemu-user-static_7.2_amd64.deb' qemu-user-static_7.2_amd64.deb 1 SHA256:00\n"
+	recs := []AptRecord{{Name: "ipmitool", Arch: "arm64", Version: "1.8.19-4+deb12u2"}, {Name: "qemu-user-static", Arch: "amd64", Version: "1:7.2"}}
+	located, err := ParsePrintURIs(out, recs)
+	if p := located["ipmitool"]; err != nil || p.URL != "http://deb.debian.org/debian/pool/main/i/ipmitool/ipmitool_1.8.19-4%2bdeb12u2_arm64.deb" || !strings.HasPrefix(p.SHA256, "8a99a3") || located["qemu-user-static"].Version != "1:7.2" {
+		t.Errorf("ParsePrintURIs = %+v, %v", located, err)
 	}
+	if _, err := ParsePrintURIs(out, append(recs, AptRecord{Name: "libc6", Arch: "arm64", Version: "2.36"})); err == nil || !strings.Contains(err.Error(), "libc6:arm64=2.36") {
+		t.Errorf("a package apt named no file of: err = %v", err)
+	}
+}
+
+// TestGenerateLock runs make debian-lock's generator against this machine's apt: for each
+// architecture it finds the same packages as the committed lock (their versions may have
+// moved on since), and the image builds from what it locked.
+func TestGenerateLock(t *testing.T) {
+	out, err := exec.Command("dpkg", "--print-foreign-architectures").Output()
+	if err != nil || !slices.Contains(strings.Fields(string(out)), "arm64") {
+		t.Fatalf("apt must know arm64 packages (%v): dpkg --add-architecture arm64 && apt-get update (hack/deps.sh does)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	f := Fetcher{Dir: filepath.Join(repoRoot, DebianCacheDir)}
+	var log strings.Builder
+	got, err := GenerateLock(ctx, Apt(), f, &log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	committed, err := ReadLock(filepath.Join(repoRoot, LockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(l Lock, arch string) []string {
+		var out []string
+		for _, p := range l.For(arch) {
+			out = append(out, p.Name+":"+p.Arch)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, a := range Arches {
+		if g, c := names(got, a.Name), names(committed, a.Name); !slices.Equal(g, c) {
+			t.Errorf("%s: apt gives %v, the lock holds %v", a.Name, g, c)
+		}
+		var debs []*Deb
+		for _, p := range got.For(a.Name) {
+			data, err := f.Fetch(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := ReadDeb(p, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			debs = append(debs, d)
+		}
+		if _, err := BaseTree(a, debs, epoch); err != nil {
+			t.Errorf("the %s image from the generated lock: %v", a.Name, err)
+		}
+	}
+	t.Logf("generated:\n%s", log.String())
 }

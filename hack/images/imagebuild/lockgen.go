@@ -19,19 +19,21 @@ type AptRecord struct {
 	Depends []string
 }
 
-// AptSource answers for the packages apt offers.
+// AptSource answers for the packages apt offers, many at a time: each question to apt
+// reads its whole cache, which takes seconds.
 type AptSource struct {
-	// Record returns the candidate version of name:arch, as `apt-cache show` does.
-	Record func(ctx context.Context, name, arch string) (AptRecord, error)
-	// Locate returns where the package file of name:arch=version is and its SHA-256, as
+	// Records returns the candidate versions of names for arch (ArchAll: the native
+	// ones), as `apt-cache show` does; a name apt has no package of is left out.
+	Records func(ctx context.Context, names []string, arch string) ([]AptRecord, error)
+	// Locate returns where each package file is and its SHA-256, by package name, as
 	// `apt-get download --print-uris` does.
-	Locate func(ctx context.Context, name, arch, version string) (url, sha256 string, err error)
+	Locate func(ctx context.Context, recs []AptRecord) (map[string]DebPackage, error)
 }
 
 // Apt is the AptSource of this machine's apt, which checked the signatures of the
 // archive's indexes the records come from.
 func Apt() AptSource {
-	return AptSource{Record: aptRecord, Locate: aptLocate}
+	return AptSource{Records: aptRecords, Locate: aptLocate}
 }
 
 // GenerateLock locks, for each architecture, ipmitool and the packages of its
@@ -41,21 +43,17 @@ func Apt() AptSource {
 // cache to read them.
 func GenerateLock(ctx context.Context, src AptSource, f Fetcher, log io.Writer) (Lock, error) {
 	var l Lock
-	lock := func(name, arch string) (*Deb, error) {
-		d, _, err := lockOne(ctx, src, f, name, arch)
-		if err != nil {
-			return nil, err
-		}
-		l.Packages = append(l.Packages, d.DebPackage)
-		return d, nil
-	}
-	if _, err := lock(pkgCACerts, ArchAll); err != nil {
+	certs, err := lockNamed(ctx, src, f, ArchAll, pkgCACerts)
+	if err != nil {
 		return Lock{}, err
 	}
+	l.Packages = append(l.Packages, certs...)
 	for _, a := range Arches {
-		if _, err := lock(pkgBaseFiles, a.Name); err != nil {
+		base, err := lockNamed(ctx, src, f, a.Name, pkgBaseFiles)
+		if err != nil {
 			return Lock{}, err
 		}
+		l.Packages = append(l.Packages, base...)
 		debs, err := libraryClosure(ctx, src, f, a, log)
 		if err != nil {
 			return Lock{}, err
@@ -67,97 +65,133 @@ func GenerateLock(ctx context.Context, src AptSource, f Fetcher, log io.Writer) 
 	return l, nil
 }
 
-// lockOne fetches the candidate version of name:arch and returns it unpacked, with its
-// dependencies as apt lists them.
-func lockOne(ctx context.Context, src AptSource, f Fetcher, name, arch string) (*Deb, AptRecord, error) {
-	rec, err := src.Record(ctx, name, arch)
+// lockNamed locks the candidate versions of names for arch.
+func lockNamed(ctx context.Context, src AptSource, f Fetcher, arch string, names ...string) ([]DebPackage, error) {
+	recs, err := src.Records(ctx, names, arch)
 	if err != nil {
-		return nil, AptRecord{}, err
+		return nil, err
 	}
-	d, err := fetchRecord(ctx, src, f, rec)
-	return d, rec, err
+	debs, err := fetchRecords(ctx, src, f, recs)
+	if err != nil {
+		return nil, err
+	}
+	var out []DebPackage
+	for _, name := range names {
+		d, ok := debs[name]
+		if !ok {
+			return nil, fmt.Errorf("apt has no package %s for %s", name, arch)
+		}
+		out = append(out, d.DebPackage)
+	}
+	return out, nil
 }
 
-func fetchRecord(ctx context.Context, src AptSource, f Fetcher, rec AptRecord) (*Deb, error) {
-	url, sum, err := src.Locate(ctx, rec.Name, rec.Arch, rec.Version)
+// fetchRecords locates, fetches and unpacks the packages of recs.
+func fetchRecords(ctx context.Context, src AptSource, f Fetcher, recs []AptRecord) (map[string]*Deb, error) {
+	located, err := src.Locate(ctx, recs)
 	if err != nil {
 		return nil, err
 	}
-	p := DebPackage{Name: rec.Name, Arch: rec.Arch, Version: rec.Version, SHA256: sum, URL: url}
-	if err := p.validate(); err != nil {
-		return nil, err
+	out := map[string]*Deb{}
+	for _, r := range recs {
+		p, ok := located[r.Name]
+		if !ok {
+			return nil, fmt.Errorf("apt located no file of %s:%s=%s", r.Name, r.Arch, r.Version)
+		}
+		if err := p.validate(); err != nil {
+			return nil, err
+		}
+		data, err := f.Fetch(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if out[r.Name], err = ReadDeb(p, data); err != nil {
+			return nil, err
+		}
 	}
-	data, err := f.Fetch(ctx, p)
-	if err != nil {
-		return nil, err
+	return out, nil
+}
+
+// dependencyRecords returns root's record for a and those of its dependencies built for
+// a, transitively, by name: the packages that may hold a library of a (a package for
+// every architecture holds none, and its dependencies are not followed).
+func dependencyRecords(ctx context.Context, src AptSource, root string, a Arch) (map[string]AptRecord, error) {
+	recs := map[string]AptRecord{}
+	asked := map[string]bool{}
+	level := []string{root}
+	for len(level) > 0 {
+		for _, n := range level {
+			asked[n] = true
+		}
+		found, err := src.Records(ctx, level, a.Name)
+		if err != nil {
+			return nil, err
+		}
+		level = nil
+		for _, r := range found {
+			if r.Arch != a.Name {
+				continue
+			}
+			recs[r.Name] = r
+			for _, d := range r.Depends {
+				if !asked[d] && !slices.Contains(level, d) {
+					level = append(level, d)
+				}
+			}
+		}
 	}
-	return ReadDeb(p, data)
+	if _, ok := recs[root]; !ok {
+		return nil, fmt.Errorf("apt has no package %s for %s (for arm64: dpkg --add-architecture arm64 && apt-get update)", root, a.Name)
+	}
+	return recs, nil
 }
 
 // libraryClosure returns ipmitool for a and, in the order they were found, the packages
 // that hold the libraries it loads: each missing library is looked for in the
-// dependencies of the packages taken so far (those built for a: a package for every
-// architecture holds no library), never in the build machine's files.
+// dependencies of the packages taken so far, in their order, never in the build
+// machine's files.
 func libraryClosure(ctx context.Context, src AptSource, f Fetcher, a Arch, log io.Writer) ([]*Deb, error) {
-	root, rec, err := lockOne(ctx, src, f, pkgIpmitool, a.Name)
+	recs, err := dependencyRecords(ctx, src, pkgIpmitool, a)
 	if err != nil {
 		return nil, err
 	}
+	all := make([]AptRecord, 0, len(recs))
+	for _, r := range recs {
+		all = append(all, r)
+	}
+	slices.SortFunc(all, func(x, y AptRecord) int { return strings.Compare(x.Name, y.Name) })
+	debs, err := fetchRecords(ctx, src, f, all)
+	if err != nil {
+		return nil, err
+	}
+	root := debs[pkgIpmitool]
 	bin := root.Files.Get(Ipmitool)
 	if bin == nil {
 		return nil, fmt.Errorf("package %s has no %s", root.DebPackage, Ipmitool)
 	}
 	taken := []*Deb{root}
-	deps := slices.Clone(rec.Depends)
-	candidates := map[string]*candidate{}
+	deps := slices.Clone(recs[pkgIpmitool].Depends)
 	for {
 		_, err := linkedFiles(a, Ipmitool, bin.Data, taken)
 		var miss *MissingLibError
 		if !errors.As(err, &miss) {
 			return taken, err
 		}
-		var found *candidate
-		for _, name := range deps {
-			c, ok := candidates[name]
-			if !ok {
-				c = newCandidate(ctx, src, f, a, name, log)
-				candidates[name] = c
-			}
-			if c.deb != nil && !slices.Contains(taken, c.deb) && holds(c.deb, a, miss.Lib) {
-				found = c
-				break
-			}
-		}
-		if found == nil {
+		i := slices.IndexFunc(deps, func(name string) bool {
+			d := debs[name]
+			return d != nil && !slices.Contains(taken, d) && holds(d, a, miss.Lib)
+		})
+		if i < 0 {
 			return nil, fmt.Errorf("%s: %w; no dependency of %s holds it", a.Name, err, packageNames(taken))
 		}
-		fmt.Fprintf(log, "%s: %s is in %s\n", a.Name, miss.Lib, found.deb.DebPackage)
-		taken = append(taken, found.deb)
-		deps = append(deps, found.rec.Depends...)
+		found := debs[deps[i]]
+		fmt.Fprintf(log, "%s: %s is in %s\n", a.Name, miss.Lib, found.DebPackage)
+		taken = append(taken, found)
+		deps = append(deps, recs[found.Name].Depends...)
 	}
 }
 
-// candidate is a dependency that may hold a library; deb is nil for one that cannot.
-type candidate struct {
-	rec AptRecord
-	deb *Deb
-}
-
-func newCandidate(ctx context.Context, src AptSource, f Fetcher, a Arch, name string, log io.Writer) *candidate {
-	rec, err := src.Record(ctx, name, a.Name)
-	if err != nil || rec.Arch != a.Name {
-		// A virtual package, or one for every architecture: no library of a in it.
-		return &candidate{}
-	}
-	d, err := fetchRecord(ctx, src, f, rec)
-	if err != nil {
-		fmt.Fprintf(log, "%s: skipping dependency %s: %v\n", a.Name, name, err)
-		return &candidate{}
-	}
-	return &candidate{rec: rec, deb: d}
-}
-
-// holds says whether d has lib where the loader of a looks.
+// holds says whether d has lib where the loader of a looks (or at lib, a path).
 func holds(d *Deb, a Arch, lib string) bool {
 	if strings.HasPrefix(lib, "/") {
 		return d.Files.Get(lib) != nil
@@ -178,16 +212,31 @@ func packageNames(debs []*Deb) string {
 	return strings.Join(names, ", ")
 }
 
-func aptRecord(ctx context.Context, name, arch string) (AptRecord, error) {
-	q := name
-	if arch != ArchAll {
-		q += ":" + arch
+func aptRecords(ctx context.Context, names []string, arch string) ([]AptRecord, error) {
+	args := []string{"show", "--no-all-versions"}
+	for _, n := range names {
+		if arch != ArchAll {
+			n += ":" + arch
+		}
+		args = append(args, n)
 	}
-	out, err := exec.CommandContext(ctx, "apt-cache", "show", "--no-all-versions", q).Output()
+	// apt-cache show leaves out the names it has no package of (virtual ones).
+	out, err := exec.CommandContext(ctx, "apt-cache", args...).Output()
 	if err != nil {
-		return AptRecord{}, fmt.Errorf("apt-cache show %s: %w (for arm64: dpkg --add-architecture arm64 && apt-get update)", q, exitText(err))
+		return nil, fmt.Errorf("apt-cache %s: %w (for arm64: dpkg --add-architecture arm64 && apt-get update)", strings.Join(args, " "), exitText(err))
 	}
-	return ParseAptRecord(out)
+	var recs []AptRecord
+	for _, stanza := range strings.Split(string(out), "\n\n") {
+		if strings.TrimSpace(stanza) == "" {
+			continue
+		}
+		r, err := ParseAptRecord([]byte(stanza))
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
 }
 
 // ParseAptRecord reads the first stanza of `apt-cache show`.
@@ -225,26 +274,47 @@ func ParseDepends(field string) []string {
 	return names
 }
 
-func aptLocate(ctx context.Context, name, arch, version string) (string, string, error) {
-	q := name + "=" + version
-	if arch != ArchAll {
-		q = name + ":" + arch + "=" + version
+func aptLocate(ctx context.Context, recs []AptRecord) (map[string]DebPackage, error) {
+	args := []string{"download", "--print-uris"}
+	for _, r := range recs {
+		q := r.Name + "=" + r.Version
+		if r.Arch != ArchAll {
+			q = r.Name + ":" + r.Arch + "=" + r.Version
+		}
+		args = append(args, q)
 	}
-	cmd := exec.CommandContext(ctx, "apt-get", "download", "--print-uris", q)
+	cmd := exec.CommandContext(ctx, "apt-get", args...)
 	cmd.Dir = os.TempDir() // print-uris downloads nothing, but apt checks the directory
 	out, err := cmd.Output()
 	if err != nil {
-		return "", "", fmt.Errorf("apt-get download --print-uris %s: %w", q, exitText(err))
+		return nil, fmt.Errorf("apt-get %s: %w", strings.Join(args, " "), exitText(err))
 	}
-	return ParsePrintURIs(string(out))
+	return ParsePrintURIs(string(out), recs)
 }
 
-// ParsePrintURIs reads the line `apt-get download --print-uris` prints:
-// 'URL' FILE SIZE SHA256:HEX.
-func ParsePrintURIs(out string) (url, sha256 string, err error) {
-	f := strings.Fields(strings.TrimSpace(out))
-	if len(f) != 4 || !strings.HasPrefix(f[3], "SHA256:") {
-		return "", "", fmt.Errorf("apt-get --print-uris printed %q, want 'URL' FILE SIZE SHA256:HEX", out)
+// ParsePrintURIs reads what `apt-get download --print-uris` prints for recs, a line
+// "'URL' FILE SIZE SHA256:HEX" each, FILE being NAME_VERSION_ARCH.deb (the version
+// without its epoch).
+func ParsePrintURIs(out string, recs []AptRecord) (map[string]DebPackage, error) {
+	byFile := map[string][2]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 || !strings.HasPrefix(f[3], "SHA256:") {
+			return nil, fmt.Errorf("apt-get --print-uris printed %q, want 'URL' FILE SIZE SHA256:HEX", line)
+		}
+		byFile[f[1]] = [2]string{strings.Trim(f[0], "'"), strings.TrimPrefix(f[3], "SHA256:")}
 	}
-	return strings.Trim(f[0], "'"), strings.TrimPrefix(f[3], "SHA256:"), nil
+	out2 := map[string]DebPackage{}
+	for _, r := range recs {
+		_, v, ok := strings.Cut(r.Version, ":")
+		if !ok {
+			v = r.Version
+		}
+		loc, ok := byFile[r.Name+"_"+v+"_"+r.Arch+".deb"]
+		if !ok {
+			return nil, fmt.Errorf("apt-get --print-uris named no file of %s:%s=%s", r.Name, r.Arch, r.Version)
+		}
+		out2[r.Name] = DebPackage{Name: r.Name, Arch: r.Arch, Version: r.Version, URL: loc[0], SHA256: loc[1]}
+	}
+	return out2, nil
 }
