@@ -4,9 +4,11 @@ BIN      := $(CURDIR)/bin
 CACHE    := $(CURDIR)/.cache
 PKGS     := ./...
 TEST_TIMEOUT ?= 25m
-# Static binaries, as in the image; the tests build with the same setting so that the
-# real-node test's image build (test/realnode) reuses their compile cache.
+# Static binaries built with -trimpath, as a release builds them; the tests build with the
+# same settings so that the real-node test's release (test/realnode) reuses their compile
+# cache for linux/amd64 instead of compiling everything a second time.
 export CGO_ENABLED := 0
+export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath)
 
 .PHONY: all build deps test unit lint demo bench proto generate clean
 
@@ -105,7 +107,8 @@ IMAGE   ?= kubefence/kubefence
 .PHONY: manifests test-deploy docs images
 
 # The chart's CRD copy from pkg/apis, then deploy/manifests/kubefence.yaml rendered with
-# Helm's Go library (deploy/render is its own module: helm stays out of go.mod).
+# Helm's Go library (deploy/render is its own module: helm stays out of go.mod), with the
+# image of the latest release (deploy/release-values.yaml) when there is one.
 manifests:
 	deploy/helm/sync-crds.sh
 	cd deploy/render && $(GO) run . -chart ../helm/kubefence -out ../manifests/kubefence.yaml
@@ -120,16 +123,49 @@ test: test-deploy
 docs:
 	$(GO) run ./hack/configdoc -in pkg/apis/fencing/v1alpha1/config_types.go -out docs/configuration.md
 
-# The one kubefence image, without a container engine (hack/images, go-containerregistry):
-# the binaries built static and stamped, this machine's ipmitool with its libraries, from
-# scratch. Tagged $(IMAGE):<chart appVersion> (what the chart pulls by default) and
-# $(IMAGE):$(VERSION). Writes $(BIN)/kubefence-image.tar (docker load, ctr images import);
-# PUSH=1 pushes to $(IMAGE) instead (docker login's credentials), INSECURE=1 over plain HTTP.
-PUSH     ?=
-INSECURE ?=
+# One architecture's kubefence image, without a container engine (hack/images,
+# go-containerregistry): the binaries built static, trimmed and stamped, ipmitool with its
+# libraries, the CA bundle and os-release from the Debian packages of
+# hack/images/debian.lock, from scratch. Tagged $(IMAGE):<chart appVersion> (what the chart
+# pulls by default) and $(IMAGE):$(VERSION). Writes $(BIN)/kubefence-image.tar (docker load,
+# ctr images import); PUSH=1 pushes to $(IMAGE) instead (docker login's credentials),
+# INSECURE=1 over plain HTTP; IMAGE_ARCH=arm64 builds the arm64 image.
+PUSH       ?=
+INSECURE   ?=
+IMAGE_ARCH ?= amd64
 images:
-	$(GO) run ./hack/images -version=$(VERSION) -revision=$(shell git rev-parse HEAD 2>/dev/null) \
+	$(GO) run ./hack/images -arch=$(IMAGE_ARCH) -version=$(VERSION) -revision=$(shell git rev-parse HEAD 2>/dev/null) \
 		$(if $(PUSH),-push $(IMAGE),-repo $(IMAGE) -out $(BIN)/kubefence-image.tar) $(if $(INSECURE),-insecure)
+
+# A release: make release VERSION=vX.Y.Z REGISTRY=ghcr.io/kubefence (docs/getting-started.md).
+#  1. hack/images: the image index (linux/amd64 and linux/arm64) of the newest commit of
+#     what the image is built from, its Debian files from hack/images/debian.lock, with an
+#     SPDX SBOM attached to each platform image, pushed to $(REGISTRY)/kubefence under
+#     VERSION and the chart's appVersion (VERSION without its v);
+#  2. deploy/render: the chart, version = appVersion = VERSION without its v, its values
+#     naming the image's registry and digest, pushed to oci://$(REGISTRY)/charts/kubefence;
+#     and Chart.yaml, deploy/release-values.yaml, deploy/manifests and deploy/kustomize of
+#     this checkout (or of RELEASE_TREE) updated to the release, to commit and tag.
+# CHANGELOG.md needs a section "## VERSION" first. INSECURE=1: the registry speaks plain
+# HTTP; ALLOW_DIRTY=1 releases uncommitted changes (the revision says -dirty). Go is
+# pinned to RELEASE_GO (GOTOOLCHAIN) so that one commit gives the same digests anywhere.
+# Writes $(BIN)/release/VERSION: release.json, the SBOMs, the chart's .tgz.
+REGISTRY     ?=
+RELEASE_GO   ?= go1.26.8
+RELEASE_TREE ?= $(CURDIR)
+RELEASE_DIR   = $(BIN)/release/$(VERSION)
+.PHONY: release debian-lock
+release:
+	@test -n "$(REGISTRY)" || { echo "make release: set REGISTRY, e.g. REGISTRY=ghcr.io/kubefence"; exit 2; }
+	GOTOOLCHAIN=$(RELEASE_GO) hack/timed.sh $(GO) run ./hack/images release -version=$(VERSION) -registry=$(REGISTRY) \
+		-out=$(RELEASE_DIR) $(if $(INSECURE),-insecure) $(if $(ALLOW_DIRTY),-allow-dirty)
+	cd deploy/render && GOTOOLCHAIN=$(RELEASE_GO) $(GO) run . release -image=$(RELEASE_DIR)/release.json -tree=$(RELEASE_TREE)
+
+# hack/images/debian.lock from this machine's apt, on purpose: the current Debian versions of
+# ipmitool, the packages of the libraries it loads, base-files and ca-certificates, for
+# amd64 and arm64 (apt must know arm64: dpkg --add-architecture arm64 && apt-get update).
+debian-lock:
+	$(GO) run ./hack/images lock
 
 # Randomized scenarios on the simulated cluster: run i uses seed SEED+i; a failing seed
 # replays with RUNS=1. Every run is judged by the invariant checker (test/sim/invariants.go).

@@ -18,11 +18,22 @@ command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 command -v iptables >/dev/null || need+=(iptables)
 [ -x /bin/busybox ] || need+=(busybox-static)
+# The release's arm64 image: its binaries and ipmitool run under qemu-aarch64-static in the
+# tests (hack/images, test/realnode).
+command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   if [ "$(id -u)" != 0 ]; then sudo=sudo; else sudo=; fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# make debian-lock and its test read the arm64 packages' records from apt (nothing arm64
+# is installed).
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  echo "apt: adding the arm64 architecture's package lists"
+  if [ "$(id -u)" != 0 ]; then sudo=sudo; else sudo=; fi
+  $sudo dpkg --add-architecture arm64
+  $sudo apt-get update -qq
 fi
 "$root/hack/controlplane.sh"
 # helm, as a user installs the chart (test/realnode); built from the Helm version that

@@ -18,16 +18,14 @@ const (
 	crdSource      = "../../pkg/apis/fencing/v1alpha1/crd"
 )
 
-// TestManifestsUpToDate fails when deploy/manifests was not regenerated after a chart change.
+// TestManifestsUpToDate fails when deploy/manifests was not regenerated after a chart
+// change (or a release, whose image values deploy/release-values.yaml holds).
 func TestManifestsUpToDate(t *testing.T) {
-	for path, render := range map[string]func(string) ([]byte, error){
-		manifests:      func(dir string) ([]byte, error) { return Render(dir, nil) },
-		agentManifests: RenderNodeAgent,
-	} {
-		want, err := render(chartDir)
-		if err != nil {
-			t.Fatal(err)
-		}
+	kf, agent, err := RenderManifests(chartDir, "../"+ReleaseValuesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string][]byte{manifests: kf, agentManifests: agent} {
 		got, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatalf("%v (run make manifests)", err)

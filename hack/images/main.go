@@ -1,16 +1,26 @@
-// Command images builds kubefence's container image without Docker (`make images`),
-// packs a directory as a one-layer test image, and serves an in-memory registry.
+// Command images builds kubefence's container images without Docker, packs a directory
+// as a one-layer test image, and serves an in-memory registry.
 //
-// The kubefence image, from the repository root:
+// A release (make release): the multi-arch image index (linux/amd64, linux/arm64) with an
+// SPDX SBOM attached to each platform image, pushed to REGISTRY/kubefence:
+//
+//	go run ./hack/images release -version v0.2.0 -registry ghcr.io/kubefence
+//
+// One architecture's image, from the repository root (make images):
 //
 //	go run ./hack/images -out bin/kubefence-image.tar        # docker-save tarball
 //	go run ./hack/images -push registry.example/kubefence    # push, with docker login's credentials
 //
 // It builds the binaries (static, -trimpath, version stamped; -bin DIR takes prebuilt
 // ones instead, named as in the image) and stacks two layers from scratch: a base with
-// this machine's ipmitool (Debian package ipmitool), its libraries, the CA bundle and
-// users, then the binaries. The image is tagged with the Helm chart's appVersion, the
-// tag the chart pulls by default, and with git describe's version.
+// ipmitool, its libraries, the CA bundle and os-release from the Debian packages that
+// hack/images/debian.lock pins (fetched into .cache/debian and checked), and the users;
+// then the binaries. The image is tagged with the Helm chart's appVersion, the tag the
+// chart pulls by default, and with git describe's version.
+//
+// The lock, regenerated on purpose from this machine's apt (make debian-lock):
+//
+//	go run ./hack/images lock
 //
 // A directory as a one-layer image (test images: a static pause, busybox):
 //
@@ -46,10 +56,21 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "registry" {
-		err = serveRegistry(ctx, os.Args[2:])
-	} else {
-		err = build(ctx, os.Args[1:])
+	sub, args := "", os.Args[1:]
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	switch sub {
+	case "":
+		err = build(ctx, args)
+	case "registry":
+		err = serveRegistry(ctx, args)
+	case "lock":
+		err = lock(ctx, args)
+	case "release":
+		err = release(ctx, args)
+	default:
+		err = fmt.Errorf("unknown command %q\n%s", sub, usage)
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -61,8 +82,12 @@ func main() {
 }
 
 const usage = `Usage:
-  go run ./hack/images [-out FILE] [-push REPO [-insecure]] [-bin DIR] [-dir DIR]
+  go run ./hack/images release -version vX.Y.Z -registry REGISTRY [-insecure] [-out DIR]
+      the release's multi-arch image index and SBOMs, pushed to REGISTRY/kubefence
+  go run ./hack/images [-arch amd64|arm64] [-out FILE] [-push REPO [-insecure]] [-bin DIR] [-dir DIR]
       the kubefence image, tagged with the chart's appVersion and git describe's version
+  go run ./hack/images lock
+      regenerate hack/images/debian.lock from this machine's apt
   go run ./hack/images -rootfs DIR [-entrypoint PATH] (-push REF [-insecure] | -out FILE -ref REF)
       DIR as a one-layer image
   go run ./hack/images registry [-addr HOST:PORT] [-quiet]
@@ -90,7 +115,7 @@ func serveRegistry(ctx context.Context, args []string) error {
 
 type flags struct {
 	src, goCmd, chart, repo, out, push, bin, dir string
-	version, revision                            string
+	version, revision, arch                      string
 	insecure                                     bool
 	rootfs, entrypoint, cmd, ref, user           string
 }
@@ -108,6 +133,7 @@ func build(ctx context.Context, args []string) error {
 	fs.StringVar(&f.bin, "bin", "", "take the kubefence binaries from `DIR` (fence-controller, kubefence-config-init, fence-node-agent, fence-agent-*) instead of building them; their stamped version stays theirs")
 	fs.StringVar(&f.dir, "dir", "", "also write the image's root filesystem into `DIR` (e.g. to chroot into it)")
 	fs.StringVar(&f.version, "version", "", "version label and tag; default: git describe --tags --always --dirty")
+	fs.StringVar(&f.arch, "arch", "amd64", "the image's architecture: amd64 or arm64")
 	fs.StringVar(&f.revision, "revision", "", "revision label; default: git rev-parse HEAD")
 	fs.StringVar(&f.rootfs, "rootfs", "", "pack `DIR` as a one-layer image instead of building kubefence's")
 	fs.StringVar(&f.entrypoint, "entrypoint", "", "with -rootfs: the entrypoint, a path or a JSON array")
@@ -149,19 +175,15 @@ func buildKubefence(ctx context.Context, f flags, opts []name.Option) error {
 		// Without the commit's time every file has the Unix epoch's.
 		fmt.Fprintf(os.Stderr, "images: %v; files dated at the Unix epoch\n", gitErr)
 	}
-	chart := f.chart
-	if !filepath.IsAbs(chart) {
-		chart = filepath.Join(f.src, chart)
-	}
-	appVersion, err := imagebuild.ChartAppVersion(chart)
+	tags, err := tagsFor(f, version, opts)
 	if err != nil {
-		return fmt.Errorf("chart appVersion: %w", err)
+		return err
 	}
-	repo := f.repo
-	if f.push != "" {
-		repo = f.push
+	arch, err := imagebuild.ArchNamed(f.arch)
+	if err != nil {
+		return err
 	}
-	tags, err := imagebuild.Tags(repo, []string{appVersion, version}, opts...)
+	debs, err := imagebuild.LoadDebs(ctx, f.src, arch.Name, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -172,15 +194,13 @@ func buildKubefence(ctx context.Context, f flags, opts []name.Option) error {
 			return err
 		}
 		defer os.RemoveAll(tmp)
-		fmt.Fprintf(os.Stderr, "building kubefence %s (%s) for linux/amd64\n", version, revision)
-		start := time.Now()
-		if err := imagebuild.BuildBinaries(ctx, f.goCmd, f.src, tmp, version, revision, true, os.Stderr); err != nil {
+		spec := imagebuild.BinarySpec{Go: f.goCmd, Src: f.src, Out: tmp, Version: version, Revision: revision, Arch: arch.Name, Trim: true, Log: os.Stderr}
+		if err := buildBinaries(ctx, spec); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "built the binaries in %s\n", time.Since(start).Round(time.Second))
 		bin = tmp
 	}
-	o := imagebuild.Options{BinDir: bin, Version: version, Revision: revision, Created: created}
+	o := imagebuild.Options{BinDir: bin, Arch: arch, Debs: debs, Version: version, Revision: revision, Created: created}
 	base, app, err := imagebuild.Layers(o)
 	if err != nil {
 		return err
@@ -193,11 +213,39 @@ func buildKubefence(ctx context.Context, f flags, opts []name.Option) error {
 		}
 		fmt.Fprintf(os.Stderr, "root filesystem written to %s\n", f.dir)
 	}
-	img, err := imagebuild.NewImage(created, imagebuild.KubefenceConfig(o), base, app)
+	img, err := imagebuild.NewImageFor(arch, created, imagebuild.KubefenceConfig(o), base, app)
 	if err != nil {
 		return err
 	}
 	return emit(ctx, img, tags, f)
+}
+
+// buildBinaries builds the image's binaries as spec says and tells how long it took.
+func buildBinaries(ctx context.Context, spec imagebuild.BinarySpec) error {
+	fmt.Fprintf(os.Stderr, "building kubefence %s (%s) for linux/%s\n", spec.Version, spec.Revision, spec.Arch)
+	start := time.Now()
+	if err := spec.Build(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "built the binaries in %s\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// tagsFor are the kubefence image's tags: the chart's appVersion and version.
+func tagsFor(f flags, version string, opts []name.Option) ([]name.Tag, error) {
+	chart := f.chart
+	if !filepath.IsAbs(chart) {
+		chart = filepath.Join(f.src, chart)
+	}
+	appVersion, err := imagebuild.ChartAppVersion(chart)
+	if err != nil {
+		return nil, fmt.Errorf("chart appVersion: %w", err)
+	}
+	repo := f.repo
+	if f.push != "" {
+		repo = f.push
+	}
+	return imagebuild.Tags(repo, []string{appVersion, version}, opts...)
 }
 
 func buildRootfs(ctx context.Context, f flags, opts []name.Option) error {

@@ -111,8 +111,11 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 
 // TestFencingOnRealNodes is a user's story on three real nodes, one cluster throughout:
 //
-//   - the chart installed with its defaults (and the BMC Secret and node annotations of
-//     getting-started), the image built from this tree;
+//   - kubefence installed as a release is: make release of this tree into the cluster's
+//     registry (the multi-arch image index with its SBOMs, the chart as an OCI artifact;
+//     the arm64 image's binaries run under qemu-aarch64-static), then helm install of the
+//     released chart with only the image's registry set (and the BMC Secret and node
+//     annotations of getting-started);
 //   - a StatefulSet pod with a single-attach CSI volume, attached by Kubernetes' own
 //     path (KCM's attach-detach controller, the external-attacher);
 //   - rounds: its node dies (every process at once, BMC still on) with the default
@@ -125,9 +128,11 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 // boot ID, is released and runs pods. At the end helm uninstall leaves what the docs say.
 func TestFencingOnRealNodes(t *testing.T) {
 	c := startCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// The bound covers make release, which compiles the arm64 binaries (minutes on a
+	// cold build cache), and the rounds.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	install(t, ctx, c)
+	installRelease(t, ctx, c)
 	if err := c.CreateVolume(ctx, "web-data", "default", "data-web-0"); err != nil {
 		t.Fatal(err)
 	}

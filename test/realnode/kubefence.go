@@ -99,7 +99,7 @@ func (c *Cluster) PushKubefence(ctx context.Context) (string, error) {
 		version += "-planted-" + plant
 	}
 	opts := imagebuild.Options{BinDir: bin, Version: version, Revision: revision, Created: created}
-	img, err := imagebuild.Build(opts)
+	img, err := imagebuild.Build(ctx, root, opts)
 	if err != nil {
 		return "", err
 	}

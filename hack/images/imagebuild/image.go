@@ -1,14 +1,17 @@
 // Package imagebuild builds kubefence's container image without a container engine,
 // with go-containerregistry: one image, from scratch layers, that holds
-// fence-controller, kubefence-config-init, fence-node-agent, every fence agent with its SHA256SUMS, and
-// this machine's ipmitool with the libraries it loads. It also packs any directory as
-// a one-layer image (the test harness's pause and busybox images) and serves an
-// in-memory registry. hack/images is its command line.
+// fence-controller, kubefence-config-init, fence-node-agent, every fence agent with its
+// SHA256SUMS, and ipmitool with the libraries it loads, from Debian packages pinned in
+// hack/images/debian.lock, for amd64 and arm64; a release puts both in one image index
+// with an SBOM for each. It also packs any directory as a one-layer image (the test
+// harness's pause and busybox images) and serves an in-memory registry. hack/images is
+// its command line.
 package imagebuild
 
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -26,7 +29,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// The image's layout; the Dockerfile and the chart (pluginDir) use the same paths.
+// The image's layout; the chart (pluginDir) uses the same paths.
 const (
 	BinDir   = "/usr/local/bin"
 	AgentDir = "/usr/libexec/kubefence/agents"
@@ -49,7 +52,7 @@ type Command struct {
 	Dir  string
 }
 
-// Commands are the binaries of the image, in the Dockerfile's order.
+// Commands are the binaries of the image, in the order of their layer.
 var Commands = []Command{
 	{Pkg: "./cmd/fence-controller", Name: "fence-controller", Dir: BinDir},
 	{Pkg: "./deploy/image/config-init", Name: "kubefence-config-init", Dir: BinDir},
@@ -60,12 +63,16 @@ var Commands = []Command{
 	{Pkg: "./cmd/fence-agent-exec", Name: "fence-agent-exec", Dir: AgentDir},
 }
 
-// Options say what goes into the kubefence image.
+// Options say what goes into the kubefence image of one architecture.
 type Options struct {
-	// BinDir holds one file per Commands entry, named by its Name.
+	// BinDir holds one file per Commands entry, named by its Name, built for Arch.
 	BinDir string
+	// Arch is the image's architecture; the zero value means amd64.
+	Arch Arch
+	// Debs are the lock's packages for Arch, unpacked (LoadDebs).
+	Debs []*Deb
 	// Version and Revision are the labels org.opencontainers.image.version and
-	// .revision; Version is git describe's, like the binaries'.
+	// .revision; Version is git describe's (or the release's), like the binaries'.
 	Version, Revision string
 	// Created is the image's creation time and every file's modification time; the
 	// zero value means the Unix epoch. The same inputs and Created give the same digest.
@@ -74,16 +81,24 @@ type Options struct {
 
 func (o Options) created() time.Time {
 	if o.Created.IsZero() {
-		return time.Unix(0, 0).UTC()
+		return epoch
 	}
 	return o.Created.UTC().Truncate(time.Second)
 }
 
+func (o Options) arch() Arch {
+	if o.Arch.Name == "" {
+		return Arches[0]
+	}
+	return o.Arch
+}
+
 // Layers returns the image's two layers as trees: the base (users, CA certificates,
-// ipmitool and its libraries, their Debian metadata), which changes only with this
-// machine's packages, and the kubefence binaries.
+// ipmitool and its libraries, their Debian records), which changes only with the lock,
+// and the kubefence binaries. Every ELF file of both must be built for the image's
+// architecture.
 func Layers(o Options) (base, app *Tree, err error) {
-	base, err = BaseTree(o.created())
+	base, err = BaseTree(o.arch(), o.Debs, o.created())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -91,73 +106,24 @@ func Layers(o Options) (base, app *Tree, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, t := range []*Tree{base, app} {
+		if err := CheckArch(t, o.arch()); err != nil {
+			return nil, nil, err
+		}
+	}
 	return base, app, nil
 }
 
-// BaseTree is what the image holds besides kubefence: a root filesystem like
-// distroless's (passwd and group with nonroot 65532, nsswitch.conf, /tmp 1777, the CA
-// bundle) plus this machine's ipmitool at /usr/bin/ipmitool with every library ldd
-// lists and the loader, at their paths.
-func BaseTree(mtime time.Time) (*Tree, error) {
-	t := NewTree(mtime)
-	files := []struct {
-		path string
-		perm os.FileMode
-		data string
-	}{
-		{"/etc/passwd", 0o644, "root:x:0:0:root:/root:/sbin/nologin\n" +
-			"nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n" +
-			fmt.Sprintf("nonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", NonRoot, NonRoot)},
-		{"/etc/group", 0o644, "root:x:0:\nnobody:x:65534:\n" + fmt.Sprintf("nonroot:x:%d:\n", NonRoot)},
-		// glibc's name lookups (ipmitool -H bmc.example): /etc/hosts, then DNS. Both
-		// are built into glibc 2.34 and later, so no libnss_* is needed.
-		{"/etc/nsswitch.conf", 0o644, "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n"},
-	}
-	for _, f := range files {
-		if err := t.File(f.path, f.perm, []byte(f.data)); err != nil {
-			return nil, err
+// CheckArch fails when a regular file of t is an ELF file for another machine than a's.
+func CheckArch(t *Tree, a Arch) error {
+	for _, p := range t.Paths() {
+		if e := t.Get(p); e.Mode.IsRegular() && IsELF(e.Data) {
+			if _, err := a.CheckELF(p, e.Data); err != nil {
+				return fmt.Errorf("the %s image: %w", a.Name, err)
+			}
 		}
 	}
-	for _, d := range []struct {
-		path     string
-		perm     os.FileMode
-		uid, gid int
-	}{
-		{"/tmp", os.ModeSticky | 0o777, 0, 0},
-		{"/root", 0o700, 0, 0},
-		{"/home/nonroot", 0o700, NonRoot, NonRoot},
-		{"/var/run", 0o755, 0, 0},
-	} {
-		if err := t.Dir(d.path, d.perm, d.uid, d.gid); err != nil {
-			return nil, err
-		}
-	}
-	if err := t.HostFile(HostCACerts, HostCACerts, 0o644); err != nil {
-		return nil, fmt.Errorf("CA certificates (apt-get install ca-certificates): %w", err)
-	}
-	// The Debian release the host files come from, which scanners read with status.d.
-	if err := t.HostFile(HostOSRelease, HostOSRelease, 0o644); err != nil {
-		return nil, err
-	}
-	host, err := ipmitoolFiles()
-	if err != nil {
-		return nil, err
-	}
-	for _, f := range host {
-		perm := os.FileMode(0o644)
-		if f == HostIpmitool || strings.Contains(path.Base(f), "ld-linux") {
-			perm = 0o755
-		}
-		// Where ldd found it, with links resolved: /lib may be a link to usr/lib here,
-		// and in the image it is a plain directory.
-		if err := t.HostFile(f, f, perm); err != nil {
-			return nil, err
-		}
-	}
-	if _, err := addHostPackages(t, append(host, HostCACerts, HostOSRelease)); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return nil
 }
 
 // AppTree holds the kubefence binaries found in binDir and SHA256SUMS of the agents.
@@ -217,6 +183,12 @@ type ImageConfig struct {
 
 // NewImage stacks the trees, in order, into a linux/amd64 OCI image created at created.
 func NewImage(created time.Time, cfg ImageConfig, trees ...*Tree) (v1.Image, error) {
+	return NewImageFor(Arches[0], created, cfg, trees...)
+}
+
+// NewImageFor stacks the trees, in order, into a linux OCI image of a, created at
+// created.
+func NewImageFor(a Arch, created time.Time, cfg ImageConfig, trees ...*Tree) (v1.Image, error) {
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	t := v1.Time{Time: created}
 	var adds []mutate.Addendum
@@ -240,7 +212,7 @@ func NewImage(created time.Time, cfg ImageConfig, trees ...*Tree) (v1.Image, err
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Architecture, cf.OS = a.Name, "linux"
 	cf.Created = t
 	env := cfg.Env
 	if len(env) == 0 {
@@ -257,13 +229,20 @@ func NewImage(created time.Time, cfg ImageConfig, trees ...*Tree) (v1.Image, err
 	return mutate.ConfigFile(img, cf)
 }
 
-// Build builds the kubefence image from o.
-func Build(o Options) (v1.Image, error) {
+// Build builds the kubefence image from o. Without o.Debs it reads the lock of the
+// repository at src and fetches its packages into the repository's cache.
+func Build(ctx context.Context, src string, o Options) (v1.Image, error) {
+	if o.Debs == nil {
+		var err error
+		if o.Debs, err = LoadDebs(ctx, src, o.arch().Name, os.Stderr); err != nil {
+			return nil, err
+		}
+	}
 	base, app, err := Layers(o)
 	if err != nil {
 		return nil, err
 	}
-	return NewImage(o.created(), KubefenceConfig(o), base, app)
+	return NewImageFor(o.arch(), o.created(), KubefenceConfig(o), base, app)
 }
 
 // KubefenceConfig is the kubefence image's configuration: the controller as entrypoint,
@@ -279,7 +258,7 @@ func KubefenceConfig(o Options) ImageConfig {
 			"org.opencontainers.image.source":   Source,
 		},
 		History: []string{
-			"hack/images: base (passwd, group, CA certificates, ipmitool " + HostIpmitool + " with its libraries)",
+			"hack/images: base (passwd, group, CA certificates, ipmitool with its libraries, from " + LockFile + ")",
 			"hack/images: kubefence " + o.Version + " (" + BinDir + ", " + AgentDir + ")",
 		},
 	}

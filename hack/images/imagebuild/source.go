@@ -1,7 +1,9 @@
 package imagebuild
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,39 +23,64 @@ const BuildinfoPkg = "github.com/kubefence/kubefence/pkg/buildinfo"
 // ChartFile is the Helm chart's Chart.yaml, relative to the repository root.
 const ChartFile = "deploy/helm/kubefence/Chart.yaml"
 
-// BuildBinaries builds every Commands entry from the module in srcDir into outDir, as
-// the Dockerfile does: static (CGO_ENABLED=0) for linux/amd64, -buildvcs=false,
-// stripped, with version and revision stamped into pkg/buildinfo; -trimpath when trim
-// is set (a release; without it the build shares the compile cache of `make build` and
-// `make test`, which export CGO_ENABLED=0 too). goCmd is the go command ("go" when
-// empty); go's output goes to log.
+// BuildBinaries builds every Commands entry for linux/amd64 as BinarySpec.Build does,
+// without -trimpath unless trim is set (without it the build shares the compile cache of
+// `make build` and `make test`, which export CGO_ENABLED=0 too).
 func BuildBinaries(ctx context.Context, goCmd, srcDir, outDir, version, revision string, trim bool, log io.Writer) error {
+	return BinarySpec{Go: goCmd, Src: srcDir, Out: outDir, Version: version, Revision: revision, Trim: trim, Log: log}.Build(ctx)
+}
+
+// BinarySpec says how to build the image's binaries.
+type BinarySpec struct {
+	// Go is the go command ("go" when empty); Src the module's root; Out where the
+	// binaries go, named as in the image.
+	Go, Src, Out string
+	// Version and Revision are stamped into pkg/buildinfo.
+	Version, Revision string
+	// Arch is the GOARCH; empty means amd64.
+	Arch string
+	// Trim builds with -trimpath, as a release does: no path of the build machine ends
+	// up in a binary, so two checkouts of one commit build the same bytes.
+	Trim bool
+	// Log receives go's output.
+	Log io.Writer
+}
+
+// Build builds every Commands entry as the image holds them: static (CGO_ENABLED=0) for
+// linux, -buildvcs=false (the revision is stamped instead, so that a build from a
+// tarball of the source equals one from a clone), stripped, with version and revision
+// stamped into pkg/buildinfo.
+func (s BinarySpec) Build(ctx context.Context) error {
+	goCmd, arch := s.Go, s.Arch
 	if goCmd == "" {
 		goCmd = "go"
 	}
-	ldflags := fmt.Sprintf("-s -w -X %s.version=%s -X %s.revision=%s", BuildinfoPkg, version, BuildinfoPkg, revision)
+	if arch == "" {
+		arch = "amd64"
+	}
+	ldflags := fmt.Sprintf("-s -w -X %s.version=%s -X %s.revision=%s", BuildinfoPkg, s.Version, BuildinfoPkg, s.Revision)
 	// One go build per binary would link them one after another; one invocation with an
 	// output directory builds them in parallel, each named after its package's directory.
-	args := []string{"build", "-buildvcs=false", "-ldflags", ldflags, "-o", outDir + string(filepath.Separator)}
-	if trim {
+	args := []string{"build", "-buildvcs=false", "-ldflags", ldflags, "-o", s.Out + string(filepath.Separator)}
+	if s.Trim {
 		args = append(args[:1], append([]string{"-trimpath"}, args[1:]...)...)
 	}
 	for _, c := range Commands {
 		args = append(args, c.Pkg)
 	}
 	cmd := exec.CommandContext(ctx, goCmd, args...)
-	cmd.Dir = srcDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Dir = s.Src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	cmd.Stdout, cmd.Stderr = s.Log, s.Log
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %w", goCmd, strings.Join(args, " "), err)
+		return fmt.Errorf("GOARCH=%s %s %s: %w", arch, goCmd, strings.Join(args, " "), err)
 	}
 	for _, c := range Commands {
-		built := filepath.Join(outDir, filepath.Base(c.Pkg))
-		if built == filepath.Join(outDir, c.Name) {
+		built := filepath.Join(s.Out, filepath.Base(c.Pkg))
+		if built == filepath.Join(s.Out, c.Name) {
 			continue
 		}
-		if err := os.Rename(built, filepath.Join(outDir, c.Name)); err != nil {
+		if err := os.Rename(built, filepath.Join(s.Out, c.Name)); err != nil {
 			return err
 		}
 	}
@@ -131,4 +158,13 @@ func Tags(repo string, tags []string, opts ...name.Option) ([]name.Tag, error) {
 		out = append(out, tag)
 	}
 	return out, nil
+}
+
+// exitText adds a failed command's stderr to its error.
+func exitText(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(bytes.TrimSpace(ee.Stderr)) > 0 {
+		return fmt.Errorf("%w: %s", err, bytes.TrimSpace(ee.Stderr))
+	}
+	return err
 }

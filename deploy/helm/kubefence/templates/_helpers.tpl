@@ -70,10 +70,12 @@ without a selector.
 {{- define "kubefence.image" -}}
 {{- $img := merge (deepCopy (.image | default dict)) .root.Values.image -}}
 {{- $tag := default .root.Chart.AppVersion $img.tag -}}
+{{- $repo := $img.repository -}}
+{{- if $img.registry }}{{ $repo = printf "%s/%s" $img.registry $img.repository }}{{ end -}}
 {{- if $img.digest -}}
-{{- printf "%s:%s@%s" $img.repository $tag $img.digest -}}
+{{- printf "%s:%s@%s" $repo $tag $img.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $img.repository $tag -}}
+{{- printf "%s:%s" $repo $tag -}}
 {{- end -}}
 {{- end -}}
 

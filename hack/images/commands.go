@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kubefence/kubefence/hack/images/imagebuild"
+)
+
+// release builds and pushes a release's image index with its SBOMs (make release, whose
+// next step packages the chart in deploy/render).
+func release(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("images release", flag.ContinueOnError)
+	var o imagebuild.ReleaseOptions
+	fs.StringVar(&o.Src, "src", ".", "root of the kubefence repository")
+	fs.StringVar(&o.Go, "go", "go", "go command that builds the binaries")
+	fs.StringVar(&o.Version, "version", "", "the release, vX.Y.Z (CHANGELOG.md needs its section)")
+	fs.StringVar(&o.Registry, "registry", "", "registry and path the release goes to (`REGISTRY`/kubefence), e.g. ghcr.io/kubefence")
+	fs.BoolVar(&o.Insecure, "insecure", false, "the registry speaks plain HTTP")
+	fs.BoolVar(&o.AllowDirty, "allow-dirty", false, "release uncommitted changes (the revision says -dirty)")
+	fs.StringVar(&o.Out, "out", "", "directory for release.json and the SBOMs (default bin/release/VERSION)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.Version == "" || o.Registry == "" {
+		return errors.New("release: set -version (VERSION=vX.Y.Z) and -registry (REGISTRY=host/path)")
+	}
+	if o.Out == "" {
+		o.Out = filepath.Join(o.Src, "bin", "release", o.Version)
+	}
+	o.Log = os.Stderr
+	start := time.Now()
+	rel, err := imagebuild.Release(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s@%s\n", rel.Image, rel.Digest)
+	for _, i := range rel.Images {
+		fmt.Printf("  %s %s, SBOM %s, compressed %s\n", i.Platform, i.Digest, i.SBOM, imagebuild.MB(i.Compressed))
+	}
+	fmt.Fprintf(os.Stderr, "image index released in %s; wrote %s\n", time.Since(start).Round(time.Second), filepath.Join(o.Out, imagebuild.ReleaseFile))
+	return nil
+}
+
+// lock regenerates the Debian lock from this machine's apt (make debian-lock).
+func lock(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("images lock", flag.ContinueOnError)
+	src := fs.String("src", ".", "root of the kubefence repository")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	f := imagebuild.Fetcher{Dir: filepath.Join(*src, imagebuild.DebianCacheDir), Log: os.Stderr}
+	l, err := imagebuild.GenerateLock(ctx, imagebuild.Apt(), f, os.Stderr)
+	if err != nil {
+		return err
+	}
+	// The image must build from what was locked: every library found, every package used.
+	for _, a := range imagebuild.Arches {
+		var debs []*imagebuild.Deb
+		for _, p := range l.For(a.Name) {
+			data, err := f.Fetch(ctx, p)
+			if err != nil {
+				return err
+			}
+			d, err := imagebuild.ReadDeb(p, data)
+			if err != nil {
+				return err
+			}
+			debs = append(debs, d)
+		}
+		if _, err := imagebuild.BaseTree(a, debs, time.Unix(0, 0)); err != nil {
+			return fmt.Errorf("the %s image from the new lock: %w", a.Name, err)
+		}
+	}
+	file := filepath.Join(*src, imagebuild.LockFile)
+	if err := imagebuild.WriteLock(file, l); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s: %d packages\n", file, len(l.Packages))
+	return nil
+}
