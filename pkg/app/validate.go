@@ -2,18 +2,23 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 // ValidateConfig is --validate-config: the file decoded and validated, then, with
 // checkAgents, every agent asked about its parameters, without a cluster. It returns the
-// warnings to print (the unversioned form, remote agents that did not answer) and the
-// error that makes the file unusable.
+// warnings to print (the unversioned form, remote agents that did not answer or whose
+// certificate files are not on this machine) and the error that makes the file unusable.
 func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]string, error) {
 	cfg, warnings, err := loadConfig(path)
 	if err != nil || !checkAgents {
@@ -25,7 +30,8 @@ func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]strin
 		return warnings, fmt.Errorf("config: agents: %w", err)
 	}
 	defer host.Close()
-	problems := controller.ValidateAgents(ctx, cfg, newAgentSource(cfg, host, nil))
+	agents := elsewhere{AgentSource: newAgentSource(cfg, host, nil), absent: absentTLSFiles(cfg)}
+	problems := controller.ValidateAgents(ctx, cfg, agents)
 	for _, u := range problems.Unreachable {
 		warnings = append(warnings, fmt.Sprintf("%v (agent not checked)", u))
 	}
@@ -33,4 +39,44 @@ func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]strin
 		return warnings, fmt.Errorf("config: %w", err)
 	}
 	return warnings, nil
+}
+
+// elsewhere is an AgentSource that does not dial the remote agents whose certificate
+// files are not on this machine: a file checked on a workstation names paths in the
+// controller's pod. Those agents count as not answering (a warning). Files that are here
+// are read and the agent dialled, so a bad certificate is still an error; in the pod the
+// validate init container has every file the controller reads.
+type elsewhere struct {
+	controller.AgentSource
+	absent map[string]error
+}
+
+func (e elsewhere) Agent(name string) (plugin.Agent, error) {
+	if err := e.absent[name]; err != nil {
+		return nil, err
+	}
+	return e.AgentSource.Agent(name)
+}
+
+// absentTLSFiles names, per remote agent, the certificate files of its tls block that do
+// not exist here. Any other error reading them is left to the dial, which reports it.
+func absentTLSFiles(cfg *v1alpha1.Config) map[string]error {
+	out := map[string]error{}
+	for _, a := range cfg.Agents {
+		if a.Address == "" || a.TLS == nil {
+			continue
+		}
+		var missing []string
+		for _, f := range []struct{ field, path string }{
+			{"certFile", a.TLS.CertFile}, {"keyFile", a.TLS.KeyFile}, {"caFile", a.TLS.CAFile},
+		} {
+			if _, err := os.Stat(f.path); errors.Is(err, fs.ErrNotExist) {
+				missing = append(missing, fmt.Sprintf("tls.%s %s", f.field, f.path))
+			}
+		}
+		if len(missing) > 0 {
+			out[a.Name] = fmt.Errorf("%s not on this machine: read where the controller runs", strings.Join(missing, ", "))
+		}
+	}
+	return out
 }
