@@ -241,7 +241,7 @@ func TestRenderRefusesLeaderConditionWithPDB(t *testing.T) {
 	}
 }
 
-// TestDefaultDeploymentHardening checks what the issue requires of the controller's pods.
+// TestDefaultDeploymentHardening checks the hardening the controller's pods must have.
 func TestDefaultDeploymentHardening(t *testing.T) {
 	out, err := os.ReadFile(manifests)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// TestValidateConfigAsksTheAgents (issue 22): fence-controller --validate-config, with the
+// TestValidateConfigAsksTheAgents: fence-controller --validate-config, with the
 // real agent binaries in its plugin directory, refuses parameters the agents refuse,
 // naming the agent and the parameter; the controller refuses to start on them, before it
 // talks to any cluster; and a bad file gets exit code 1 and the field on stderr.
