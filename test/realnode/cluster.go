@@ -170,6 +170,9 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err := c.startCSIController(ctx, root); err != nil {
 		return err
 	}
+	if err := c.startDNS(); err != nil {
+		return err
+	}
 	_, portStr, _ := net.SplitHostPort(c.Host()[len("https://"):])
 	apiPort, _ := strconv.Atoi(portStr)
 	runCtx, cancel := context.WithCancel(context.Background())

@@ -548,6 +548,9 @@ authentication:
 authorization:
   mode: AlwaysAllow
 resolvConf: %s
+# The test's stand-in for the cluster DNS (dns.go), on the bridge.
+clusterDNS: [%s]
+clusterDomain: %s
 nodeStatusUpdateFrequency: %s
 nodeLeaseDurationSeconds: %d
 # The test machine's disk and memory are shared by every node: no eviction for pressure.
@@ -561,7 +564,7 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 maxPods: 30
 `, n.cgroup(), n.path("run/containerd/containerd.sock"), n.IP, podCIDR(n.index), n.path("etc/resolv.conf"),
-		n.cfg.statusUpdate, n.cfg.leaseSeconds)
+		bridgeIP, clusterDomain, n.cfg.statusUpdate, n.cfg.leaseSeconds)
 }
 
 func (n *Node) kubeconfig() string {
