@@ -27,7 +27,8 @@ source "$root/hack/progress.sh"
 minor=${KUBE_VERSION#v1.}
 minor=${minor%%.*}
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-export GOFLAGS=-mod=mod GOWORK=off
+# No VCS stamp: these are third-party tools built inside kubefence's tree, not kubefence.
+export GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off
 
 build_etcd() {
   say "etcd $ETCD_VERSION: building (once)"

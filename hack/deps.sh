@@ -93,7 +93,7 @@ if [ ! -x "$helm" ]; then
   mkdir -p "$cache/bin"
   (
     cd "$root/deploy/render"
-    gobuild_flags=(-mod=mod -trimpath "-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version")
+    gobuild_flags=(-mod=mod -buildvcs=false -trimpath "-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version")
     gobuild helm "helm" "$helm.tmp" helm.sh/helm/v3/cmd/helm
   ) || exit
   mv "$helm.tmp" "$helm"
@@ -105,7 +105,7 @@ ATTACHER_VERSION=${ATTACHER_VERSION:-v4.13.0}
 attacher=$cache/bin/csi-attacher
 if [ ! -x "$attacher" ]; then
   throwaway "$cache/csi-attacher-src" github.com/kubernetes-csi/external-attacher/v4 "$ATTACHER_VERSION"
-  GOFLAGS=-mod=mod tool attacher "csi-attacher $ATTACHER_VERSION" "$cache/csi-attacher-src" "$attacher" \
+  GOFLAGS="-mod=mod -buildvcs=false" tool attacher "csi-attacher $ATTACHER_VERSION" "$cache/csi-attacher-src" "$attacher" \
     github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
 fi
 # The peers of the external remediation and NetworkFence tests (test/sim), from the Go
@@ -135,7 +135,7 @@ fi
 addons=$cache/bin/csi-addons-manager-$CSI_ADDONS_VERSION
 if [ ! -x "$addons" ]; then
   throwaway "$cache/csi-addons-src" github.com/csi-addons/kubernetes-csi-addons "$CSI_ADDONS_VERSION"
-  GOFLAGS=-mod=mod tool addons "csi-addons controller $CSI_ADDONS_VERSION" "$cache/csi-addons-src" "$addons" \
+  GOFLAGS="-mod=mod -buildvcs=false" tool addons "csi-addons controller $CSI_ADDONS_VERSION" "$cache/csi-addons-src" "$addons" \
     github.com/csi-addons/kubernetes-csi-addons/cmd/manager
 fi
 # Cluster API's MachineHealthCheck controller alone (test/sim/mhc, a module of its own so
@@ -144,7 +144,7 @@ fi
 mhc=$cache/bin/mhc-controller
 mhc_stamp=$(cat "$root"/test/sim/mhc/{main.go,go.mod,go.sum} | sha256sum | cut -c1-16)
 if [ ! -x "$mhc" ] || [ "$(cat "$mhc.stamp" 2>/dev/null)" != "$mhc_stamp" ]; then
-  GOFLAGS=-mod=readonly tool mhc "MachineHealthCheck controller (Cluster API $CAPI_VERSION)" "$root/test/sim/mhc" "$mhc" .
+  GOFLAGS="-mod=readonly -buildvcs=false" tool mhc "MachineHealthCheck controller (Cluster API $CAPI_VERSION)" "$root/test/sim/mhc" "$mhc" .
   echo "$mhc_stamp" >"$mhc.stamp"
 fi
 say "deps: everything make test needs is in $cache"
