@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,13 +71,48 @@ func installTwoDatacenters(t *testing.T, ctx context.Context, c *Cluster) {
 	if c.Node(agent.Spec.NodeName) == nil || !hasZone(t, ctx, c, agent.Spec.NodeName) {
 		t.Fatalf("remote agent pod %s runs on %s, not on a node of zone %s", agent.Name, agent.Spec.NodeName, remoteZone)
 	}
-	checkValidateLogs(t, ctx, c)
+	checkValidateLogs(t, ctx, c, controllerPods(t, ctx, c))
 	lease := leader.LeaseName("agent", remoteAgent)
 	waitFor(t, ctx, "the leader's Lease for remote agent "+remoteAgent, func() (bool, error) {
 		_, err := c.Client.CoordinationV1().Leases(Namespace).Get(ctx, lease, metav1.GetOptions{})
 		return err == nil, err
 	})
 	t.Logf("remote agent %s/%s Ready on %s; the leader renews its Lease %s", remoteNamespace, agent.Name, agent.Spec.NodeName, lease)
+	revalidate(t, ctx, c)
+}
+
+// revalidate replaces the standby controller pod: the agent now runs, so the new pod's
+// validate init container loads the client certificate, dials the agent with mutual TLS
+// and has it check its parameters, with no warning.
+func revalidate(t *testing.T, ctx context.Context, c *Cluster) {
+	t.Helper()
+	leaderAt := leaderNode(t, ctx, c)
+	var standby corev1.Pod
+	for _, p := range controllerPods(t, ctx, c) {
+		if p.Spec.NodeName != leaderAt {
+			standby = p
+		}
+	}
+	if standby.Name == "" {
+		t.Fatal("no standby controller pod")
+	}
+	if err := c.Client.CoreV1().Pods(Namespace).Delete(ctx, standby.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var fresh corev1.Pod
+	waitFor(t, ctx, "a new standby controller pod Ready", func() (bool, error) {
+		for _, p := range controllerPods(t, ctx, c) {
+			if p.Name != standby.Name && p.Spec.NodeName != leaderAt && podReady(&p) {
+				fresh = p
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	log := checkValidateLogs(t, ctx, c, []corev1.Pod{fresh})
+	if strings.Contains(log, "warning") {
+		t.Fatalf("with the agent running, pod %s's validate container still warned:\n%s", fresh.Name, log)
+	}
 }
 
 // remoteTarget is the node of the second datacenter that does not run the remote agent.
@@ -142,32 +178,23 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// checkValidateLogs: every controller pod's validate init container ended with the
-// configuration valid, the remote agent's client certificate loaded where it was mounted.
-func checkValidateLogs(t *testing.T, ctx context.Context, c *Cluster) {
+// checkValidateLogs: each pod's validate init container found the configuration valid,
+// the remote agent's client certificate loaded where it was mounted (an agent that did not
+// answer yet is a warning). It returns the last pod's log.
+func checkValidateLogs(t *testing.T, ctx context.Context, c *Cluster, pods []corev1.Pod) string {
 	t.Helper()
-	pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, p := range pods.Items {
-		if !strings.HasPrefix(p.Name, controllerName+"-") {
-			continue
-		}
-		n++
-		log, err := containerLog(ctx, c, p.Namespace, p.Name, "validate")
-		if err != nil {
+	var log string
+	for _, p := range pods {
+		var err error
+		if log, err = containerLog(ctx, c, p.Namespace, p.Name, "validate"); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasSuffix(strings.TrimSpace(log), "/run/kubefence/config.yaml: valid") {
+		if !slices.Contains(strings.Split(log, "\n"), "/run/kubefence/config.yaml: valid") {
 			t.Fatalf("pod %s's validate container said:\n%s", p.Name, log)
 		}
 		t.Logf("pod %s, validate: %s", p.Name, strings.ReplaceAll(strings.TrimSpace(log), "\n", "; "))
 	}
-	if n == 0 {
-		t.Fatal("no controller pod")
-	}
+	return log
 }
 
 func containerLog(ctx context.Context, c *Cluster, ns, pod, container string) (string, error) {
