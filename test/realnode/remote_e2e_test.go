@@ -71,6 +71,12 @@ func installTwoDatacenters(t *testing.T, ctx context.Context, c *Cluster) {
 	if c.Node(agent.Spec.NodeName) == nil || !hasZone(t, ctx, c, agent.Spec.NodeName) {
 		t.Fatalf("remote agent pod %s runs on %s, not on a node of zone %s", agent.Name, agent.Spec.NodeName, remoteZone)
 	}
+	// helm's --wait counts the Deployment ready with one replica unavailable (its
+	// maxUnavailable): the other may still be in its validate container.
+	waitFor(t, ctx, "every controller pod Ready", func() (bool, error) {
+		d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, controllerName, metav1.GetOptions{})
+		return err == nil && d.Spec.Replicas != nil && d.Status.ReadyReplicas == *d.Spec.Replicas && d.Status.Replicas == *d.Spec.Replicas, err
+	})
 	checkValidateLogs(t, ctx, c, controllerPods(t, ctx, c))
 	lease := leader.LeaseName("agent", remoteAgent)
 	waitFor(t, ctx, "the leader's Lease for remote agent "+remoteAgent, func() (bool, error) {
