@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -461,6 +462,11 @@ func TestRenderRemoteAgentFiles(t *testing.T) {
 		}
 	}
 	checkTLSItems(t, ctrl, "client-tls-ipmi-dc2")
+	for _, c := range ctrl["initContainers"].([]any) {
+		if c := c.(map[string]any); c["name"] == "validate" && !strings.Contains(fmt.Sprint(c["command"]), "--require-files") {
+			t.Errorf("the validate init container runs %v: without --require-files a certificate it lacks is only a warning", c["command"])
+		}
+	}
 	agent := fieldAt(t, renderedObject(t, allOn(), "Deployment", "-agent-ipmi-dc2"), "spec", "template", "spec")
 	sc := fieldAt(t, agent, "securityContext")
 	if sc["runAsUser"] != float64(65532) || sc["fsGroup"] != float64(65532) {

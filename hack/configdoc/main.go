@@ -226,9 +226,9 @@ const intro = "`fence-controller --config FILE` reads one YAML file, which start
 	"then asks every configured agent (launched from `pluginDir`, or dialled when remote) to check\n" +
 	"the parameters it is given. A remote agent that does not answer is a warning, and so is one\n" +
 	"whose certificate files (`tls`) are not on the machine that checks: they are paths in the\n" +
-	"controller's pod, where the chart's `validate` init container reads them and dials the agent.\n" +
-	"Every other problem is an error, and the controller refuses to start on it too (a missing\n" +
-	"certificate file included).\n\n" +
+	"controller's pod, where the chart's `validate` init container reads them and dials the agent\n" +
+	"(`--require-files`: a missing one is an error there). Every other problem is an error, and the\n" +
+	"controller refuses to start on it too (a missing certificate file included).\n\n" +
 	"Rules for every field:\n\n" +
 	"- The file is exactly one YAML document.\n" +
 	"- Every error names the field's full path, list index included (`policies[2].levels[0].timeout`),\n" +

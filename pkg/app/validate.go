@@ -15,13 +15,24 @@ import (
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
+// ValidateOptions say how far --validate-config checks.
+type ValidateOptions struct {
+	// Agents asks every agent to check its parameters (--validate-agents).
+	Agents bool
+	// RequireFiles makes a remote agent's certificate file that is not on this machine an
+	// error, as it is for the controller (--require-files: the chart's validate init
+	// container runs with the controller's files mounted). Without it such an agent is a
+	// warning and not checked: the file names paths in the controller's pod.
+	RequireFiles bool
+}
+
 // ValidateConfig is --validate-config: the file decoded and validated, then, with
-// checkAgents, every agent asked about its parameters, without a cluster. It returns the
+// o.Agents, every agent asked about its parameters, without a cluster. It returns the
 // warnings to print (the unversioned form, remote agents that did not answer or whose
 // certificate files are not on this machine) and the error that makes the file unusable.
-func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]string, error) {
+func ValidateConfig(ctx context.Context, path string, o ValidateOptions) ([]string, error) {
 	cfg, warnings, err := loadConfig(path)
-	if err != nil || !checkAgents {
+	if err != nil || !o.Agents {
 		return warnings, err
 	}
 	// The agents' own launch logs would bury the verdict on stderr.
@@ -30,7 +41,10 @@ func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]strin
 		return warnings, fmt.Errorf("config: agents: %w", err)
 	}
 	defer host.Close()
-	agents := elsewhere{AgentSource: newAgentSource(cfg, host, nil), absent: absentTLSFiles(cfg)}
+	var agents controller.AgentSource = newAgentSource(cfg, host, nil)
+	if !o.RequireFiles {
+		agents = elsewhere{AgentSource: agents, absent: absentTLSFiles(cfg)}
+	}
 	problems := controller.ValidateAgents(ctx, cfg, agents)
 	for _, u := range problems.Unreachable {
 		warnings = append(warnings, fmt.Sprintf("%v (agent not checked)", u))
@@ -44,8 +58,7 @@ func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]strin
 // elsewhere is an AgentSource that does not dial the remote agents whose certificate
 // files are not on this machine: a file checked on a workstation names paths in the
 // controller's pod. Those agents count as not answering (a warning). Files that are here
-// are read and the agent dialled, so a bad certificate is still an error; in the pod the
-// validate init container has every file the controller reads.
+// are read and the agent dialled, so a bad certificate is still an error.
 type elsewhere struct {
 	controller.AgentSource
 	absent map[string]error

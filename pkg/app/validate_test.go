@@ -36,7 +36,7 @@ func TestValidateGettingStartedConfig(t *testing.T) {
 	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	warnings, err := ValidateConfig(context.Background(), path, true)
+	warnings, err := ValidateConfig(context.Background(), path, ValidateOptions{Agents: true})
 	if err != nil {
 		t.Fatalf("the documented configuration is refused: %v", err)
 	}
@@ -48,7 +48,8 @@ func TestValidateGettingStartedConfig(t *testing.T) {
 
 // TestValidateRemoteAgentFiles: a remote agent's certificate files are read when they are
 // on this machine, so a bad one is an error naming it; good files and an agent that does
-// not answer are a warning; files not here are a warning that names them.
+// not answer are a warning; files not here are a warning that names them, and an error
+// with --require-files.
 func TestValidateRemoteAgentFiles(t *testing.T) {
 	dir := t.TempDir()
 	good := writeCert(t, dir, "good")
@@ -65,6 +66,7 @@ func TestValidateRemoteAgentFiles(t *testing.T) {
 	l.Close()
 	for name, tc := range map[string]struct {
 		cert, key, ca string
+		require       bool // --require-files
 		warning, err  string
 	}{
 		"good files, agent down": {cert: good.cert, key: good.key, ca: good.cert,
@@ -75,6 +77,8 @@ func TestValidateRemoteAgentFiles(t *testing.T) {
 			err: "agents[0] (dc2): agent dc2: Permanent: server ca: " + garbage + ": no PEM certificate found"},
 		"only the key missing": {cert: good.cert, key: filepath.Join(dir, "nokey"), ca: good.cert,
 			warning: "agents[0] (dc2): tls.keyFile " + filepath.Join(dir, "nokey") + " not on this machine: read where the controller runs (agent not checked)"},
+		"the key missing where it must be": {cert: good.cert, key: filepath.Join(dir, "nokey"), ca: good.cert, require: true,
+			err: "agents[0] (dc2): agent dc2: Permanent: load client certificate " + good.cert + " and key " + filepath.Join(dir, "nokey")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := fmt.Sprintf(`apiVersion: config.kubefence.io/v1alpha1
@@ -92,7 +96,7 @@ policies:
 			if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			warnings, err := ValidateConfig(context.Background(), path, true)
+			warnings, err := ValidateConfig(context.Background(), path, ValidateOptions{Agents: true, RequireFiles: tc.require})
 			switch {
 			case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 				t.Fatalf("error %v, want one with %q", err, tc.err)
