@@ -180,7 +180,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	for i, name := range names {
 		n := &Node{Name: name, IP: nodeIP(i), index: i, dir: filepath.Join(opts.Dir, "nodes", name),
 			cfg: nodeConfig{apiServer: c.Host(), apiPort: apiPort, caPEM: c.CAPEM(), token: c.NodeToken(name),
-				registry: c.Registry, bridge: bridgeName, kubeletBin: kubelet, csiDriver: filepath.Join(bin, "csidriver"),
+				registry: c.Registry, bridge: bridgeName, nodes: len(names), kubeletBin: kubelet, csiDriver: filepath.Join(bin, "csidriver"),
 				leaseSeconds: int(cmp.Or(opts.LeaseDuration, 40*time.Second).Seconds()),
 				statusUpdate: cmp.Or(opts.StatusUpdate, 10*time.Second), logf: opts.Logf}}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
