@@ -23,6 +23,8 @@ kubefence() {
   say "kubefence: built fence-controller, fence-agent-ipmi and the demo in $(kf_dur $(($(kf_now) - began)))"
 }
 
+# In the foreground: apt-get may ask for sudo's password.
+"$root/hack/deps.sh" demo-packages
 if [ "${KF_JOBS:-2}" -gt 1 ]; then
   # Each in a subshell of its own, in the background; wait returns its status.
   ("$root/hack/deps.sh" demo) &

@@ -3,7 +3,8 @@
 # for the real peers, and tools built from the Go module proxy into .cache/.
 #
 #   hack/deps.sh demo   what make demo needs: ipmi_sim and ipmitool, etcd, kube-apiserver,
-#                       kube-controller-manager and kube-scheduler
+#                       kube-controller-manager and kube-scheduler (demo-packages: only the
+#                       Debian packages)
 #   hack/deps.sh        what make test needs: that, the Debian packages of the other real
 #                       peers, kubelet, helm, the kubernetes-csi external-attacher, the
 #                       csi-addons controller and Cluster API's MachineHealthCheck controller
@@ -15,9 +16,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/progress.sh"
 mode=${1:-test}
 case $mode in
-demo | test) ;;
+demo | demo-packages | test) ;;
 *)
-  echo "usage: hack/deps.sh [demo|test]" >&2
+  echo "usage: hack/deps.sh [demo|demo-packages|test]" >&2
   exit 2
   ;;
 esac
@@ -43,7 +44,7 @@ debs() {
     [ -x /bin/busybox ] || need+=(busybox-static)
   fi
   if [ ${#need[@]} = 0 ]; then
-    say "Debian packages: installed"
+    [ "$mode" = demo ] || say "Debian packages: installed" # demo-packages said so
     return
   fi
   local began sudo=
@@ -76,6 +77,7 @@ tool() {
 }
 
 debs
+[ "$mode" != demo-packages ] || exit 0
 if [ "$mode" = demo ]; then
   "$root/hack/controlplane.sh" etcd kube-apiserver kube-controller-manager kube-scheduler
   exit 0
