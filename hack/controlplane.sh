@@ -9,8 +9,9 @@
 # 3.5.13 and later), so every consistent LIST would decode the whole resource from etcd —
 # not what a production control plane does.
 #
-# etcd and the Kubernetes binaries build side by side (KF_JOBS=1: one after the other): on
-# 2 cores that overlaps one's module downloads and link with the other's compiling.
+# etcd and the Kubernetes binaries build side by side (KF_JOBS=1: one after the other), etcd
+# at a lower priority: the Kubernetes build, the longest, goes as fast as it can and etcd
+# fills the cores it leaves idle (its downloads, its links, the tail of its package graph).
 set -euo pipefail
 KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 STAGING_VERSION=${STAGING_VERSION:-v0.36.3}
@@ -37,8 +38,10 @@ build_etcd() {
   mkdir -p "$work/etcd-src" "$bin"
   cd "$work/etcd-src"
   printf 'module kubefence.local/etcd\n\ngo 1.25\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >go.mod
-  local gobuild_flags=(-trimpath -ldflags=-s\ -w)
-  gobuild etcd "etcd" "$bin/etcd.tmp" go.etcd.io/etcd/server/v3 || return
+  # Static, as etcd releases are, and without -trimpath: built as make build and make demo
+  # build kubefence, so that the two share one compile of the standard library.
+  local gobuild_flags=(-ldflags=-s\ -w)
+  CGO_ENABLED=0 gobuild etcd "etcd" "$bin/etcd.tmp" go.etcd.io/etcd/server/v3 || return
   mv "$bin/etcd.tmp" "$bin/etcd"
   say "etcd $ETCD_VERSION: built in $(kf_dur $(($(kf_now) - began)))"
 }
@@ -103,7 +106,7 @@ fi
 # Each build runs in a subshell of its own (it changes directory), in the background when
 # both are needed; wait returns its status.
 if [ $etcd = 1 ] && [ ${#kube[@]} -gt 0 ] && [ "${KF_JOBS:-2}" -gt 1 ]; then
-  (build_etcd) &
+  (background_priority && build_etcd) &
   etcd_pid=$!
   (build_kube "${kube[@]}") &
   kube_pid=$!

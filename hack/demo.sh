@@ -3,7 +3,8 @@
 # needs ipmi_sim and ipmitool (Debian), etcd, kube-apiserver, kube-controller-manager and
 # kube-scheduler (hack/controlplane.sh, once, into .cache/) and kubefence's
 # fence-controller and fence-agent-ipmi. The builds run side by side (KF_JOBS=1: one
-# after the other).
+# after the other): Kubernetes', the longest, at full priority, the others filling the
+# cores it leaves idle.
 # Usage: hack/demo.sh BINDIR [demo flags]   (LDFLAGS: kubefence's -ldflags, as make build's)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +20,7 @@ kubefence() {
   began=$(kf_now)
   cd "$root"
   local gobuild_flags=("-ldflags=${LDFLAGS:-}")
-  gobuild kubefence "kubefence" "$bin/" ./cmd/fence-controller ./cmd/fence-agent-ipmi ./test/sim/cmd/demo || return
+  CGO_ENABLED=0 gobuild kubefence "kubefence" "$bin/" ./cmd/fence-controller ./cmd/fence-agent-ipmi ./test/sim/cmd/demo || return
   say "kubefence: built fence-controller, fence-agent-ipmi and the demo in $(kf_dur $(($(kf_now) - began)))"
 }
 
@@ -29,7 +30,7 @@ if [ "${KF_JOBS:-2}" -gt 1 ]; then
   # Each in a subshell of its own, in the background; wait returns its status.
   ("$root/hack/deps.sh" demo) &
   deps=$!
-  (kubefence) &
+  (background_priority && kubefence) &
   own=$!
   rc=0
   wait "$deps" || rc=$?

@@ -69,9 +69,14 @@ kf_printer() {
   return 0
 }
 
-# kf_status is one line: each running build's progress, then the longest estimate.
+# background_priority lowers the priority of the calling subshell and what it starts: a
+# build that fills the cores the main one leaves idle.
+background_priority() { renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true; }
+
+# kf_status is one line: each running build's progress, then an estimate of the time left
+# from the packages left and the pace of all builds together (they share the cores).
 kf_status() {
-  local f label done total start parts=() left=0 now
+  local f label done total start parts=() left=0 now first=0 sumdone=0 sumleft=0
   now=$(kf_now)
   for f in "$KF_PROGRESS"/*.status; do
     [ -e "$f" ] || continue
@@ -81,11 +86,11 @@ kf_status() {
       continue
     fi
     parts+=("$label $done/$total packages")
-    if [ "$done" -gt 0 ]; then
-      local l=$(((now - start) * (total - done) / done))
-      [ $l -gt $left ] && left=$l
-    fi
+    sumdone=$((sumdone + done))
+    sumleft=$((sumleft + total - done))
+    { [ $first = 0 ] || [ "$start" -lt $first ]; } && first=$start
   done
+  [ $sumdone -gt 0 ] && left=$(((now - first) * sumleft / sumdone))
   [ ${#parts[@]} -gt 0 ] || return 0
   local IFS=';'
   local s="${parts[*]}"
