@@ -27,14 +27,16 @@ kubefence() {
 # In the foreground: apt-get may ask for sudo's password.
 "$root/hack/deps.sh" demo-packages
 if [ "${KF_JOBS:-2}" -gt 1 ]; then
-  # Each in a subshell of its own, in the background; wait returns its status.
-  ("$root/hack/deps.sh" demo) &
-  deps=$!
-  (background_priority && kubefence) &
-  own=$!
+  # Each in a subshell of its own, in the background; wait returns its status. etcd and
+  # kubefence one after the other: started together, both would compile the standard
+  # library, which the second takes from the build cache.
+  ("$root/hack/controlplane.sh" kube-apiserver kube-controller-manager kube-scheduler) &
+  kube=$!
+  (background_priority && "$root/hack/controlplane.sh" etcd && kubefence) &
+  rest=$!
   rc=0
-  wait "$deps" || rc=$?
-  wait "$own" || rc=$?
+  wait "$kube" || rc=$?
+  wait "$rest" || rc=$?
   [ $rc = 0 ] || exit $rc
 else
   "$root/hack/deps.sh" demo
