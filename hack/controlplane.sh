@@ -9,9 +9,11 @@
 # 3.5.13 and later), so every consistent LIST would decode the whole resource from etcd —
 # not what a production control plane does.
 #
-# etcd and the Kubernetes binaries build side by side (KF_JOBS=1: one after the other), etcd
-# at a lower priority: the Kubernetes build, the longest, goes as fast as it can and etcd
-# fills the cores it leaves idle (its downloads, its links, the tail of its package graph).
+# etcd and the Kubernetes binaries build side by side (KF_JOBS=1: one after the other). All
+# are static (CGO_ENABLED=0, as Kubernetes releases build the control plane) and without
+# -trimpath, as make build builds kubefence, so that every build of make demo shares one
+# compile of the standard library; the kubelet too, so that it shares the control plane's
+# compiled packages (nothing of it needs cgo here: no NSS, no libpfm).
 set -euo pipefail
 KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 STAGING_VERSION=${STAGING_VERSION:-v0.36.3}
@@ -38,8 +40,6 @@ build_etcd() {
   mkdir -p "$work/etcd-src" "$bin"
   cd "$work/etcd-src"
   printf 'module kubefence.local/etcd\n\ngo 1.25\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >go.mod
-  # Static, as etcd releases are, and without -trimpath: built as make build and make demo
-  # build kubefence, so that the two share one compile of the standard library.
   local gobuild_flags=(-ldflags=-s\ -w)
   CGO_ENABLED=0 gobuild etcd "etcd" "$bin/etcd.tmp" go.etcd.io/etcd/server/v3 || return
   mv "$bin/etcd.tmp" "$bin/etcd"
@@ -72,10 +72,8 @@ build_kube() {
   } >go.mod
   local pkgs=() c
   for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  # kubelet needs cgo (as in a release); the others are built the same way so they share
-  # the build cache.
-  local gobuild_flags=(-trimpath "-ldflags=$ldflags")
-  CGO_ENABLED=1 gobuild kube "Kubernetes" "$bin/new/" "${pkgs[@]}" || return
+  local gobuild_flags=("-ldflags=$ldflags")
+  CGO_ENABLED=0 gobuild kube "Kubernetes" "$bin/new/" "${pkgs[@]}" || return
   for c in "$@"; do mv "$bin/new/$c" "$bin/$c"; done
   rmdir "$bin/new"
   say "Kubernetes $KUBE_VERSION: built $* in $(kf_dur $(($(kf_now) - began)))"
@@ -106,7 +104,7 @@ fi
 # Each build runs in a subshell of its own (it changes directory), in the background when
 # both are needed; wait returns its status.
 if [ $etcd = 1 ] && [ ${#kube[@]} -gt 0 ] && [ "${KF_JOBS:-2}" -gt 1 ]; then
-  (background_priority && build_etcd) &
+  (build_etcd) &
   etcd_pid=$!
   (build_kube "${kube[@]}") &
   kube_pid=$!

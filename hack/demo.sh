@@ -3,8 +3,8 @@
 # needs ipmi_sim and ipmitool (Debian), etcd, kube-apiserver, kube-controller-manager and
 # kube-scheduler (hack/controlplane.sh, once, into .cache/) and kubefence's
 # fence-controller and fence-agent-ipmi. The builds run side by side (KF_JOBS=1: one
-# after the other): Kubernetes', the longest, at full priority, the others filling the
-# cores it leaves idle.
+# after the other): the standard library while the modules download, then Kubernetes'
+# beside etcd's and kubefence's.
 # Usage: hack/demo.sh BINDIR [demo flags]   (LDFLAGS: kubefence's -ldflags, as make build's)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,14 +27,16 @@ kubefence() {
 # In the foreground: apt-get may ask for sudo's password.
 "$root/hack/deps.sh" demo-packages
 if [ "${KF_JOBS:-2}" -gt 1 ]; then
-  # Each in a subshell of its own, in the background; wait returns its status. etcd and
-  # kubefence one after the other: started together, both would compile the standard
-  # library, which the second takes from the build cache.
+  # Each in a subshell of its own, in the background; wait returns its status. The
+  # standard library compiles while the builds fetch their modules; they wait for it.
+  (gostd) &
+  std=$!
   ("$root/hack/controlplane.sh" kube-apiserver kube-controller-manager kube-scheduler) &
   kube=$!
-  (background_priority && "$root/hack/controlplane.sh" etcd && kubefence) &
+  ("$root/hack/controlplane.sh" etcd && kubefence) &
   rest=$!
   rc=0
+  wait "$std" || true
   wait "$kube" || rc=$?
   wait "$rest" || rc=$?
   [ $rc = 0 ] || exit $rc

@@ -70,7 +70,7 @@ tool() {
   began=$(kf_now)
   say "$label: building (once)"
   mkdir -p "$(dirname "$out")"
-  local gobuild_flags=(-trimpath -ldflags=-s\ -w)
+  local gobuild_flags=(-ldflags=-s\ -w)
   (cd "$dir" && CGO_ENABLED=0 gobuild "$name" "$label" "$out.tmp" "$pkg") || return
   mv "$out.tmp" "$out"
   say "$label: built in $(kf_dur $(($(kf_now) - began)))"
@@ -95,8 +95,8 @@ if [ ! -x "$helm" ]; then
   mkdir -p "$cache/bin"
   (
     cd "$root/deploy/render"
-    gobuild_flags=(-mod=mod -buildvcs=false -trimpath "-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version")
-    gobuild helm "helm" "$helm.tmp" helm.sh/helm/v3/cmd/helm
+    gobuild_flags=(-mod=mod -buildvcs=false "-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version")
+    CGO_ENABLED=0 gobuild helm "helm" "$helm.tmp" helm.sh/helm/v3/cmd/helm
   ) || exit
   mv "$helm.tmp" "$helm"
   say "helm $helm_version: built in $(kf_dur $(($(kf_now) - began)))"

@@ -69,10 +69,6 @@ kf_printer() {
   return 0
 }
 
-# background_priority lowers the priority of the calling subshell and what it starts: a
-# build that fills the cores the main one leaves idle.
-background_priority() { renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true; }
-
 # kf_status is one line: each running build's progress, then an estimate of the time left
 # from the packages left and the pace of all builds together (they share the cores).
 kf_status() {
@@ -81,6 +77,10 @@ kf_status() {
   for f in "$KF_PROGRESS"/*.status; do
     [ -e "$f" ] || continue
     IFS='|' read -r label done total start <"$f" || continue
+    if [ "$done" = wait ]; then
+      parts+=("$label: waiting for the standard library")
+      continue
+    fi
     if [ "$total" = 0 ]; then
       parts+=("$label: fetching modules ($(grep -c '^go: downloading' "${f%.status}.log" 2>/dev/null || true) so far)")
       continue
@@ -100,6 +100,20 @@ kf_status() {
   else
     echo "  $s ($(kf_dur $((now - KF_PROGRESS_T0))) so far)"
   fi
+}
+
+# gostd compiles the standard library into the build cache, as every build of the run
+# compiles it (CGO_ENABLED=0, no -trimpath), while their modules download: builds started
+# together would each compile it again. gobuild waits for it before compiling.
+gostd() {
+  local began
+  began=$(kf_now)
+  touch "$KF_PROGRESS/std.building"
+  local gobuild_flags=()
+  # Should it fail, the builds compile what they need of it themselves.
+  CGO_ENABLED=0 gobuild std "Go standard library" /dev/null std || { rm -f "$KF_PROGRESS/std.building"; return 1; }
+  touch "$KF_PROGRESS/std.done"
+  say "Go standard library: compiled in $(kf_dur $(($(kf_now) - began)))"
 }
 
 # gobuild NAME LABEL OUT PKG... builds PKG... into OUT (a file, or a directory ending in
@@ -123,6 +137,10 @@ gobuild() {
   dl=$(grep -c '^go: downloading' "$log" || true)
   [ "$dl" -gt 0 ] && say "$label: downloaded $dl modules in $(kf_dur $(($(kf_now) - start)))"
   total=$(grep -c . "$KF_PROGRESS/$name.pkgs" || true)
+  if [ "$name" != std ] && [ -e "$KF_PROGRESS/std.building" ]; then
+    echo "$label|wait|0|$start" >"$status"
+    while [ ! -e "$KF_PROGRESS/std.done" ] && [ -e "$KF_PROGRESS/std.building" ]; do sleep 1; done
+  fi
   start=$(kf_now)
   echo "$label|0|$((total > 0 ? total : 1))|$start" >"$status"
   set +e
