@@ -6,7 +6,8 @@
 // once, on boots it with a new boot ID. A node can also crash (die with its BMC still
 // on), hang (freezer cgroup) or lose its network (link down). A local registry serves the
 // images; containerd mirrors docker.io and registry.k8s.io to it, so a chart's default
-// image names resolve there.
+// image names resolve there. Pods reach the pods of other nodes (each node routes the
+// others' pod networks over the bridge) and Services by name (dns.go).
 //
 // It needs root, cgroup v1, containerd, runc, the CNI plugins, iptables, ipmi_sim and
 // ipmitool (hack/deps.sh installs them) and the kubelet that hack/controlplane.sh builds.
