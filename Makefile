@@ -1,4 +1,5 @@
-# kubefence. `make demo` and `make test` install what they need (hack/deps.sh).
+# kubefence. `make demo` and `make test` install what they need: hack/deps.sh demo, or
+# hack/deps.sh for everything the tests need.
 GO       ?= go
 BIN      := $(CURDIR)/bin
 CACHE    := $(CURDIR)/.cache
@@ -43,8 +44,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) run ./hack/checkimports
 
-demo: deps build
-	$(GO) run ./test/sim/cmd/demo -bin $(BIN)
+# Only what the demo needs: ipmi_sim and ipmitool, etcd and the control plane without
+# kubelet, fence-controller and fence-agent-ipmi, built side by side with progress
+# (hack/demo.sh); then the demo.
+demo:
+	LDFLAGS="$(STAMP)" hack/demo.sh $(BIN)
 
 # The same story on three real kubelet nodes (test/realnode), kubefence built into its
 # image and installed with helm; needs root, takes about 4 minutes here.
@@ -59,8 +63,8 @@ bench-realnode: deps build
 	$(GO) run ./test/realnode/cmd/demo -runs $(RUNS) -profiles default,fast -report docs/benchmarks.md
 
 # Benchmarks with the iteration counts that keep each under a few minutes here; each says
-# how long it took. Figures are recorded in docs/benchmarks.md and the issue notes with the
-# command that produced them. IncidentCost runs the floor, the controller, the floor with
+# how long it took. Figures are recorded in docs/benchmarks.md with the command that
+# produced them. IncidentCost runs the floor, the controller, the floor with
 # the controller's record and the floor whose last writes wait for every release, one
 # after the other (153 s for 1 and 100 incidents on 2026-11-26, and the 1,000-incident
 # round on its own, 108 s); IncidentCreate creates incidents
@@ -100,7 +104,7 @@ clean:
 	rm -rf $(BIN)
 	@echo "kept $(CACHE) (control plane build); remove it by hand to rebuild from scratch"
 
-# --- Deploy and operate (issue 8) -------------------------------------------------------
+# --- Deploy and operate -----------------------------------------------------------------
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE   ?= kubefence/kubefence
 
@@ -179,7 +183,7 @@ chaos: deps
 
 # Controller disturbances (replica deletions, rollout restarts, frozen replicas) beside
 # PDB-guarded and short-toleration pods on three real kubelet nodes that all stay alive:
-# any NodeFence or BMC power request fails it (issue 17). make test runs 4 rounds.
+# any NodeFence or BMC power request fails it. make test runs 4 rounds.
 # PLANT=nofloor builds the image's controller with a planted bug (test/sim/planted.go).
 ROUNDS ?= 20
 .PHONY: chaos-realnode

@@ -1,70 +1,125 @@
 #!/usr/bin/env bash
-# Installs what the tests and the demo need on a fresh Debian machine, once:
-# Debian packages for the real peers, and etcd and the Kubernetes control plane built from source.
+# Installs what the demo and the tests need on a fresh Debian machine, once: Debian packages
+# for the real peers, and tools built from the Go module proxy into .cache/.
+#
+#   hack/deps.sh demo   what make demo needs: ipmi_sim and ipmitool, etcd, kube-apiserver,
+#                       kube-controller-manager and kube-scheduler (demo-packages: only the
+#                       Debian packages)
+#   hack/deps.sh        what make test needs: that, the Debian packages of the other real
+#                       peers, kubelet, helm, the kubernetes-csi external-attacher, the
+#                       csi-addons controller and Cluster API's MachineHealthCheck controller
+#
+# Each step says when it starts and ends; Go builds show packages compiled and time left.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-need=()
-command -v ipmi_sim >/dev/null || need+=(openipmi)
-command -v ipmitool >/dev/null || need+=(ipmitool)
-command -v tgtd >/dev/null && command -v iscsi-readcapacity16 >/dev/null || need+=(tgt libiscsi-bin)
-# The real ClusterLabs agents (fence_ipmilan, fence_redfish) behind the exec agent.
-command -v fence_ipmilan >/dev/null || need+=(fence-agents)
-# promtool, for the unit tests of the chart's alerts (deploy/render/alerts_test.go).
-command -v promtool >/dev/null || need+=(prometheus)
-# The real-node cluster (test/realnode): each node's container runtime, CNI bridge, the
-# kube-proxy stand-in's DNAT rule, and a busybox for its workloads.
-command -v containerd >/dev/null || need+=(containerd)
-command -v runc >/dev/null || need+=(runc)
-[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
-command -v iptables >/dev/null || need+=(iptables)
-[ -x /bin/busybox ] || need+=(busybox-static)
-# The release's arm64 image: its binaries and ipmitool run under qemu-aarch64-static in the
-# tests (hack/images, test/realnode).
-command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing Debian packages: ${need[*]}"
-  if [ "$(id -u)" != 0 ]; then sudo=sudo; else sudo=; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# shellcheck source=hack/progress.sh
+source "$root/hack/progress.sh"
+mode=${1:-test}
+case $mode in
+demo | demo-packages | test) ;;
+*)
+  echo "usage: hack/deps.sh [demo|demo-packages|test]" >&2
+  exit 2
+  ;;
+esac
+progress_begin
+
+# debs installs the Debian packages that provide what is missing.
+debs() {
+  need=()
+  command -v ipmi_sim >/dev/null || need+=(openipmi)
+  command -v ipmitool >/dev/null || need+=(ipmitool)
+  if [ "$mode" = test ]; then
+    command -v tgtd >/dev/null && command -v iscsi-readcapacity16 >/dev/null || need+=(tgt libiscsi-bin)
+    # The real ClusterLabs agents (fence_ipmilan, fence_redfish) behind the exec agent.
+    command -v fence_ipmilan >/dev/null || need+=(fence-agents)
+    # promtool, for the unit tests of the chart's alerts (deploy/render/alerts_test.go).
+    command -v promtool >/dev/null || need+=(prometheus)
+    # The real-node cluster (test/realnode): each node's container runtime, CNI bridge, the
+    # kube-proxy stand-in's DNAT rule, and a busybox for its workloads.
+    command -v containerd >/dev/null || need+=(containerd)
+    command -v runc >/dev/null || need+=(runc)
+    [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+    command -v iptables >/dev/null || need+=(iptables)
+    [ -x /bin/busybox ] || need+=(busybox-static)
+    # The release's arm64 image: its binaries and ipmitool run under qemu-aarch64-static in
+    # the tests (hack/images, test/realnode).
+    command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+  fi
+  if [ ${#need[@]} = 0 ]; then
+    [ "$mode" = demo ] || say "Debian packages: installed" # demo-packages said so
+    return
+  fi
+  local began sudo=
+  began=$(kf_now)
+  say "Debian packages: installing ${need[*]}"
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq >"$KF_PROGRESS/apt.log" 2>&1
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >>"$KF_PROGRESS/apt.log" 2>&1 ||
+    { tail -n 20 "$KF_PROGRESS/apt.log" >&2; return 1; }
+  say "Debian packages: installed in $(kf_dur $(($(kf_now) - began)))"
+}
+
+# throwaway writes a module of its own in dir that requires module@version, so that a tool
+# builds at its own pinned versions and stays out of kubefence's go.mod.
+throwaway() {
+  mkdir -p "$1"
+  printf 'module kubefence.local/%s\n\ngo 1.25\n\nrequire %s %s\n' "$(basename "$1")" "$2" "$3" >"$1/go.mod"
+}
+
+# tool NAME LABEL DIR OUT PKG: go build PKG in DIR into OUT (once), GOFLAGS as set.
+tool() {
+  local name=$1 label=$2 dir=$3 out=$4 pkg=$5 began
+  began=$(kf_now)
+  say "$label: building (once)"
+  mkdir -p "$(dirname "$out")"
+  local gobuild_flags=(-ldflags=-s\ -w)
+  (cd "$dir" && CGO_ENABLED=0 gobuild "$name" "$label" "$out.tmp" "$pkg") || return
+  mv "$out.tmp" "$out"
+  say "$label: built in $(kf_dur $(($(kf_now) - began)))"
+}
+
+debs
+[ "$mode" != demo-packages ] || exit 0
+if [ "$mode" = demo ]; then
+  "$root/hack/controlplane.sh" etcd kube-apiserver kube-controller-manager kube-scheduler
+  exit 0
 fi
 # make debian-lock and its test read the arm64 packages' records from apt (nothing arm64
 # is installed).
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then
-  echo "apt: adding the arm64 architecture's package lists"
-  if [ "$(id -u)" != 0 ]; then sudo=sudo; else sudo=; fi
+  say "apt: adding the arm64 architecture's package lists"
+  [ "$(id -u)" = 0 ] && sudo= || sudo=sudo
   $sudo dpkg --add-architecture arm64
-  $sudo apt-get update -qq
+  $sudo apt-get update -qq >"$KF_PROGRESS/apt.log" 2>&1
 fi
 "$root/hack/controlplane.sh"
+export GOWORK=off
+cache=$root/.cache
 # helm, as a user installs the chart (test/realnode); built from the Helm version that
 # deploy/render pins, so chart rendering and installs agree.
-helm=$root/.cache/bin/helm
+helm=$cache/bin/helm
 if [ ! -x "$helm" ]; then
-  echo "helm: building (once; about 2 minutes cold)"
-  mkdir -p "$root/.cache/bin"
   helm_version=$(cd "$root/deploy/render" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
-  (cd "$root/deploy/render" && GOFLAGS=-mod=mod go build -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" -o "$helm.tmp" helm.sh/helm/v3/cmd/helm)
+  say "helm $helm_version: building (once)"
+  began=$(kf_now)
+  mkdir -p "$cache/bin"
+  (
+    cd "$root/deploy/render"
+    gobuild_flags=(-mod=mod -buildvcs=false "-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version")
+    CGO_ENABLED=0 gobuild helm "helm" "$helm.tmp" helm.sh/helm/v3/cmd/helm
+  ) || exit
   mv "$helm.tmp" "$helm"
+  say "helm $helm_version: built in $(kf_dur $(($(kf_now) - began)))"
 fi
 # The kubernetes-csi external-attacher, beside the real-node cluster's control plane
-# (test/realnode): Kubernetes' own attach path for the test's CSI driver. Built in a
-# throw-away module so that it stays out of kubefence's go.mod.
+# (test/realnode): Kubernetes' own attach path for the test's CSI driver.
 ATTACHER_VERSION=${ATTACHER_VERSION:-v4.13.0}
-attacher=$root/.cache/bin/csi-attacher
+attacher=$cache/bin/csi-attacher
 if [ ! -x "$attacher" ]; then
-  echo "csi-attacher $ATTACHER_VERSION: building (once; about 4 minutes cold)"
-  src=$root/.cache/csi-attacher-src
-  mkdir -p "$src" "$root/.cache/bin"
-  (
-    cd "$src"
-    printf 'module kubefence.local/csiattacher\n\ngo 1.25\n\nrequire github.com/kubernetes-csi/external-attacher/v4 %s\n' "$ATTACHER_VERSION" >go.mod
-    printf '//go:build tools\n\npackage csiattacher\n\nimport _ "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher"\n' >tools.go
-    GOFLAGS=-mod=mod GOWORK=off go mod tidy >/dev/null 2>&1 || true
-    GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$attacher.tmp" \
-      github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
-  )
-  mv "$attacher.tmp" "$attacher"
+  throwaway "$cache/csi-attacher-src" github.com/kubernetes-csi/external-attacher/v4 "$ATTACHER_VERSION"
+  GOFLAGS="-mod=mod -buildvcs=false" tool attacher "csi-attacher $ATTACHER_VERSION" "$cache/csi-attacher-src" "$attacher" \
+    github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
 fi
 # The peers of the external remediation and NetworkFence tests (test/sim), from the Go
 # module proxy at pinned versions: the CustomResourceDefinitions of Cluster API's
@@ -73,44 +128,36 @@ fi
 # as the attacher is.
 CAPI_VERSION=${CAPI_VERSION:-v1.11.3}
 CSI_ADDONS_VERSION=${CSI_ADDONS_VERSION:-v0.12.0}
-module_dir() { (cd "$(mktemp -d)" && GOFLAGS=-mod=mod GOWORK=off go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'); }
-capi_crds=$root/.cache/crds/cluster-api-$CAPI_VERSION
+module_dir() { (cd "$(mktemp -d)" && GOFLAGS=-mod=mod go mod download -json "$1" 2>/dev/null | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'); }
+capi_crds=$cache/crds/cluster-api-$CAPI_VERSION
 if [ ! -d "$capi_crds" ]; then
   dir=$(module_dir "sigs.k8s.io/cluster-api@$CAPI_VERSION")
   mkdir -p "$capi_crds.tmp"
   cp "$dir"/config/crd/bases/cluster.x-k8s.io_{machines,clusters,machinehealthchecks}.yaml "$capi_crds.tmp/"
   mv "$capi_crds.tmp" "$capi_crds"
+  say "Cluster API $CAPI_VERSION CRDs: copied"
 fi
-addons_crds=$root/.cache/crds/csi-addons-$CSI_ADDONS_VERSION
+addons_crds=$cache/crds/csi-addons-$CSI_ADDONS_VERSION
 if [ ! -d "$addons_crds" ]; then
   dir=$(module_dir "github.com/csi-addons/kubernetes-csi-addons@$CSI_ADDONS_VERSION")
   mkdir -p "$addons_crds.tmp"
   cp "$dir"/config/crd/bases/*.yaml "$addons_crds.tmp/"
   mv "$addons_crds.tmp" "$addons_crds"
+  say "csi-addons $CSI_ADDONS_VERSION CRDs: copied"
 fi
-addons=$root/.cache/bin/csi-addons-manager-$CSI_ADDONS_VERSION
+addons=$cache/bin/csi-addons-manager-$CSI_ADDONS_VERSION
 if [ ! -x "$addons" ]; then
-  echo "csi-addons controller $CSI_ADDONS_VERSION: building (once; about 4 minutes cold)"
-  src=$root/.cache/csi-addons-src
-  mkdir -p "$src" "$root/.cache/bin"
-  (
-    cd "$src"
-    printf 'module kubefence.local/csiaddons\n\ngo 1.23.0\n' >go.mod
-    GOFLAGS=-mod=mod GOWORK=off go get "github.com/csi-addons/kubernetes-csi-addons/cmd/manager@$CSI_ADDONS_VERSION"
-    GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$addons.tmp" \
-      github.com/csi-addons/kubernetes-csi-addons/cmd/manager
-  )
-  mv "$addons.tmp" "$addons"
+  throwaway "$cache/csi-addons-src" github.com/csi-addons/kubernetes-csi-addons "$CSI_ADDONS_VERSION"
+  GOFLAGS="-mod=mod -buildvcs=false" tool addons "csi-addons controller $CSI_ADDONS_VERSION" "$cache/csi-addons-src" "$addons" \
+    github.com/csi-addons/kubernetes-csi-addons/cmd/manager
 fi
 # Cluster API's MachineHealthCheck controller alone (test/sim/mhc, a module of its own so
 # that Cluster API's dependencies stay out of go.mod), for the MachineHealthCheck e2e
 # test; rebuilt when its sources change.
-mhc=$root/.cache/bin/mhc-controller
+mhc=$cache/bin/mhc-controller
 mhc_stamp=$(cat "$root"/test/sim/mhc/{main.go,go.mod,go.sum} | sha256sum | cut -c1-16)
 if [ ! -x "$mhc" ] || [ "$(cat "$mhc.stamp" 2>/dev/null)" != "$mhc_stamp" ]; then
-  echo "MachineHealthCheck controller (Cluster API $CAPI_VERSION): building (once; about 3 minutes cold)"
-  mkdir -p "$root/.cache/bin"
-  (cd "$root/test/sim/mhc" && GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$mhc.tmp" .)
-  mv "$mhc.tmp" "$mhc"
+  GOFLAGS="-mod=readonly -buildvcs=false" tool mhc "MachineHealthCheck controller (Cluster API $CAPI_VERSION)" "$root/test/sim/mhc" "$mhc" .
   echo "$mhc_stamp" >"$mhc.stamp"
 fi
+say "deps: everything make test needs is in $cache"

@@ -45,7 +45,7 @@ func main() {
 	}
 
 	if f.Validate {
-		warnings, err := app.ValidateConfig(context.Background(), o.ConfigPath, f.ValidateAgents)
+		warnings, err := app.ValidateConfig(context.Background(), o.ConfigPath, f.ValidateOptions)
 		for _, w := range warnings {
 			fmt.Fprintln(os.Stderr, "warning:", w)
 		}

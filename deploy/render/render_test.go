@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -239,7 +240,7 @@ func TestRenderRefusesLeaderConditionWithPDB(t *testing.T) {
 	}
 }
 
-// TestDefaultDeploymentHardening checks what the issue requires of the controller's pods.
+// TestDefaultDeploymentHardening checks the hardening the controller's pods must have.
 func TestDefaultDeploymentHardening(t *testing.T) {
 	out, err := os.ReadFile(manifests)
 	if err != nil {
@@ -445,4 +446,66 @@ func TestRenderNodeAgentWatchdog(t *testing.T) {
 			t.Errorf("watchdog path %q without peers rendered or said the wrong thing: err = %v", path, err)
 		}
 	}
+}
+
+// TestRenderRemoteAgentFiles: the validate init container mounts each remote agent's
+// client certificate where the controller reads it (it loads the files and dials the
+// agent as the controller will); the remote agent's pod gives its serving certificate's
+// Secret to its own group (it runs as 65532, the files are 0400); and each TLS Secret
+// volume lists the three keys read, so that a Secret without one stops the pod at its
+// mount.
+func TestRenderRemoteAgentFiles(t *testing.T) {
+	ctrl := fieldAt(t, renderedObject(t, allOn(), "Deployment", "-controller"), "spec", "template", "spec")
+	mounts := map[string]map[string]any{} // container, then volume: mount path
+	for _, list := range []string{"initContainers", "containers"} {
+		for _, c := range ctrl[list].([]any) {
+			c := c.(map[string]any)
+			m := map[string]any{}
+			for _, vm := range c["volumeMounts"].([]any) {
+				vm := vm.(map[string]any)
+				m[vm["name"].(string)] = vm["mountPath"]
+			}
+			mounts[c["name"].(string)] = m
+		}
+	}
+	for _, container := range []string{"validate", "controller"} {
+		for _, dc := range []string{"dc2", "dc3"} {
+			if got, want := mounts[container]["client-tls-ipmi-"+dc], "/etc/kubefence/remote-agents/ipmi-"+dc; got != want {
+				t.Errorf("container %s mounts client-tls-ipmi-%s at %v, want %s", container, dc, got, want)
+			}
+		}
+	}
+	checkTLSItems(t, ctrl, "client-tls-ipmi-dc2")
+	for _, c := range ctrl["initContainers"].([]any) {
+		if c := c.(map[string]any); c["name"] == "validate" && !strings.Contains(fmt.Sprint(c["command"]), "--require-files") {
+			t.Errorf("the validate init container runs %v: without --require-files a certificate it lacks is only a warning", c["command"])
+		}
+	}
+	agent := fieldAt(t, renderedObject(t, allOn(), "Deployment", "-agent-ipmi-dc2"), "spec", "template", "spec")
+	sc := fieldAt(t, agent, "securityContext")
+	if sc["runAsUser"] != float64(65532) || sc["fsGroup"] != float64(65532) {
+		t.Errorf("remote agent pod securityContext %v: want runAsUser and fsGroup 65532", sc)
+	}
+	checkTLSItems(t, agent, "tls")
+}
+
+// checkTLSItems: pod spec's Secret volume name projects tls.crt, tls.key and ca.crt.
+func checkTLSItems(t *testing.T, spec map[string]any, name string) {
+	t.Helper()
+	for _, v := range spec["volumes"].([]any) {
+		v := v.(map[string]any)
+		if v["name"] != name {
+			continue
+		}
+		var keys []string
+		items, _ := fieldAt(t, v, "secret")["items"].([]any)
+		for _, it := range items {
+			keys = append(keys, it.(map[string]any)["key"].(string))
+		}
+		if strings.Join(keys, ",") != "tls.crt,tls.key,ca.crt" {
+			t.Errorf("volume %s projects keys %v, want tls.crt, tls.key and ca.crt", name, keys)
+		}
+		return
+	}
+	t.Errorf("no volume %s", name)
 }

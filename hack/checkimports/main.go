@@ -1,7 +1,8 @@
 // Command checkimports fails when a package imports, directly or through others, what
-// the design says it must not (make lint). Each rule names the packages it covers, the
-// import paths they must not depend on, the exceptions, and why; the rules follow the
-// package table of DESIGN.md.
+// the design says it must not (make lint). Each rule below names the packages it covers,
+// the import paths they must not depend on, the exceptions, and why: the rules are the
+// reference for how the packages of README.md's table ("How it fits together") may
+// depend on each other, along the flow docs/incident-tour.md walks through.
 package main
 
 import (

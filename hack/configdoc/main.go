@@ -224,8 +224,11 @@ const intro = "`fence-controller --config FILE` reads one YAML file, which start
 	"A file without these two lines is read as this version, with a warning that says to add them.\n" +
 	"`fence-controller --validate-config --config FILE` checks a file without a cluster: it decodes it,\n" +
 	"then asks every configured agent (launched from `pluginDir`, or dialled when remote) to check\n" +
-	"the parameters it is given. A remote agent that does not answer is a warning; every other\n" +
-	"problem is an error, and the controller refuses to start on it too.\n\n" +
+	"the parameters it is given. A remote agent that does not answer is a warning, and so is one\n" +
+	"whose certificate files (`tls`) are not on the machine that checks: they are paths in the\n" +
+	"controller's pod, where the chart's `validate` init container reads them and dials the agent\n" +
+	"(`--require-files`: a missing one is an error there). Every other problem is an error, and the\n" +
+	"controller refuses to start on it too (a missing certificate file included).\n\n" +
 	"Rules for every field:\n\n" +
 	"- The file is exactly one YAML document.\n" +
 	"- Every error names the field's full path, list index included (`policies[2].levels[0].timeout`),\n" +

@@ -18,7 +18,8 @@ import (
 func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
 	fs.BoolVar(&f.Validate, "validate-config", false, "check the --config file and exit")
-	fs.BoolVar(&f.ValidateAgents, "validate-agents", true, "with --validate-config, also ask each agent to check its parameters (needs pluginDir's binaries, and remote agents to answer)")
+	fs.BoolVar(&f.ValidateOptions.Agents, "validate-agents", true, "with --validate-config, also ask each agent to check its parameters (needs pluginDir's binaries, and remote agents to answer)")
+	fs.BoolVar(&f.ValidateOptions.RequireFiles, "require-files", false, "with --validate-config, a remote agent's certificate file that is not on this machine is an error, as for the controller; without it the agent is not checked (a warning), for a file checked away from the controller's pod")
 	fs.BoolVar(&f.Version, "version", false, "print the version and exit")
 	fs.BoolVar(&f.LeaderCondition, "leader-pod-condition", false, "set the "+string(leader.LeaderCondition)+
 		" condition on this replica's pod (POD_NAMESPACE, POD_NAME from the downward API); use it as a readiness gate")
@@ -49,7 +50,10 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 
 // Flags are the command-line switches that main acts on itself.
 type Flags struct {
-	Validate, ValidateAgents, Version, LeaderCondition bool
+	// Validate is --validate-config; ValidateOptions how far it checks.
+	Validate                 bool
+	ValidateOptions          ValidateOptions
+	Version, LeaderCondition bool
 }
 
 func parseQPS(s string, qps *float32) error {

@@ -204,8 +204,8 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 }
 
 // unknownOutcome records a Fence call that timed out. Its outcome is unknown, not failed:
-// the command may have landed just before, or after, the deadline (issue 18 saw a BMC
-// act 8 ms after the call returned). The attempt goes on verifying for at least
+// the command may have landed just before, or after, the deadline (a real BMC was
+// seen to act 8 ms after the call returned). The attempt goes on verifying for at least
 // readBack, so the target's state is read back before anything retries, escalates or
 // gives up: read back off, the fence holds; read back on, the try failed; nothing read,
 // the agent gives up its level (plugin.KindUnknown).

@@ -111,7 +111,7 @@ func TestMachine(t *testing.T) {
 			wantVerified: 2,
 			wantCalls:    []string{"fence:ipmi", "fence:ipmi", "fence:iscsi", "status:iscsi"},
 		},
-		// Issue 18: a wrong password was retried at the same level before escalating.
+		// A wrong password was once retried at the same level before escalating.
 		"a Permanent error escalates at once, with no retry at the same level": {
 			plan:         twoLevels(v1alpha1.ModeAll),
 			agents:       map[string]agentBehaviour{"ipmi": {fenceErr: errors.New("authentication failed"), errKind: plugin.KindPermanent}, "iscsi": off},
@@ -174,8 +174,8 @@ func TestMachine(t *testing.T) {
 	}
 }
 
-// TestUnknownOutcome: a Fence call that timed out may have landed (issue 18: a real BMC
-// acted 8 ms after the call returned). The machine reads the state back before it
+// TestUnknownOutcome: a Fence call that timed out may have landed (a real BMC was seen
+// to act 8 ms after the call returned). The machine reads the state back before it
 // retries, escalates or gives up, and records what it read.
 func TestUnknownOutcome(t *testing.T) {
 	timedOut := func(state string, readErr error) agentBehaviour {

@@ -217,7 +217,7 @@ func TestGRPCDeadlineHonoured(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
 	}
-	// The message names the call and its target, not the transport (issue 18).
+	// The message names the call and its target, not the transport.
 	if want := "Status t (node node-1): context deadline exceeded before the agent answered; the outcome is unknown"; err.Error() != want {
 		t.Errorf("err = %q, want %q", err, want)
 	}
@@ -296,7 +296,7 @@ func TestFromStatusTransportFailures(t *testing.T) {
 
 // TestGRPCFailedCallKeepsItsResult: a call that fails with what the agent read back
 // (State, Evidence) delivers both across the plugin boundary, as it does in process
-// (issue 18: the NodeFence history of a failed call lost what the BMC said).
+// (without it, the NodeFence history of a failed call lost what the BMC said).
 func TestGRPCFailedCallKeepsItsResult(t *testing.T) {
 	read := Result{State: StateOn, Evidence: "chassis power is on 8s after power off was accepted"}
 	fail := &Error{Kind: KindPermanent, Message: "not verified off"}

@@ -50,7 +50,7 @@ func runHostChild(dir, sum string) int {
 
 // TestAgentDiesWithHost: when the controller process dies without stopping its agents
 // (SIGKILL, or os.Exit on a lost Lease, as a deposed leader does), the kernel kills its
-// agents too (issue 19: a deposed leader's agent was alive 10 s after it exited).
+// agents too (a deposed leader's agent was once alive 10 s after it exited).
 func TestAgentDiesWithHost(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
@@ -98,7 +98,7 @@ func dead(pid int) bool {
 }
 
 // TestLaunchedAgentStopsOnSIGTERM: an agent the controller launched exits on SIGTERM
-// (issue 18: plugin mode ignored it, so only SIGKILL stopped an agent).
+// (plugin mode once ignored it, so only SIGKILL stopped an agent).
 func TestLaunchedAgentStopsOnSIGTERM(t *testing.T) {
 	h, a := newTestHost(t, nil)
 	if _, err := a.Describe(context.Background()); err != nil {
@@ -113,7 +113,7 @@ func TestLaunchedAgentStopsOnSIGTERM(t *testing.T) {
 
 // TestAgentExitsWhenLifelineCloses: an agent exits once its controller's end of the
 // lifeline closes, with the controller process still alive, so that the parent-death
-// signal plays no part: the backup that holds where that signal does not fire (issue 18).
+// signal plays no part: the backup that holds where that signal does not fire.
 func TestAgentExitsWhenLifelineCloses(t *testing.T) {
 	h, a := newTestHost(t, nil)
 	if _, err := a.Describe(context.Background()); err != nil {

@@ -114,7 +114,7 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(maxUnhealthy(intstr.FromInt32(2))), nodes: dead(nodes("n", 100, nil), 5, 6, 7), node: 5,
 			verdict: Hold, reason: ReasonStorm,
 		},
-		// Issue 17: three healthy nodes of three were powered off one after the other,
+		// Three healthy nodes of three were once powered off one after the other,
 		// because a fenced node dropped out of the count once a new leader's clocks
 		// restarted. A node with an open incident counts until it is back.
 		"one node fenced and not back, a second unhealthy, 3 nodes at 40%: hold": {

@@ -63,19 +63,19 @@ type Remediator struct {
 	// informer cache (shared, not to be changed). A release uses it instead of
 	// Attachments when the out-of-service taint follows: an attachment the cache missed
 	// is force-detached by kube-controller-manager's attach-detach controller once the
-	// taint is on the node (issue 24). Without the taint (strategy Direct) nothing else
+	// taint is on the node. Without the taint (strategy Direct) nothing else
 	// would detach it, and the release reads them live.
 	CachedAttachments func() []*storagev1.VolumeAttachment
 	// Pods, if set, returns the pods bound to a node from the caller's informer cache
 	// (shared, not to be changed); a release then deletes those instead of listing the
-	// node's pods from the API server (issue 24). A pod the cache does not show yet is not
+	// node's pods from the API server. A pod the cache does not show yet is not
 	// released with the others: with the out-of-service taint kube-controller-manager's
 	// PodGC deletes it, and without it the caller's late release does once the cache
 	// shows it bound to the fenced node. Missing one costs time, never safety: every pod
 	// released is released after the fence held.
 	Pods func(node string) []*corev1.Pod
 	// Node, if set, returns a copy of the node from the caller's informer cache, if it
-	// has the node. A release then starts from that copy instead of a read (issue 24):
+	// has the node. A release then starts from that copy instead of a read:
 	// the first taint's update carries the copy's resourceVersion, so it only succeeds
 	// while the copy is current, and the boot it was judged by is the node's.
 	Node func(name string) (*corev1.Node, bool)
@@ -131,8 +131,8 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	// No write of the incident comes before the first change: each taint carries its
 	// owner on the node, in the same update (OwnerAnnotation), so a crash or a lost
 	// leadership right after it leaves a taint that says whose it is; the release that
-	// resumes, recovery and the orphan repair read it there (issue 24: that write was the
-	// one status write an incident had between its verified fence and its release).
+	// resumes, recovery and the orphan repair read it there (before, a status write between the
+	// verified fence and the release recorded it).
 	if node != nil {
 		// From a cached copy, the update itself proves the copy current (it carries the
 		// copy's resourceVersion): the boot judged above is the node's at the update. A

@@ -6,7 +6,8 @@
 // once, on boots it with a new boot ID. A node can also crash (die with its BMC still
 // on), hang (freezer cgroup) or lose its network (link down). A local registry serves the
 // images; containerd mirrors docker.io and registry.k8s.io to it, so a chart's default
-// image names resolve there.
+// image names resolve there. Pods reach the pods of other nodes (each node routes the
+// others' pod networks over the bridge) and Services by name (dns.go).
 //
 // It needs root, cgroup v1, containerd, runc, the CNI plugins, iptables, ipmi_sim and
 // ipmitool (hack/deps.sh installs them) and the kubelet that hack/controlplane.sh builds.
@@ -170,6 +171,9 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err := c.startCSIController(ctx, root); err != nil {
 		return err
 	}
+	if err := c.startDNS(); err != nil {
+		return err
+	}
 	_, portStr, _ := net.SplitHostPort(c.Host()[len("https://"):])
 	apiPort, _ := strconv.Atoi(portStr)
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -177,7 +181,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	for i, name := range names {
 		n := &Node{Name: name, IP: nodeIP(i), index: i, dir: filepath.Join(opts.Dir, "nodes", name),
 			cfg: nodeConfig{apiServer: c.Host(), apiPort: apiPort, caPEM: c.CAPEM(), token: c.NodeToken(name),
-				registry: c.Registry, bridge: bridgeName, kubeletBin: kubelet, csiDriver: filepath.Join(bin, "csidriver"),
+				registry: c.Registry, bridge: bridgeName, nodes: len(names), kubeletBin: kubelet, csiDriver: filepath.Join(bin, "csidriver"),
 				leaseSeconds: int(cmp.Or(opts.LeaseDuration, 40*time.Second).Seconds()),
 				statusUpdate: cmp.Or(opts.StatusUpdate, 10*time.Second), logf: opts.Logf}}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {

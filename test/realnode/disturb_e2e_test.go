@@ -41,10 +41,10 @@ func disturbanceSettings(t *testing.T) (rounds int, seed uint64) {
 	return rounds, seed
 }
 
-// TestDisturbancesNeverFenceHealthyRealNodes is issue 17's report on real kubelets: every
-// node stays alive and renews its Lease while the controller is disturbed the way
-// upgrades, drains and bad luck disturb it (one replica or both deleted, a rollout
-// restart, a replica frozen for seconds), next to a PDB-guarded single replica on one
+// TestDisturbancesNeverFenceHealthyRealNodes, on real kubelets: every node stays alive and
+// renews its Lease while the controller is disturbed the way upgrades, drains and bad luck
+// disturb it (one replica or both deleted, a rollout restart, a replica frozen for
+// seconds), next to a PDB-guarded single replica on one
 // node, pods that tolerate an unreachable node for only seconds, and a Deployment scaled
 // up and down. No NodeFence may be created and no BMC may see a power request.
 func TestDisturbancesNeverFenceHealthyRealNodes(t *testing.T) {

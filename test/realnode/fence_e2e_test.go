@@ -116,11 +116,16 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 //     the arm64 image's binaries run under qemu-aarch64-static), then helm install of the
 //     released chart with only the image's registry set (and the BMC Secret and node
 //     annotations of getting-started);
+//   - with a second datacenter (getting-started §4): node-2 and node-3 are its nodes,
+//     fenced through a remote agent in its own namespace, with mutual TLS from the
+//     Secrets that §4's openssl and kubectl commands make, run as written;
 //   - a StatefulSet pod with a single-attach CSI volume, attached by Kubernetes' own
 //     path (KCM's attach-detach controller, the external-attacher);
-//   - rounds: its node dies (every process at once, BMC still on) with the default
-//     remediation, then, after a helm upgrade to a new image tag, with OutOfServiceTaint
-//     only; with Direct only, its node hangs (frozen), then the leader's own node dies.
+//   - rounds: its node in the second datacenter dies (every process at once, BMC still
+//     on) and is fenced through the remote agent with the default remediation; then,
+//     after a helm upgrade to a new image tag and the chart's one datacenter, with
+//     OutOfServiceTaint only; with Direct only, its node hangs (frozen), then the
+//     leader's own node dies.
 //
 // In every round kubefence powers the node off through ipmi_sim with the image's agent;
 // the pod starts on another node only after that power-off, and the volume is detached
@@ -132,7 +137,7 @@ func TestFencingOnRealNodes(t *testing.T) {
 	// cold build cache), and the rounds.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	installRelease(t, ctx, c)
+	installTwoDatacenters(t, ctx, c, func(values string) (string, error) { return installRelease(t, ctx, c, values) })
 	if err := c.CreateVolume(ctx, "web-data", "default", "data-web-0"); err != nil {
 		t.Fatal(err)
 	}
@@ -146,8 +151,9 @@ func TestFencingOnRealNodes(t *testing.T) {
 		strategy string   // the remediation the NodeFence must record
 		hang     bool
 		leader   bool
+		remote   bool // a node of the second datacenter, through its remote agent
 	}{
-		{name: "dead node, default remediation", strategy: "Both"},
+		{name: "dead node in the second datacenter, through its remote agent", strategy: "Both", remote: true},
 		{name: "dead node, OutOfServiceTaint after an upgrade to a new chart and tag", strategy: "OutOfServiceTaint", upgrade: []string{
 			"--set", "image.tag=" + upgradeTag, "-f", remediationValues(t, "OutOfServiceTaint")}},
 		{name: "hung node, Direct", strategy: "Direct", hang: true, upgrade: []string{"--reuse-values", "-f", remediationValues(t, "Direct")}},
@@ -164,7 +170,13 @@ func TestFencingOnRealNodes(t *testing.T) {
 			if r.leader {
 				target = leader
 			}
+			if r.remote {
+				target = remoteTarget(t, ctx, c)
+			}
 			fences = append(fences, fenceRound(t, ctx, c, target, r.strategy, r.hang))
+			if r.remote {
+				checkRemoteFence(t, ctx, c, target)
+			}
 		}) {
 			return
 		}
@@ -226,7 +238,7 @@ const nextField = "upgradeProbe"
 
 // nextChart copies the chart at dir as the next release would ship it: a new chart
 // version whose NodeFence CRD has one more optional spec field, nextField. A helm upgrade
-// to it must update the CRD (issue 23): helm never updates a chart's crds/ directory.
+// to it must update the CRD: helm never updates a chart's crds/ directory.
 func nextChart(t *testing.T, dir string) string {
 	t.Helper()
 	next := filepath.Join(t.TempDir(), "kubefence")

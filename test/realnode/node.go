@@ -37,6 +37,7 @@ type nodeConfig struct {
 	token      string
 	registry   string // host:port of the local registry
 	bridge     string
+	nodes      int // in the cluster: every other node's pod network is routed
 	kubeletBin string
 	csiDriver  string // the CSI driver's binary, run in node mode
 	// The kubelet's nodeLeaseDurationSeconds and nodeStatusUpdateFrequency.
@@ -346,6 +347,13 @@ func (n *Node) setupNetwork(ctx context.Context) error {
 		{"ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", serviceIP,
 			"-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", api},
 	}
+	// Pods reach the pods of other nodes straight over the bridge, as a host-gw network
+	// (flannel's) routes them.
+	for j := range n.cfg.nodes {
+		if j != n.index {
+			steps = append(steps, []string{"ip", "-n", ns, "route", "add", podCIDR(j), "via", nodeIP(j)})
+		}
+	}
 	for _, s := range steps {
 		if err := run(ctx, s[0], s[1:]...); err != nil {
 			return err
@@ -548,6 +556,9 @@ authentication:
 authorization:
   mode: AlwaysAllow
 resolvConf: %s
+# The test's stand-in for the cluster DNS (dns.go), on the bridge.
+clusterDNS: [%s]
+clusterDomain: %s
 nodeStatusUpdateFrequency: %s
 nodeLeaseDurationSeconds: %d
 # The test machine's disk and memory are shared by every node: no eviction for pressure.
@@ -561,7 +572,7 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 maxPods: 30
 `, n.cgroup(), n.path("run/containerd/containerd.sock"), n.IP, podCIDR(n.index), n.path("etc/resolv.conf"),
-		n.cfg.statusUpdate, n.cfg.leaseSeconds)
+		bridgeIP, clusterDomain, n.cfg.statusUpdate, n.cfg.leaseSeconds)
 }
 
 func (n *Node) kubeconfig() string {

@@ -36,8 +36,9 @@ const releaseMirror = "docker.io"
 // of the released chart from the registry with only the image's registry set. Before the
 // install it checks what the release published: each platform image's files and SBOM,
 // the arm64 image's binaries run under qemu-aarch64-static, and the files a release
-// commit holds; after it, the controller's pods run the release's image by digest.
-func installRelease(t *testing.T, ctx context.Context, c *Cluster) *MadeRelease {
+// commit holds; after it, the controller's pods run the release's image by digest. It
+// returns helm's output.
+func installRelease(t *testing.T, ctx context.Context, c *Cluster, values ...string) (string, error) {
 	t.Helper()
 	r, err := c.MakeRelease(ctx, "v"+imageAppVersion(t))
 	if err != nil {
@@ -46,16 +47,16 @@ func installRelease(t *testing.T, ctx context.Context, c *Cluster) *MadeRelease 
 	t.Logf("make release %s took %s: %s@%s, chart %s@%s", r.Version, r.Took.Round(time.Second), r.Image, r.Digest, r.Chart, r.ChartDigest)
 	t.Run("released images", func(t *testing.T) { checkReleasedImages(t, ctx, r) })
 	t.Run("release files", func(t *testing.T) { checkReleaseTree(t, r) })
-	out, err := c.InstallRelease(ctx, r, releaseMirror)
+	out, err := c.InstallRelease(ctx, r, releaseMirror, values...)
 	if err != nil {
-		t.Fatal(err)
+		return out, err
 	}
 	t.Logf("helm install %s --version %s --set image.registry=%s: %s", r.Chart, r.ChartVersion, releaseMirror, firstLines(out, 4))
 	want := fmt.Sprintf("%s/%s:%s@%s", releaseMirror, r.Repository, r.ChartVersion, r.Digest)
 	waitFor(t, ctx, "the controller's pods Running and Ready with "+want, func() (bool, error) {
 		return controllerPodsReady(ctx, c, want)
 	})
-	return r
+	return out, nil
 }
 
 // controllerPodsReady: every replica of the controller runs image, Running and Ready.

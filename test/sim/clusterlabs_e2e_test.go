@@ -49,7 +49,7 @@ func startBMC(t *testing.T, on bool) *bmc.IPMISim {
 	return b
 }
 
-// TestClusterLabsErrorKinds (issue 18): the real fence_ipmilan and fence_redfish behind the
+// TestClusterLabsErrorKinds: the real fence_ipmilan and fence_redfish behind the
 // exec agent; every failure kind and its message name the cause.
 func TestClusterLabsErrorKinds(t *testing.T) {
 	t.Parallel()
@@ -100,7 +100,7 @@ func TestClusterLabsErrorKinds(t *testing.T) {
 	}
 }
 
-// TestTimedOutOnLeavesNothingBehind (issue 18): a power-on through fence_ipmilan whose
+// TestTimedOutOnLeavesNothingBehind: a power-on through fence_ipmilan whose
 // deadline passes mid-call, swept from 100 ms to 2.5 s. After every return no process of
 // the call is alive, and the state read back afterwards is the BMC's own.
 func TestTimedOutOnLeavesNothingBehind(t *testing.T) {

@@ -15,9 +15,9 @@ import (
 
 // BenchmarkIncidentCreate measures what the API server and etcd spend on creating an
 // incident with the status the controller keeps for it (which the API server drops: the
-// status subresource) and without it, as the controller sends it since the fifteenth
-// session (issue 24). Each round creates 500 incidents each way, 16 at a time, in turn;
-// the ratio is of the CPU both used over all rounds.
+// status subresource) and without it, as the controller sends it. Each round creates 500
+// incidents each way, 16 at a time, in turn; the ratio is of the CPU both used over all
+// rounds.
 func BenchmarkIncidentCreate(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()

@@ -15,7 +15,7 @@ import (
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
-// TestGenuineRebootNeverContradicts (issue 19): a fenced node power cycled with a new
+// TestGenuineRebootNeverContradicts: a fenced node power cycled with a new
 // boot ID, at several delays after the fence (the first faster than the node-monitor
 // grace period), recovers without FenceContradicted. The simulated kubelet renews its
 // Lease before it posts the status with its new boot ID, as a real one may.
@@ -53,7 +53,7 @@ func TestGenuineRebootNeverContradicts(t *testing.T) {
 	}
 }
 
-// TestAPIServerDownDuringPowerOff (issue 19): the API server goes down after the BMC
+// TestAPIServerDownDuringPowerOff: the API server goes down after the BMC
 // took the power-off and before its answer is recorded. The NodeFence history still
 // shows the call, sent before the BMC logged it, and the re-issue after the restart
 // names the call whose outcome was lost.

@@ -8,7 +8,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
-// BenchmarkCrashAtLeaderStart measures the price of the evidence floor (issue 17): with
+// BenchmarkCrashAtLeaderStart measures the price of the evidence floor: with
 // kubelets renewing every 10s (leaseDurationSeconds 40) and the default 30s threshold, a
 // node that crashes as a fresh leader starts is fenced only once the leader has watched
 // its Lease for the Lease's duration, while one that crashes a Lease duration after the

@@ -29,7 +29,7 @@ setsid sh -c 'sleep 3; touch "$0/escaped"' "$dir" &
 sleep 60
 `
 
-// TestNothingOutlivesTheController (issue 18): the real controller calls the real exec
+// TestNothingOutlivesTheController: the real controller calls the real exec
 // agent, whose script hangs mid power-off with a setsid child; the controller is
 // SIGKILLed alone. Within 2 s no process of the call is left (agent, reaper, script,
 // child), and the child's late action never lands.

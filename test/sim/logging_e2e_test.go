@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// TestJSONLogs (issue 23): with --logging-format=json every line the controller writes,
+// TestJSONLogs: with --logging-format=json every line the controller writes,
 // the agent host's included, is one JSON object with a message, and the leader's start
 // and its serving address are among them.
 func TestJSONLogs(t *testing.T) {

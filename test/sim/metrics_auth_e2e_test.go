@@ -20,7 +20,7 @@ import (
 // renderedMetricsReader is the chart's ClusterRole for scrapers (release kubefence).
 const renderedMetricsReader = "kubefence-metrics-reader"
 
-// TestMetricsAuthentication (issue 23): with --metrics-secure=true /metrics is served over
+// TestMetricsAuthentication: with --metrics-secure=true /metrics is served over
 // TLS only to a bearer token the apiserver authenticates, whose identity RBAC lets get
 // /metrics: a ServiceAccount bound to the chart's rendered metrics-reader ClusterRole
 // reads kubefence_build_info (200), a request without a token gets 401, and a

@@ -18,7 +18,7 @@ import (
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
-// TestFenceDeviceCheck (issue 18): every node's fence device is read as Pacemaker's
+// TestFenceDeviceCheck: every node's fence device is read as Pacemaker's
 // monitor reads stonith devices. `fence-controller check` prints each node's target as on,
 // and the node whose BMC has another password as an error (exit code 1); the leader
 // exports kubefence_target_up as 1 and 0 for them.

@@ -15,7 +15,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
-// TestNodeFenceInputRefused (issue 22), on the real apiserver with the CRD and the chart's
+// TestNodeFenceInputRefused, on the real apiserver with the CRD and the chart's
 // admission policies: a malformed or over-long nodeName, a requestedBy that names someone
 // else (or "controller", from a person), a change of an existing spec, and a phase that
 // leaves an ended incident are each refused with the rule's message.

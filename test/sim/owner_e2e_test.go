@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// TestIdentityLeaseGoesWithItsPod (issue 23: an uninstall left one identity Lease for
-// every replica that ever ran): a replica started with its pod's name and UID (the
+// TestIdentityLeaseGoesWithItsPod (an uninstall once left one identity Lease for every
+// replica that ever ran): a replica started with its pod's name and UID (the
 // chart's downward API) makes the pod own its identity Lease. The replica is SIGKILLed,
 // so it cannot delete the Lease itself; once the pod is deleted, kube-controller-manager's
 // garbage collector removes the Lease.

@@ -19,7 +19,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
-// TestLeaderPausedAtEachStep (issue 19): the leader stops itself (SIGSTOP, through the
+// TestLeaderPausedAtEachStep: the leader stops itself (SIGSTOP, through the
 // controller's test pause point) at one step of an incident, the standby takes over, and
 // the old leader is resumed once the incident is remediated. At every point: one
 // NodeFence for the node, no Event from the deposed leader created after the takeover,

@@ -186,7 +186,8 @@ func logReleaseTimes(t *testing.T, nf v1alpha1.NodeFence, rec *Recorder, node st
 // TestOutOfServiceTaintStrategy: with the OutOfServiceTaint strategy kubefence only taints
 // the verified-fenced node and kube-controller-manager's PodGC force-deletes its pods.
 // (The simulated kubelets play the attach-detach controller, so the volume attachment is
-// not removed here: see the issue note.)
+// not removed here; on real nodes TestFencingOnRealNodes' OutOfServiceTaint round sees
+// Kubernetes detach it.)
 func TestOutOfServiceTaintStrategy(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

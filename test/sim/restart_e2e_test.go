@@ -22,9 +22,8 @@ import (
 // long against minWait, as a real kubelet's 10s is against the default 5s.
 const restartRenew = 2 * time.Second
 
-// TestControllerRestartsNeverFenceHealthyNode reproduces issue 17: a single-replica
-// Deployment guarded by a PodDisruptionBudget with no disruption left (which shortens the
-// wait to minWait) runs on a healthy node, and both controller replicas are restarted, 20
+// TestControllerRestartsNeverFenceHealthyNode: a single-replica Deployment guarded by a
+// PodDisruptionBudget with no disruption left (which shortens the wait to minWait) runs on a healthy node, and both controller replicas are restarted, 20
 // times, with varied timing: both terminated at once or one after the other, killed, or a
 // mix, and the new ones started together or apart. Every node renews its Lease on time
 // throughout; no NodeFence may be created and no BMC may be asked for anything.
@@ -191,7 +190,7 @@ func tail(rs []*Replica) string {
 // two controller replicas whose PodDisruptionBudget (minAvailable 1) allows no
 // disruption while they start, so the nodes they run on count as urgent, with fresh
 // leaders that have not yet seen any node's Lease renew. Every node is healthy: no
-// incident may open and no BMC may be asked for anything. Issue 17 saw incidents opened
+// incident may open and no BMC may be asked for anything. Incidents were once opened
 // against the two nodes hosting the replicas at the first install.
 func TestFreshInstallOpensNoIncident(t *testing.T) {
 	t.Parallel()

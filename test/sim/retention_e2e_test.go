@@ -14,7 +14,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
-// TestHistoryKeepsNewestTen (issue 23): fifteen ended incidents of one node, opened by the
+// TestHistoryKeepsNewestTen: fifteen ended incidents of one node, opened by the
 // controller, and one a person created; the leader's retention pass keeps the newest ten
 // of the controller's and the person's.
 func TestHistoryKeepsNewestTen(t *testing.T) {

@@ -25,7 +25,7 @@ const (
 	unfenceAgent = "exec"
 )
 
-// TestTimedOutOnThroughIncident (issue 18): the Reboot action's power-on goes through the
+// TestTimedOutOnThroughIncident: the Reboot action's power-on goes through the
 // real fence_ipmilan behind the exec agent, with onTimeout swept from 100 ms to 2.5 s, one
 // node per deadline, all in one cluster. Each incident records what the BMC said after the
 // call: a power on that timed out is read back, and the timeline says "read back on/off",

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// TestValidateConfigAsksTheAgents (issue 22): fence-controller --validate-config, with the
+// TestValidateConfigAsksTheAgents: fence-controller --validate-config, with the
 // real agent binaries in its plugin directory, refuses parameters the agents refuse,
 // naming the agent and the parameter; the controller refuses to start on them, before it
 // talks to any cluster; and a bad file gets exit code 1 and the field on stderr.
@@ -57,11 +57,21 @@ policies:
   levels: [{agents: [%s]}]
 `, plugins, agent, sums[agent], params, agent)
 	}
+	// The sample of docs/getting-started.md, which passes as written: its remote agent's
+	// certificate files are paths in the controller's pod.
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "getting-started.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sample, _ := strings.Cut(string(doc), "<!-- checked by TestGettingStartedConfig")
+	_, sample, _ = strings.Cut(sample, "```yaml\n")
+	sample, _, _ = strings.Cut(sample, "```")
 	for name, tc := range map[string]struct {
 		doc, stderr string
 		code        int
 	}{
-		"ipmi valid": {config("ipmi", "cipherSuite: '17'"), "", 0},
+		"getting-started's sample": {sample, "warning: agents[0] (ipmi-dc2): tls.certFile /tls/tls.crt, tls.keyFile /tls/tls.key, tls.caFile /tls/ca.crt not on this machine: read where the controller runs (agent not checked)", 0},
+		"ipmi valid":               {config("ipmi", "cipherSuite: '17'"), "", 0},
 		"ipmi cipher suite 99": {config("ipmi", "cipherSuite: '99'"),
 			`agents[0] (ipmi): agent ipmi: validate: Permanent: invalid parameters: cipherSuite: "99" is not a cipher suite ID (0-17)`, 1},
 		"exec unknown parameter": {config("exec", "script: "+fenceIPMILan+", colour: blue"),

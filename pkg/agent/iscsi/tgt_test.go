@@ -116,7 +116,7 @@ func startIO(t *testing.T, s *storage, initiator, disk string) *tgt.IOLoop {
 	return loop
 }
 
-// TestFenceCutsOffAndUnfenceRestores is the scenario: node-a logs in, is fenced
+// TestFenceCutsOffAndUnfenceRestores: node-a logs in, is fenced
 // while an I/O loop runs (the loop dies, new logins are refused), node-b keeps access
 // throughout, and Unfence with the fence's evidence lets node-a in again.
 func TestFenceCutsOffAndUnfenceRestores(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 // escaper is a fence script whose child leaves the script's session (setsid) and, past
 // any deadline the tests give, writes a marker: the action landing after its call
-// returned, as issue 18 saw with a real agent. The script itself then runs on, or exits
+// returned, as was seen with a real agent. The script itself then runs on, or exits
 // at once when told to.
 const escaper = `#!/bin/sh
 setsid sh -c 'sleep 2; touch "$0/marker"' "$(dirname "$0")" &

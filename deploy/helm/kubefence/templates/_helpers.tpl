@@ -93,6 +93,18 @@ without a selector.
 /etc/kubefence/remote-agents/{{ . }}
 {{- end -}}
 
+{{/*
+The keys of a TLS Secret that kubefence reads, listed so that a Secret without one of
+them stops the pod at its mount, with the missing key in the pod's events, instead of
+at the first dial.
+*/}}
+{{- define "kubefence.tlsItems" -}}
+items:
+  - {key: tls.crt, path: tls.crt}
+  - {key: tls.key, path: tls.key}
+  - {key: ca.crt, path: ca.crt}
+{{- end -}}
+
 {{/* kubefence.agentConfig renders one agents[] entry of the config (dict "a" AGENT "root" $). */}}
 {{- define "kubefence.agentConfig" -}}
 {{- $a := dict "name" .a.name "target" .a.target -}}
