@@ -16,7 +16,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${KUBEFENCE_CACHE:-$root/.cache}
 work=$cache/controlplane/$KUBE_VERSION
 bin=${1:-$work/bin}
-cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
+cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 # Every binary reports its version, as a release does: without it they say
 # v0.0.0-master+$Format:%H$, kubelets register as v0.0.0, and helm refuses a chart with a
 # kubeVersion constraint.
