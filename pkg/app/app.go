@@ -218,13 +218,13 @@ func clients(o AppOptions) (apiClients, error) {
 // checkAgents has every agent validate its parameters: an agent that refuses them cannot
 // fence, and is refused now, not at the first incident. A remote agent that is down may
 // come up later.
-func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents controller.AgentSource) error {
-	problems := controller.ValidateAgents(ctx, cfg, agents)
+func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents agentFinder) error {
+	problems := checkConfiguredAgents(ctx, cfg, agents)
 	for _, u := range problems.Unreachable {
 		klog.FromContext(ctx).Info("Agent did not answer at start; its parameters are checked at its first call", "error", u)
 	}
-	if err := problems.Err(); err != nil {
-		return fmt.Errorf("config: %w", err)
+	if len(problems.Invalid) > 0 {
+		return fmt.Errorf("config: %w", problems.Invalid.ToAggregate())
 	}
 	return nil
 }

@@ -6,12 +6,12 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 // ValidateConfig is --validate-config: the file decoded and validated, then, with
-// checkAgents, every agent asked about its parameters, without a cluster. It returns the
+// checkAgents, every agent asked what it needs and about its parameters, without a
+// cluster. It returns the
 // warnings to print (the unversioned form, remote agents that did not answer) and the
 // error that makes the file unusable.
 func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]string, error) {
@@ -25,12 +25,12 @@ func ValidateConfig(ctx context.Context, path string, checkAgents bool) ([]strin
 		return warnings, fmt.Errorf("config: agents: %w", err)
 	}
 	defer host.Close()
-	problems := controller.ValidateAgents(ctx, cfg, newAgentSource(cfg, host, nil))
+	problems := checkConfiguredAgents(ctx, cfg, newAgentSource(cfg, host, nil))
 	for _, u := range problems.Unreachable {
 		warnings = append(warnings, fmt.Sprintf("%v (agent not checked)", u))
 	}
-	if err := problems.Err(); err != nil {
-		return warnings, fmt.Errorf("config: %w", err)
+	if len(problems.Invalid) > 0 {
+		return warnings, fmt.Errorf("config: %w", problems.Invalid.ToAggregate())
 	}
 	return warnings, nil
 }
