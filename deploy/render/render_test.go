@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -162,6 +163,7 @@ func allOn() map[string]any {
 		},
 		"grafanaDashboard": map[string]any{"enabled": true},
 		"nodeAgent":        map[string]any{"enabled": true, "extraArgs": []any{"--kube-api-qps=2"}, "nodeSelector": map[string]any{"kubernetes.io/os": "linux"}},
+		"userRoles":        map[string]any{"onCall": []any{map[string]any{"kind": "Group", "name": "oncall", "apiGroup": "rbac.authorization.k8s.io"}}},
 	}
 }
 
@@ -195,8 +197,8 @@ func TestRenderEverything(t *testing.T) {
 	byKind := decode(t, out)
 	for kind, n := range map[string]int{
 		"CustomResourceDefinition": 3, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
-		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 4, "ClusterRoleBinding": 3, "Role": 3, "PodDisruptionBudget": 0,
-		"DaemonSet": 1, "ValidatingAdmissionPolicy": 3,
+		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 7, "ClusterRoleBinding": 4, "Role": 3, "PodDisruptionBudget": 0,
+		"DaemonSet": 1, "ValidatingAdmissionPolicy": 5,
 	} {
 		if got := len(byKind[kind]); got != n {
 			t.Errorf("%d %s, want %d", got, kind, n)
@@ -222,6 +224,12 @@ func TestRenderEverything(t *testing.T) {
 		"secretName: kubefence-metrics-tls",
 		"name: prometheus-k8s",
 		"scheme: https",
+		`rbac.authorization.k8s.io/aggregate-to-view: "true"`,
+		`rbac.authorization.k8s.io/aggregate-to-edit: "true"`,
+		"resources: [nodefences/force, nodefences/confirm, nodefences/cancel]",
+		"name: kubefence-oncall\nsubjects:\n  - apiGroup: rbac.authorization.k8s.io\n    kind: Group\n    name: oncall",
+		"subresource('confirm').check('create')",
+		"subresource('cancel').check('create')",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("rendered chart lacks %q", want)
@@ -430,5 +438,51 @@ func TestRenderNodeAgentWatchdog(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "nodeAgent") || !strings.Contains(err.Error(), want) {
 			t.Errorf("watchdog path %q without peers rendered or said the wrong thing: err = %v", path, err)
 		}
+	}
+}
+
+// TestRenderPeopleRolesAndWords: by default the chart renders the view, edit and on-call
+// ClusterRoles and the admission policies of force, confirm-off and cancel; each can be
+// left out.
+func TestRenderPeopleRolesAndWords(t *testing.T) {
+	for name, tc := range map[string]struct {
+		values         map[string]any
+		roles, polices []string
+	}{
+		"defaults": {nil, []string{"kubefence-view", "kubefence-edit", "kubefence-oncall"},
+			[]string{"kubefence-cancel", "kubefence-confirm-off", "kubefence-force", "kubefence-requested-by"}},
+		"no user roles": {map[string]any{"userRoles": map[string]any{"enabled": false}}, nil,
+			[]string{"kubefence-cancel", "kubefence-confirm-off", "kubefence-force", "kubefence-requested-by"}},
+		"no word policies": {map[string]any{"confirmOffPolicy": map[string]any{"enabled": false}, "cancelPolicy": map[string]any{"enabled": false}},
+			[]string{"kubefence-view", "kubefence-edit", "kubefence-oncall"}, []string{"kubefence-force", "kubefence-requested-by"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := Render(chartDir, tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byKind := decode(t, out)
+			names := func(kind string, keep func(string) bool) []string {
+				var got []string
+				for _, o := range byKind[kind] {
+					if n, _ := o.Metadata["name"].(string); keep(n) {
+						got = append(got, n)
+					}
+				}
+				return got
+			}
+			people := func(n string) bool {
+				return strings.HasSuffix(n, "-view") || strings.HasSuffix(n, "-edit") || strings.HasSuffix(n, "-oncall")
+			}
+			if got := names("ClusterRole", people); !slices.Equal(got, tc.roles) {
+				t.Errorf("people's ClusterRoles %v, want %v", got, tc.roles)
+			}
+			if got := names("ValidatingAdmissionPolicy", func(string) bool { return true }); !slices.Equal(got, tc.polices) {
+				t.Errorf("admission policies %v, want %v", got, tc.polices)
+			}
+			if len(byKind["ValidatingAdmissionPolicyBinding"]) != len(tc.polices) {
+				t.Errorf("%d bindings for %d policies", len(byKind["ValidatingAdmissionPolicyBinding"]), len(tc.polices))
+			}
+		})
 	}
 }

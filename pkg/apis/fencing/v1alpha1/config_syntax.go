@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
+// +k8s:deepcopy-gen=false
+
 // SyntaxError is a configuration file that does not read as YAML, or holds a value that
 // JSON (and so the configuration's types) cannot carry, placed in the file: an operator
 // who edits a 200-line ConfigMap needs the line, not "control characters are not allowed".
