@@ -23,6 +23,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/kubemetrics"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
@@ -95,6 +96,9 @@ func loadConfig(path string) (*v1alpha1.Config, []string, error) {
 // RunApp runs the controller process until ctx ends. deposed is called (and must not
 // return) when this replica loses its Lease.
 func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
+	// client-go's workqueue, REST client and leader election metrics: its providers are
+	// read when a queue or an elector is made, so before any is.
+	kubemetrics.Install()
 	cfg, warnings, err := loadConfig(o.ConfigPath)
 	if err != nil {
 		return err
@@ -134,6 +138,9 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	})
 	if err != nil {
 		return fmt.Errorf("new controller: %w", err)
+	}
+	if err := kubemetrics.Register(c.Registry()); err != nil {
+		return fmt.Errorf("client-go metrics: %w", err)
 	}
 	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
 	// One slot for each sender: the health server, the metrics server and the election.
