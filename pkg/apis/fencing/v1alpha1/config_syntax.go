@@ -153,7 +153,7 @@ func findUnencodable(n *yaml3.Node, p *field.Path) (*yaml3.Node, *field.Path, st
 			if k.Kind != yaml3.ScalarNode {
 				return k, p, "a key must be a plain word, not a list or a mapping"
 			}
-			kids, paths = append(kids, n.Content[i+1]), append(paths, child(p, k.Value))
+			kids, paths = append(kids, n.Content[i+1]), append(paths, child(p, short(k.Value)))
 		}
 	case yaml3.ScalarNode:
 		if why := unencodableScalar(n); why != "" {
