@@ -2,7 +2,9 @@
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet once, from
 # the Go module proxy, in throw-away modules under .cache/ (neither k8s.io/kubernetes nor etcd
 # enters kubefence's own go.mod), into .cache/controlplane/$KUBE_VERSION/bin.
-# Usage: hack/controlplane.sh [COMPONENT...]   (default: all five; make demo needs all but kubelet)
+# Usage: hack/controlplane.sh [COMPONENT...]   (default: all six, with kubectl for the
+# runbooks' commands; make demo needs etcd, kube-apiserver, kube-controller-manager and
+# kube-scheduler)
 #
 # etcd is built rather than taken from Debian: Debian's etcd-server is 3.4.23, too old for
 # kube-apiserver 1.36 to serve consistent lists from its watch cache (it needs 3.4.31 or
@@ -80,7 +82,7 @@ build_kube() {
 }
 
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+[ ${#want[@]} -gt 0 ] || want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 etcd=0
 kube=()
 for c in "${want[@]}"; do
@@ -89,6 +91,9 @@ for c in "${want[@]}"; do
   kube-apiserver | kube-controller-manager | kube-scheduler | kubelet)
     # A binary built before the version stamp is rebuilt (only its link step runs again).
     if [ ! -x "$bin/$c" ] || ! "$bin/$c" --version 2>/dev/null | grep -qx "Kubernetes $KUBE_VERSION"; then kube+=("$c"); fi
+    ;;
+  kubectl)
+    if [ ! -x "$bin/$c" ] || ! "$bin/$c" version --client 2>/dev/null | grep -qx "Client Version: $KUBE_VERSION"; then kube+=("$c"); fi
     ;;
   *)
     echo "hack/controlplane.sh: unknown component $c" >&2

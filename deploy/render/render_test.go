@@ -161,6 +161,7 @@ func allOn() map[string]any {
 		},
 		"grafanaDashboard": map[string]any{"enabled": true},
 		"nodeAgent":        map[string]any{"enabled": true, "extraArgs": []any{"--kube-api-qps=2"}, "nodeSelector": map[string]any{"kubernetes.io/os": "linux"}},
+		"userRoles":        map[string]any{"onCall": []any{map[string]any{"kind": "Group", "name": "oncall", "apiGroup": "rbac.authorization.k8s.io"}}},
 	}
 }
 
@@ -194,8 +195,8 @@ func TestRenderEverything(t *testing.T) {
 	byKind := decode(t, out)
 	for kind, n := range map[string]int{
 		"CustomResourceDefinition": 3, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
-		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 4, "ClusterRoleBinding": 3, "Role": 3, "PodDisruptionBudget": 0,
-		"DaemonSet": 1, "ValidatingAdmissionPolicy": 3,
+		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 7, "ClusterRoleBinding": 4, "Role": 3, "PodDisruptionBudget": 0,
+		"DaemonSet": 1, "ValidatingAdmissionPolicy": 5,
 	} {
 		if got := len(byKind[kind]); got != n {
 			t.Errorf("%d %s, want %d", got, kind, n)
@@ -221,6 +222,12 @@ func TestRenderEverything(t *testing.T) {
 		"secretName: kubefence-metrics-tls",
 		"name: prometheus-k8s",
 		"scheme: https",
+		`rbac.authorization.k8s.io/aggregate-to-view: "true"`,
+		`rbac.authorization.k8s.io/aggregate-to-edit: "true"`,
+		"resources: [nodefences/force, nodefences/confirm, nodefences/cancel]",
+		"name: kubefence-oncall\nsubjects:\n  - apiGroup: rbac.authorization.k8s.io\n    kind: Group\n    name: oncall",
+		"subresource('confirm').check('create')",
+		"subresource('cancel').check('create')",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("rendered chart lacks %q", want)

@@ -33,6 +33,8 @@ var rules = []rule{
 	{Dir: "pkg/remediate", Forbidden: `^$MOD/pkg/plugin(/|$)`, Why: "storage and pod cleanup never triggers fencing"},
 	{Dir: "pkg/fencer", Forbidden: `^$MOD/pkg/(controller|remediate)(/|$)`, Why: "the state machine does not reach into its wiring"},
 	{Dir: "pkg/serving", Forbidden: `^$MOD/pkg/`, Why: "serving knows nothing of fencing"},
+	{Dir: "pkg/kubemetrics", Forbidden: `^$MOD/`, Why: "client-go's metrics know nothing of fencing"},
+	{Dir: "pkg/controller", Forbidden: `^$MOD/pkg/app(/|$)`, Why: "the engine does not know how the process is assembled"},
 	{Dir: "pkg/leader", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/(apis|coalesce)(/|$)`, Why: "leadership knows nothing of fencing"},
 	{Dir: "pkg/coalesce", Forbidden: `^$MOD/`, Why: "shared reads know nothing of what they read"},
 	{Dir: "pkg/healthcheck", Forbidden: `^(k8s\.io/client-go|$MOD/pkg/(controller|fencer|remediate|plugin|detector|policy|app))(/|$)`, Why: "the remediation contract is pure: what a request names and what its status shows"},

@@ -24,6 +24,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/kubemetrics"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
@@ -96,6 +97,9 @@ func loadConfig(path string) (*v1alpha1.Config, []string, error) {
 // RunApp runs the controller process until ctx ends. deposed is called (and must not
 // return) when this replica loses its Lease.
 func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
+	// client-go's workqueue, REST client and leader election metrics: its providers are
+	// read when a queue or an elector is made, so before any is.
+	kubemetrics.Install()
 	cfg, warnings, err := loadConfig(o.ConfigPath)
 	if err != nil {
 		return err
@@ -135,6 +139,9 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: os.Getenv(controller.PauseAtEnv)}})
 	if err != nil {
 		return err
+	}
+	if err := kubemetrics.Register(registry); err != nil {
+		return fmt.Errorf("client-go metrics: %w", err)
 	}
 	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
 	// One slot for each sender: the health server, the metrics server and the election.
@@ -223,12 +230,12 @@ func clients(o AppOptions) (apiClients, error) {
 // fence, and is refused now, not at the first incident. A remote agent that is down may
 // come up later.
 func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents agentcall.Source) error {
-	problems := agentcall.ValidateAgents(ctx, cfg, agents)
+	problems := checkConfiguredAgents(ctx, cfg, agents)
 	for _, u := range problems.Unreachable {
 		klog.FromContext(ctx).Info("Agent did not answer at start; its parameters are checked at its first call", "error", u)
 	}
-	if err := problems.Err(); err != nil {
-		return fmt.Errorf("config: %w", err)
+	if len(problems.Invalid) > 0 {
+		return fmt.Errorf("config: %w", problems.Invalid.ToAggregate())
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&o.Serving.HealthAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz, plain HTTP without authentication (the kubelet's probes)")
 	fs.StringVar(&o.Serving.MetricsAddress, "metrics-bind-address", ":8443", "address of /metrics; \""+MetricsOff+"\" serves no metrics")
 	fs.BoolVar(&o.Serving.MetricsSecure, "metrics-secure", true, "serve /metrics over HTTPS, only to bearer tokens the API server authenticates (TokenReview) whose identity may get /metrics (SubjectAccessReview); false serves plain HTTP to anyone, for a trusted network")
-	fs.StringVar(&o.Serving.TLSCertFile, "tls-cert-file", "", "the metrics server's certificate (PEM), with --tls-private-key-file; when both are empty a self-signed one is made at start")
+	fs.StringVar(&o.Serving.TLSCertFile, "tls-cert-file", "", "the metrics server's certificate (PEM), with --tls-private-key-file, read again when it changes; when both are empty a self-signed one is made at start")
 	fs.StringVar(&o.Serving.TLSKeyFile, "tls-private-key-file", "", "the private key (PEM) of --tls-cert-file")
 	fs.IntVar(&o.Workers, "workers", controller.DefaultWorkers, "how many nodes are synced at once (each open incident holds one while it is driven)")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "this replica's pod's namespace (default $POD_NAMESPACE); the pod owns the identity Lease only when it is the Lease's namespace")

@@ -27,7 +27,7 @@ type ValidateOptions struct {
 }
 
 // ValidateConfig is --validate-config: the file decoded and validated, then, with
-// o.Agents, every agent asked about its parameters, without a cluster. It returns the
+// o.Agents, every agent asked what it needs and about its parameters, without a cluster. It returns the
 // warnings to print (the unversioned form, remote agents that did not answer or whose
 // certificate files are not on this machine) and the error that makes the file unusable.
 func ValidateConfig(ctx context.Context, path string, o ValidateOptions) ([]string, error) {
@@ -45,12 +45,12 @@ func ValidateConfig(ctx context.Context, path string, o ValidateOptions) ([]stri
 	if !o.RequireFiles {
 		agents = elsewhere{Source: agents, absent: absentTLSFiles(cfg)}
 	}
-	problems := agentcall.ValidateAgents(ctx, cfg, agents)
+	problems := checkConfiguredAgents(ctx, cfg, agents)
 	for _, u := range problems.Unreachable {
 		warnings = append(warnings, fmt.Sprintf("%v (agent not checked)", u))
 	}
-	if err := problems.Err(); err != nil {
-		return warnings, fmt.Errorf("config: %w", err)
+	if len(problems.Invalid) > 0 {
+		return warnings, fmt.Errorf("config: %w", problems.Invalid.ToAggregate())
 	}
 	return warnings, nil
 }

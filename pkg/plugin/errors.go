@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrorKind classifies an agent failure so the controller knows what to do next.
@@ -44,6 +45,35 @@ var ErrAgentDied = errors.New("agent process died")
 type Error struct {
 	Kind    ErrorKind
 	Message string
+	// Params are the parameters a Validate (or a call) refused, each by name, so that
+	// the controller reports each at its place in the configuration
+	// (agents[0].params.cipherSuite). Empty for any other failure.
+	Params []ParamError
+}
+
+// ParamError is one parameter an agent refuses: its name and why, without the name.
+type ParamError struct {
+	Name   string
+	Detail string
+}
+
+// InvalidParams is the Permanent error that refuses each of problems: a bad parameter
+// does not get better by retrying. Its message names every one, one per line.
+func InvalidParams(problems []ParamError) error {
+	lines := make([]string, len(problems))
+	for i, p := range problems {
+		lines[i] = p.Name + ": " + p.Detail
+	}
+	return &Error{Kind: KindPermanent, Message: "invalid parameters: " + strings.Join(lines, "\n"), Params: problems}
+}
+
+// ParamErrors returns the parameters err refuses by name; nil when it names none.
+func ParamErrors(err error) []ParamError {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Params
+	}
+	return nil
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Kind, e.Message) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -164,9 +165,10 @@ func TestGRPCUnknownStateReadsUnknown(t *testing.T) {
 
 func TestGRPCTypedErrorsSurviveWire(t *testing.T) {
 	tests := map[string]struct {
-		err      error
-		wantKind ErrorKind
-		wantMsg  string
+		err        error
+		wantKind   ErrorKind
+		wantMsg    string
+		wantParams []ParamError
 	}{
 		"retryable":          {err: Errorf(KindRetryable, "bmc busy"), wantKind: KindRetryable, wantMsg: "bmc busy"},
 		"permanent":          {err: Errorf(KindPermanent, "bad password"), wantKind: KindPermanent, wantMsg: "bad password"},
@@ -178,6 +180,9 @@ func TestGRPCTypedErrorsSurviveWire(t *testing.T) {
 		},
 		"kind from a newer agent": {err: &Error{Kind: "Throttled", Message: "slow down"}, wantKind: "Throttled", wantMsg: "slow down"},
 		"plain error":             {err: errors.New("ipmitool exited 1"), wantKind: KindRetryable, wantMsg: "ipmitool exited 1"},
+		"invalid params": {err: InvalidParams([]ParamError{{"cipherSuite", `"99" is not a cipher suite ID (0-17)`}, {"colour", "unknown parameter"}}),
+			wantKind: KindPermanent, wantMsg: "invalid parameters: cipherSuite: \"99\" is not a cipher suite ID (0-17)\ncolour: unknown parameter",
+			wantParams: []ParamError{{"cipherSuite", `"99" is not a cipher suite ID (0-17)`}, {"colour", "unknown parameter"}}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -191,6 +196,9 @@ func TestGRPCTypedErrorsSurviveWire(t *testing.T) {
 			}
 			if e.Kind != tc.wantKind || e.Message != tc.wantMsg {
 				t.Errorf("got %q %q, want %q %q", e.Kind, e.Message, tc.wantKind, tc.wantMsg)
+			}
+			if !slices.Equal(e.Params, tc.wantParams) {
+				t.Errorf("params %q, want %q", e.Params, tc.wantParams)
 			}
 			if errors.Is(err, ErrAgentDied) {
 				t.Errorf("an agent's verdict reads as a dead agent: %v", err)

@@ -49,8 +49,9 @@ func toStatusWith(ctx context.Context, err error, res Result) error {
 	}
 	kind, msg := KindRetryable, err.Error()
 	var e *Error
+	var params []ParamError
 	if errors.As(err, &e) {
-		kind = e.Kind
+		kind, params = e.Kind, e.Params
 		if err == error(e) {
 			msg = e.Message
 		}
@@ -60,6 +61,14 @@ func toStatusWith(ctx context.Context, err error, res Result) error {
 		code = codes.Unknown
 	}
 	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Domain: errorDomain, Reason: string(kind)}}
+	if len(params) > 0 {
+		// google.rpc.BadRequest is gRPC's own detail for "these fields are wrong".
+		bad := &errdetails.BadRequest{}
+		for _, p := range params {
+			bad.FieldViolations = append(bad.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: p.Name, Description: p.Detail})
+		}
+		details = append(details, bad)
+	}
 	if res.State != "" || res.Evidence != "" {
 		details = append(details, protoadapt.MessageV1Of(resultToProto(res)))
 	}
@@ -85,6 +94,19 @@ func resultOf(err error) Result {
 	return Result{}
 }
 
+// paramErrorsOf reads back the parameters a status refuses by name.
+func paramErrorsOf(st *status.Status) []ParamError {
+	var out []ParamError
+	for _, d := range st.Details() {
+		if bad, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range bad.GetFieldViolations() {
+				out = append(out, ParamError{Name: v.GetField(), Detail: v.GetDescription()})
+			}
+		}
+	}
+	return out
+}
+
 // fromStatus is the inverse of toStatus, applied by the client shim.
 func fromStatus(err error) error {
 	if err == nil {
@@ -96,7 +118,7 @@ func fromStatus(err error) error {
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain {
-			return &Error{Kind: ErrorKind(info.GetReason()), Message: st.Message()}
+			return &Error{Kind: ErrorKind(info.GetReason()), Message: st.Message(), Params: paramErrorsOf(st)}
 		}
 	}
 	switch st.Code() {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	"k8s.io/client-go/util/cert"
+	"k8s.io/utils/clock"
 )
 
 // TLSConfig returns the TLS configuration of a secure endpoint: the certificate and key
@@ -14,26 +16,30 @@ import (
 // host, localhost and 127.0.0.1, as kube components make one when given no certificate.
 // A self-signed certificate changes at every start: clients skip its verification (the
 // bearer token, not the certificate, is what the server checks) or are given one to trust.
-// Files are read once; a rotated certificate takes effect at the next start.
+// Given files are read again at a handshake every CertCheckInterval at most, so that a
+// rotated certificate is served without a restart.
 func TLSConfig(certFile, keyFile, host string) (*tls.Config, error) {
-	var pair tls.Certificate
-	var err error
+	return tlsConfig(certFile, keyFile, host, clock.RealClock{}, CertCheckInterval)
+}
+
+func tlsConfig(certFile, keyFile, host string, c clock.PassiveClock, checkEvery time.Duration) (*tls.Config, error) {
 	switch {
 	case certFile != "" && keyFile != "":
-		pair, err = tls.LoadX509KeyPair(certFile, keyFile)
+		r, err := newCertReloader(certFile, keyFile, c, checkEvery)
 		if err != nil {
-			return nil, fmt.Errorf("serving certificate: %w", err)
+			return nil, err
 		}
+		return &tls.Config{GetCertificate: r.GetCertificate, MinVersion: tls.VersionTLS12}, nil
 	case certFile != "" || keyFile != "":
 		return nil, errors.New("serving certificate: give both the certificate and the private key, or neither")
-	default:
-		certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey(host, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, []string{"localhost"})
-		if err != nil {
-			return nil, fmt.Errorf("self-signed serving certificate: %w", err)
-		}
-		if pair, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
-			return nil, fmt.Errorf("self-signed serving certificate: %w", err)
-		}
+	}
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey(host, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, []string{"localhost"})
+	if err != nil {
+		return nil, fmt.Errorf("self-signed serving certificate: %w", err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("self-signed serving certificate: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -24,16 +24,23 @@ import (
 // with the given rules: a person with those permissions.
 func personClient(t *testing.T, ctx context.Context, c *Cluster, name string, rules []rbacv1.PolicyRule) dynamic.Interface {
 	t.Helper()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-" + name}, Rules: rules}
+	if _, err := c.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return personWithRole(t, ctx, c, name, role.Name)
+}
+
+// personWithRole returns a dynamic client for a new ServiceAccount bound cluster-wide to
+// the existing ClusterRole role.
+func personWithRole(t *testing.T, ctx context.Context, c *Cluster, name, role string) dynamic.Interface {
+	t.Helper()
 	cs := c.Client
 	if _, err := cs.CoreV1().ServiceAccounts(Namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-" + name}, Rules: rules}
-	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-" + name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: Namespace}}}
 	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -162,8 +169,8 @@ func applyAdmissionPolicies(t *testing.T, ctx context.Context, c *Cluster) {
 			policies = append(policies, obj)
 		}
 	}
-	if len(policies) != 4 {
-		t.Fatalf("rendered manifests hold %d ValidatingAdmissionPolicy objects, want two policies (force, requestedBy) and their bindings", len(policies))
+	if len(policies) != 8 {
+		t.Fatalf("rendered manifests hold %d ValidatingAdmissionPolicy objects, want four policies (force, confirm-off, cancel, requestedBy) and their bindings", len(policies))
 	}
 	admin, err := dynamicClient(c)
 	if err != nil {

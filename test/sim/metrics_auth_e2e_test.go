@@ -20,12 +20,13 @@ import (
 // renderedMetricsReader is the chart's ClusterRole for scrapers (release kubefence).
 const renderedMetricsReader = "kubefence-metrics-reader"
 
-// TestMetricsAuthentication: with --metrics-secure=true /metrics is served over
-// TLS only to a bearer token the apiserver authenticates, whose identity RBAC lets get
-// /metrics: a ServiceAccount bound to the chart's rendered metrics-reader ClusterRole
-// reads kubefence_build_info (200), a request without a token gets 401, and a
-// ServiceAccount without the role 403. The health probes answer over plain HTTP, without
-// a token, on their own address.
+// TestMetricsAuthentication (issues 23 and 43): with --metrics-secure=true /metrics is
+// served over TLS only to a bearer token the apiserver authenticates, whose identity RBAC
+// lets get /metrics: a ServiceAccount bound to the chart's rendered metrics-reader
+// ClusterRole reads kubefence_build_info and client-go's workqueue, REST client and
+// leader election metrics (200), a request without a token gets 401, and a ServiceAccount
+// without the role 403. The health probes answer over plain HTTP, without a token, on
+// their own address.
 func TestMetricsAuthentication(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -46,6 +47,16 @@ func TestMetricsAuthentication(t *testing.T) {
 	})
 	if err != nil || !strings.Contains(body, "kubefence_build_info{") {
 		t.Errorf("scrape with the metrics-reader token: %v, body has no kubefence_build_info:\n%.300s", err, body)
+	}
+	// client-go's own metrics, on the same registry: the incident queue, the API calls
+	// and the election.
+	for _, want := range []string{`workqueue_depth{name="kubefence"}`, `workqueue_adds_total{name="kubefence"}`,
+		`workqueue_work_duration_seconds_count{name="kubefence"}`, `rest_client_requests_total{code="200",method="GET"`,
+		`rest_client_request_duration_seconds_count{`, `rest_client_rate_limiter_duration_seconds_count{`,
+		`leader_election_master_status{name="kubefence-controller"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 	for name, tc := range map[string]struct {
 		token string

@@ -18,7 +18,9 @@ import (
 // TestNodeFenceInputRefused, on the real apiserver with the CRD and the chart's
 // admission policies: a malformed or over-long nodeName, a requestedBy that names someone
 // else (or "controller", from a person), a change of an existing spec, and a phase that
-// leaves an ended incident are each refused with the rule's message.
+// leaves an ended incident are each refused with the rule's message. kubectl get's
+// columns show what a person needs: the phase, the levels tried and verified, and with
+// -o wide the message that says why.
 func TestNodeFenceInputRefused(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -81,6 +83,7 @@ func TestNodeFenceInputRefused(t *testing.T) {
 		_ = unstructured.SetNestedField(nf.Object, string(phase), "status", "phase")
 		if i == 0 {
 			// One level, tried and failed: the controller moves Level past the last one.
+			_ = unstructured.SetNestedField(nf.Object, "every level failed: ipmi: TargetUnreachable", "status", "message")
 			now := time.Now().UTC().Format(time.RFC3339Nano)
 			_ = unstructured.SetNestedField(nf.Object, int64(2), "status", "level")
 			_ = unstructured.SetNestedSlice(nf.Object, []any{map[string]any{"level": int64(1), "agent": "ipmi", "try": int64(1),
@@ -95,7 +98,28 @@ func TestNodeFenceInputRefused(t *testing.T) {
 		}
 	}
 	checkPrinterColumns(t, ctx, c, "mine", map[string]string{"Node": "node-1", "Phase": "Failed", "Level": "1",
-		"Agent": "ipmi", "Reason": "test", "RequestedBy": me})
+		"Agent": "ipmi", "Reason": "test", "RequestedBy": me, "Message": "every level failed: ipmi: TargetUnreachable"})
+	// A released incident shows the level that was read back as fenced.
+	if _, err := operator.Create(ctx, nodeFenceRequest("released", "node-2", me, false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nf, err = nodefences.Get(ctx, "released", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	_ = unstructured.SetNestedField(nf.Object, string(v1alpha1.PhaseRemediated), "status", "phase")
+	_ = unstructured.SetNestedField(nf.Object, int64(2), "status", "level")
+	_ = unstructured.SetNestedField(nf.Object, int64(2), "status", "verifiedLevel")
+	_ = unstructured.SetNestedField(nf.Object, "released 1 pod", "status", "message")
+	_ = unstructured.SetNestedSlice(nf.Object, []any{
+		map[string]any{"level": int64(1), "agent": "ipmi", "try": int64(1), "state": "Failed", "started": now, "deadline": now},
+		map[string]any{"level": int64(2), "agent": "pdu", "try": int64(1), "state": "Verified", "started": now, "deadline": now}}, "status", "attempts")
+	if _, err := nodefences.UpdateStatus(ctx, nf, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkPrinterColumns(t, ctx, c, "released", map[string]string{"Node": "node-2", "Phase": "Remediated", "Level": "2",
+		"Verified": "2", "Agent": "pdu", "Message": "released 1 pod"})
 }
 
 // checkPrinterColumns reads NodeFence name as kubectl get does (a Table) and compares
@@ -114,6 +138,15 @@ func checkPrinterColumns(t *testing.T, ctx context.Context, c *Cluster, name str
 	got := map[string]string{}
 	for i, col := range table.ColumnDefinitions {
 		got[col.Name] = fmt.Sprint(table.Rows[0].Cells[i])
+		// kubectl get shows priority 0; -o wide adds the message, which can be long.
+		if wide := col.Name == "Message"; wide != (col.Priority == 1) || col.Priority > 1 {
+			t.Errorf("column %s has priority %d", col.Name, col.Priority)
+		}
+	}
+	for _, col := range []string{"Node", "Phase", "Level", "Verified", "Age", "Message"} {
+		if _, ok := got[col]; !ok {
+			t.Errorf("no column %s (columns: %v)", col, got)
+		}
 	}
 	for col, v := range want {
 		if got[col] != v {

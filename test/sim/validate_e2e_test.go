@@ -13,10 +13,12 @@ import (
 	"time"
 )
 
-// TestValidateConfigAsksTheAgents: fence-controller --validate-config, with the
-// real agent binaries in its plugin directory, refuses parameters the agents refuse,
-// naming the agent and the parameter; the controller refuses to start on them, before it
-// talks to any cluster; and a bad file gets exit code 1 and the field on stderr.
+// TestValidateConfigAsksTheAgents (issues 22 and 43): fence-controller --validate-config,
+// with the real agent binaries in its plugin directory, refuses parameters the agents
+// refuse, each at its field path (agents[0].params.cipherSuite) and naming the agent, and
+// an agent that requires credentials (its Describe says so) without a secretRef; the
+// controller refuses to start on them, before it talks to any cluster; and a bad file
+// gets exit code 1 and the field (or the line) on stderr.
 func TestValidateConfigAsksTheAgents(t *testing.T) {
 	t.Parallel()
 	needClusterLabs(t, fenceIPMILan)
@@ -51,6 +53,7 @@ agents:
 - name: %s
   sha256: %s
   target: {annotation: example.com/target}
+  secretRef: {namespace: kubefence-system, name: credentials}
   params: {%s}
 policies:
 - name: default
@@ -66,6 +69,9 @@ policies:
 	_, sample, _ := strings.Cut(string(doc), "<!-- checked by TestGettingStartedConfig")
 	_, sample, _ = strings.Cut(sample, "```yaml\n")
 	sample, _, _ = strings.Cut(sample, "```")
+	noSecret := func(doc string) string {
+		return strings.Replace(doc, "  secretRef: {namespace: kubefence-system, name: credentials}\n", "", 1)
+	}
 	for name, tc := range map[string]struct {
 		doc, stderr string
 		code        int
@@ -73,14 +79,24 @@ policies:
 		"getting-started's sample": {sample, "warning: agents[0] (ipmi-dc2): tls.certFile /tls/tls.crt, tls.keyFile /tls/tls.key, tls.caFile /tls/ca.crt not on this machine: read where the controller runs (agent not checked)", 0},
 		"ipmi valid":               {config("ipmi", "cipherSuite: '17'"), "", 0},
 		"ipmi cipher suite 99": {config("ipmi", "cipherSuite: '99'"),
-			`agents[0] (ipmi): agent ipmi: validate: Permanent: invalid parameters: cipherSuite: "99" is not a cipher suite ID (0-17)`, 1},
+			`config: agents[0].params.cipherSuite: Invalid value: "99" is not a cipher suite ID (0-17) (agent ipmi)`, 1},
+		// The agent's Describe marks its user name and password required.
+		"ipmi without secretRef": {noSecret(config("ipmi", "")),
+			"config: agents[0].secretRef: Required value: agent ipmi (ipmi) needs the secret parameters username, password: name the Secret that holds them", 1},
+		"redfish without secretRef": {noSecret(config("ipmi", "protocol: redfish")),
+			"config: agents[0].secretRef: Required value: agent ipmi (ipmi) needs the secret parameters username, password", 1},
+		"cloud without secretRef": {noSecret(config("cloud", "region: eu-west-1")), "", 0},
 		"exec unknown parameter": {config("exec", "script: "+fenceIPMILan+", colour: blue"),
-			"agents[0] (exec): agent exec: validate: Permanent: fence_ipmilan: parameter colour: not among the parameters its metadata lists", 1},
+			"config: agents[0].params.colour: Invalid value: not among the parameters fence_ipmilan's metadata lists", 1},
 		"exec known parameters": {config("exec", "script: "+fenceIPMILan+", target_key: ip, lanplus: '1', cipher: '3'"), "", 0},
 		"exec relative script": {config("exec", "script: fence_ipmilan"),
-			`agents[0] (exec): agent exec: validate: Permanent: invalid parameters: script: "fence_ipmilan" is not an absolute path`, 1},
+			`config: agents[0].params.script: Invalid value: "fence_ipmilan" is not an absolute path (agent exec)`, 1},
 		"cloud password param": {config("cloud", "provider: aws, password: hunter2"),
-			"agents[0] (cloud): agent cloud: validate: Permanent: invalid parameters: password: is a secret", 1},
+			"agents[0].params.password: Invalid value: is a secret; pass it in the agent's secret, not in params (agent cloud)", 1},
+		"50,000 unknown parameters": {config("ipmi", manyParams(50000)),
+			"config: agents[0].params: Too many: 50000: must have at most 64 items", 1},
+		"control character": {strings.Replace(config("ipmi", ""), "name: default", "name: \"de\x01fault\"", 1),
+			`config: line 11, column 12: control character U+0001 is not allowed in YAML`, 1},
 		"unversioned file": {strings.SplitN(config("ipmi", ""), "\n", 3)[2], "warning: the configuration has no apiVersion and kind", 0},
 		"bad field":        {strings.Replace(config("ipmi", ""), "levels: [{agents: [ipmi]}]", "levels: [{agents: [ipmi], retries: lots}]", 1), "policies[0].levels[0].retries", 1},
 	} {
@@ -117,6 +133,15 @@ policies:
 			}
 		})
 	}
+}
+
+// manyParams is n parameters p0, p1, ... for a flow mapping.
+func manyParams(n int) string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("p%d: '1'", i)
+	}
+	return strings.Join(names, ", ")
 }
 
 // unreachableKubeconfig points at a port where nothing listens: a controller that got as

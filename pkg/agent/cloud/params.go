@@ -115,18 +115,18 @@ func parseParams(in map[string]string) (params, error) {
 	}
 	if p.endpoint != "" {
 		if err := checkURL(p.endpoint); err != nil {
-			r.Errorf("%s: %w", ParamEndpoint, err)
+			r.Errorf(ParamEndpoint, "%v", err)
 		}
 	}
 	if p.authURL != "" {
 		if err := checkURL(p.authURL); err != nil {
-			r.Errorf("%s: %w", ParamAuthURL, err)
+			r.Errorf(ParamAuthURL, "%v", err)
 		}
 	}
 	switch p.iface {
 	case "public", "internal", "admin":
 	default:
-		r.Errorf("%s: %q is not public, internal or admin", ParamInterface, p.iface)
+		r.Errorf(ParamInterface, "%q is not public, internal or admin", p.iface)
 	}
 	p.lock = r.Bool(ParamLock)
 	p.refuseSelf = r.Bool(ParamRefuseSelf)

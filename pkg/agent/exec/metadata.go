@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -67,18 +68,19 @@ func checkKeys(ctx context.Context, p params) error {
 	if !ok {
 		return nil
 	}
-	var bad []string
+	known := strings.Join(slices.Sorted(maps.Keys(keys)), ", ")
+	var problems []plugin.ParamError
 	for _, k := range slices.Sorted(maps.Keys(p.forward)) {
 		if !keys[k] {
-			bad = append(bad, k)
+			problems = append(problems, plugin.ParamError{Name: k, Detail: fmt.Sprintf("not among the parameters %s's metadata lists (%s)", name, known)})
 		}
 	}
 	if p.targetKey != "" && !keys[p.targetKey] {
-		bad = append(bad, ParamTargetKey+"="+p.targetKey)
+		problems = append(problems, plugin.ParamError{Name: ParamTargetKey,
+			Detail: fmt.Sprintf("%q is not among the parameters %s's metadata lists (%s)", p.targetKey, name, known)})
 	}
-	if len(bad) == 0 {
+	if len(problems) == 0 {
 		return nil
 	}
-	return plugin.Errorf(plugin.KindPermanent, "%s: parameter %s: not among the parameters its metadata lists (%s)",
-		name, strings.Join(bad, ", "), strings.Join(slices.Sorted(maps.Keys(keys)), ", "))
+	return plugin.InvalidParams(problems)
 }

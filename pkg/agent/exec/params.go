@@ -66,23 +66,23 @@ func parseParams(in map[string]string) (params, error) {
 	r := agentkit.NewReader(paramSpecs, in)
 	p.script = r.String(ParamScript)
 	if err := checkScript(p.script); err != nil {
-		r.Errorf("%s: %w", ParamScript, err)
+		r.Errorf(ParamScript, "%v", err)
 	}
 	p.targetKey = r.String(ParamTargetKey)
 	if p.targetKey != "" && (!stdinKey.MatchString(p.targetKey) || p.targetKey == keyAction) {
-		r.Errorf("%s: %q is not a usable stdin key", ParamTargetKey, p.targetKey)
+		r.Errorf(ParamTargetKey, "%q is not a usable stdin key", p.targetKey)
 	}
 	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)
 	p.pollInterval = r.PositiveDuration(ParamPollInterval)
 	p.checkMetadata = r.Bool(ParamCheckMetadata)
 	// Every param the agent does not read itself is the script's, passed on as given;
 	// the target key must be known first, since no param may set it.
-	r.CheckNames(func(key, value string) error {
-		if err := checkPair(key, value, p.targetKey); err != nil {
-			return err
+	r.CheckNames(func(key, value string) string {
+		if why := checkPair(key, value, p.targetKey); why != "" {
+			return why
 		}
 		p.forward[key] = value
-		return nil
+		return ""
 	})
 	if err := r.Err(); err != nil {
 		return params{}, err
@@ -103,7 +103,7 @@ func parseRequest(req plugin.Request) (params, error) {
 			continue
 		}
 		// The value is never quoted back: it is a credential.
-		if err := checkPair(key, req.Secrets[key], p.targetKey); err != nil {
+		if checkPair(key, req.Secrets[key], p.targetKey) != "" {
 			errs = append(errs, fmt.Errorf("secret %s: invalid key or a line break in the value", key))
 		}
 	}
@@ -117,19 +117,20 @@ func parseRequest(req plugin.Request) (params, error) {
 	return p, nil
 }
 
-// checkPair refuses anything that would not be exactly one key=value line.
-func checkPair(key, value, targetKey string) error {
+// checkPair refuses anything that would not be exactly one key=value line, saying why;
+// "" accepts it.
+func checkPair(key, value, targetKey string) string {
 	switch {
 	case !stdinKey.MatchString(key):
-		return fmt.Errorf("%s: not a FenceAgentAPI key (want %s)", key, stdinKey)
+		return fmt.Sprintf("not a FenceAgentAPI key (want %s)", stdinKey)
 	case key == keyAction:
-		return fmt.Errorf("%s: is set by the agent for each call", key)
+		return "is set by the agent for each call"
 	case key == targetKey:
-		return fmt.Errorf("%s: is the target key; the request's target fills it", key)
+		return "is the target key; the request's target fills it"
 	case strings.ContainsAny(value, "\r\n\x00"):
-		return fmt.Errorf("%s: value contains a line break or NUL", key)
+		return "value contains a line break or NUL"
 	}
-	return nil
+	return ""
 }
 
 // checkScript accepts an absolute path to an executable regular file.

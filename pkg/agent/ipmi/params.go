@@ -97,7 +97,7 @@ func parseParams(in map[string]string) (params, error) {
 	p.privilege = strings.ToUpper(r.String(ParamPrivilege))
 	if p.privilege != "OPERATOR" && p.privilege != "ADMINISTRATOR" {
 		// USER and CALLBACK cannot control chassis power: a fence through them always fails.
-		r.Errorf("%s: %q; want OPERATOR or ADMINISTRATOR (power control needs Operator)", ParamPrivilege, r.String(ParamPrivilege))
+		r.Errorf(ParamPrivilege, "%q; want OPERATOR or ADMINISTRATOR (power control needs Operator)", r.String(ParamPrivilege))
 	}
 	p.timeout = r.PositiveDuration(ParamTimeout)
 	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)

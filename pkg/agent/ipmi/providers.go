@@ -32,9 +32,9 @@ func parseRedfishParams(p *params, r *agentkit.Reader) {
 		name = strings.ToLower(strings.TrimSpace(name))
 		switch {
 		case name != ProviderIPMI && name != ProviderRedfish:
-			r.Errorf("%s: %q is not a provider; want %s or %s", field, name, ProviderIPMI, ProviderRedfish)
+			r.Errorf(field, "%q is not a provider; want %s or %s", name, ProviderIPMI, ProviderRedfish)
 		case seen[name]:
-			r.Errorf("%s: %q is listed twice", field, name)
+			r.Errorf(field, "%q is listed twice", name)
 		default:
 			seen[name] = true
 			p.providers = append(p.providers, name)
@@ -45,10 +45,10 @@ func parseRedfishParams(p *params, r *agentkit.Reader) {
 	p.caBundle = r.String(ParamCABundle)
 	if p.caBundle != "" {
 		if err := checkCABundle(p.caBundle); err != nil {
-			r.Errorf("%s: %w", ParamCABundle, err)
+			r.Errorf(ParamCABundle, "%v", err)
 		}
 		if p.insecure {
-			r.Errorf("%s: is true together with %s; a verified connection needs insecure=false", ParamInsecure, ParamCABundle)
+			r.Errorf(ParamInsecure, "is true together with %s; a verified connection needs insecure=false", ParamCABundle)
 		}
 	}
 	p.systemName = r.String(ParamSystemName)

@@ -81,13 +81,13 @@ func parseParams(in map[string]string) (params, error) {
 	switch p.backend = r.String(ParamBackend); p.backend {
 	case BackendTgt, BackendLIO:
 	default:
-		r.Errorf("%s: %q is not a backend; want %s or %s", ParamBackend, p.backend, BackendTgt, BackendLIO)
+		r.Errorf(ParamBackend, "%q is not a backend; want %s or %s", p.backend, BackendTgt, BackendLIO)
 	}
 	if v := r.String(ParamInitiatorAddress); v != "" {
 		if p.initiator.Address = net.ParseIP(v); p.initiator.Address == nil {
-			r.Errorf("%s: %q is not an IP address", ParamInitiatorAddress, v)
+			r.Errorf(ParamInitiatorAddress, "%q is not an IP address", v)
 		} else if p.backend == BackendLIO {
-			r.Errorf("%s: lio ACLs name initiators by IQN only; fence by the target IQN", ParamInitiatorAddress)
+			r.Errorf(ParamInitiatorAddress, "lio ACLs name initiators by IQN only; fence by the target IQN")
 		}
 	}
 	for _, name := range strings.Split(r.String(ParamTargets), ",") {
@@ -95,16 +95,16 @@ func parseParams(in map[string]string) (params, error) {
 			continue
 		}
 		if err := checkName(name); err != nil {
-			r.Errorf("%s: %w", ParamTargets, err)
+			r.Errorf(ParamTargets, "%v", err)
 		}
 		p.targets = append(p.targets, name)
 	}
 	p.controlPort = r.Int(ParamControlPort, 0, math.MaxInt, "a control port number")
 	if p.lld = r.String(ParamLLD); p.lld == "" || strings.HasPrefix(p.lld, "-") || strings.ContainsAny(p.lld, " \t") {
-		r.Errorf("%s: %q is not a driver name", ParamLLD, p.lld)
+		r.Errorf(ParamLLD, "%q is not a driver name", p.lld)
 	}
 	if p.configfsRoot = r.String(ParamConfigfsRoot); p.backend == BackendLIO && !strings.HasPrefix(p.configfsRoot, "/") {
-		r.Errorf("%s: %q is not an absolute path", ParamConfigfsRoot, p.configfsRoot)
+		r.Errorf(ParamConfigfsRoot, "%q is not an absolute path", p.configfsRoot)
 	}
 	p.timeout = r.PositiveDuration(ParamTimeout)
 	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)
@@ -112,7 +112,7 @@ func parseParams(in map[string]string) (params, error) {
 	p.restore, p.hasRestore = in[ParamRestore]
 	if p.hasRestore {
 		if _, err := parseRemoved(p.restore); err != nil {
-			r.Errorf("%s: %w", ParamRestore, err)
+			r.Errorf(ParamRestore, "%v", err)
 		}
 	}
 	if err := r.Err(); err != nil {

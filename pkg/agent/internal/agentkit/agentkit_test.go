@@ -50,7 +50,7 @@ func TestParamReaderErrors(t *testing.T) {
 	r.PositiveDuration("timeout")
 	r.PositiveDuration("poll")
 	r.Bool("lock")
-	r.Errorf("%s: %w", "name", fmt.Errorf("wrapped"))
+	r.Errorf("name", "%v", fmt.Errorf("wrapped"))
 	r.NotLonger("poll", 2*time.Second, "timeout", time.Second)
 	r.NotLonger("poll", 2*time.Second, "timeout", 0)
 	err := r.Err()
@@ -72,17 +72,25 @@ func TestParamReaderErrors(t *testing.T) {
 	if w := "invalid parameters: " + strings.Join(want, "\n"); got != w {
 		t.Errorf("error\n%s\nwant\n%s", got, w)
 	}
+	// Each problem also travels by name, for the controller to place it in its file.
+	var named []string
+	for _, p := range plugin.ParamErrors(err) {
+		named = append(named, p.Name+": "+p.Detail)
+	}
+	if !slices.Equal(named, want) {
+		t.Errorf("by name:\n%q\nwant\n%q", named, want)
+	}
 }
 
 func TestParamReaderExtraNames(t *testing.T) {
 	var passed []string
 	r := NewReader(testSpecs, map[string]string{"port": "1", "password": "x", "b": " v ", "a": "bad"})
-	r.CheckNames(func(name, value string) error {
+	r.CheckNames(func(name, value string) string {
 		if value == "bad" {
-			return fmt.Errorf("%s: bad", name)
+			return "bad"
 		}
 		passed = append(passed, name+"="+value)
-		return nil
+		return ""
 	})
 	if !slices.Equal(passed, []string{"b= v "}) {
 		t.Errorf("extra got %q, want the untrimmed b only", passed)

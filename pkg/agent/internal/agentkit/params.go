@@ -1,7 +1,6 @@
 package agentkit
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -17,9 +16,9 @@ import (
 // caller reads every parameter and Err reports all problems at once, in the order they
 // were found, each naming its parameter.
 type Reader struct {
-	in    map[string]string
-	specs map[string]plugin.Param
-	errs  []error
+	in       map[string]string
+	specs    map[string]plugin.Param
+	problems []plugin.ParamError
 }
 
 // NewReader returns a Reader of in; specs supply the defaults and tell known and secret
@@ -35,19 +34,20 @@ func NewReader(specs []plugin.Param, in map[string]string) *Reader {
 // CheckNames looks at every param by name, in sorted order so that the error does not
 // change from call to call. A param whose spec is a secret is refused: secrets travel
 // in Request.Secrets only. A param no spec names is handed to extra, with its value as
-// given, or refused as unknown when extra is nil.
-func (r *Reader) CheckNames(extra func(name, value string) error) {
+// given, which returns why it refuses it ("" to accept), or refused as unknown when
+// extra is nil.
+func (r *Reader) CheckNames(extra func(name, value string) string) {
 	for _, name := range slices.Sorted(maps.Keys(r.in)) {
 		spec, ok := r.specs[name]
 		switch {
 		case ok && spec.Secret:
-			r.errs = append(r.errs, fmt.Errorf("%s: is a secret; pass it in the agent's secret, not in params", name))
+			r.Errorf(name, "is a secret; pass it in the agent's secret, not in params")
 		case ok:
 		case extra == nil:
-			r.errs = append(r.errs, fmt.Errorf("%s: unknown parameter", name))
+			r.Errorf(name, "unknown parameter")
 		default:
-			if err := extra(name, r.in[name]); err != nil {
-				r.errs = append(r.errs, err)
+			if why := extra(name, r.in[name]); why != "" {
+				r.Errorf(name, "%s", why)
 			}
 		}
 	}
@@ -68,7 +68,7 @@ func (r *Reader) PositiveDuration(name string) time.Duration {
 	v := r.String(name)
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		r.errs = append(r.errs, fmt.Errorf("%s: %q is not a positive duration", name, v))
+		r.Errorf(name, "%q is not a positive duration", v)
 		return 0
 	}
 	return d
@@ -80,7 +80,7 @@ func (r *Reader) Int(name string, lo, hi int, what string) int {
 	v := r.String(name)
 	n, err := strconv.Atoi(v)
 	if err != nil || n < lo || n > hi {
-		r.errs = append(r.errs, fmt.Errorf("%s: %q is not %s", name, v, what))
+		r.Errorf(name, "%q is not %s", v, what)
 		return 0
 	}
 	return n
@@ -92,7 +92,7 @@ func (r *Reader) Bool(name string) bool {
 	v := r.String(name)
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		r.errs = append(r.errs, fmt.Errorf("%s: %q is not true or false", name, v))
+		r.Errorf(name, "%q is not true or false", v)
 		return false
 	}
 	return b
@@ -103,21 +103,20 @@ func (r *Reader) Bool(name string) bool {
 // zero d or limit is one that did not parse and has already been reported.
 func (r *Reader) NotLonger(name string, d time.Duration, limitName string, limit time.Duration) {
 	if d > 0 && limit > 0 && d > limit {
-		r.errs = append(r.errs, fmt.Errorf("%s: %s is longer than %s %s", name, d, limitName, limit))
+		r.Errorf(name, "%s is longer than %s %s", d, limitName, limit)
 	}
 }
 
-// Errorf records a problem the agent found itself; the message starts with the name of
-// the parameter, as every other one does.
-func (r *Reader) Errorf(format string, args ...any) {
-	r.errs = append(r.errs, fmt.Errorf(format, args...))
+// Errorf records a problem of parameter name that the agent found itself.
+func (r *Reader) Errorf(name, format string, args ...any) {
+	r.problems = append(r.problems, plugin.ParamError{Name: name, Detail: fmt.Sprintf(format, args...)})
 }
 
-// Err returns every recorded problem as one permanent error, or nil: a bad parameter
-// does not get better by retrying.
+// Err returns every recorded problem as one permanent error that names each parameter
+// (plugin.InvalidParams), or nil: a bad parameter does not get better by retrying.
 func (r *Reader) Err() error {
-	if len(r.errs) == 0 {
+	if len(r.problems) == 0 {
 		return nil
 	}
-	return plugin.Errorf(plugin.KindPermanent, "invalid parameters: %v", errors.Join(r.errs...))
+	return plugin.InvalidParams(r.problems)
 }

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -37,7 +38,75 @@ const (
 	// (MaxLevelRetries+1), at most 2,100) well inside the NodeFence CRD's 5,000.
 	MaxLevels      = 10
 	MaxLevelAgents = 10
+	// MaxAgents and MaxPolicies bound the file's two lists: far more than a cluster's
+	// kinds of fence device and node groups.
+	MaxAgents   = 100
+	MaxPolicies = 100
+	// MaxParams and MaxParamsBytes bound an agent's params and a NetworkFence's
+	// parameters: every call carries them, and an agent names each one it does not know.
+	// The bytes count every name and value, room for a Redfish caBundle of a few dozen
+	// certificates.
+	MaxParams      = 64
+	MaxParamsBytes = 64 << 10
+	// MaxSelectorTerms bounds a nodeSelector's matchLabels and matchExpressions each,
+	// and MaxSelectorValues the values of one expression.
+	MaxSelectorTerms  = 64
+	MaxSelectorValues = 256
+	// MaxAddressTypes: a NetworkFence fences InternalIP, ExternalIP or both.
+	MaxAddressTypes = 2
 )
+
+// collectionBounds are the most items each list and map of the file may hold, by the
+// Go type that holds it and its JSON name. The decoder refuses a longer one before it
+// looks at its items, so that 50,000 of them give one error, not 50,000; Validate
+// checks the same bounds on a Config built in code. TestEveryCollectionIsBounded keeps
+// this table complete.
+var collectionBounds = map[reflect.Type]map[string]int{
+	reflect.TypeFor[Config]():                          {"agents": MaxAgents, "policies": MaxPolicies},
+	reflect.TypeFor[Agent]():                           {"params": MaxParams},
+	reflect.TypeFor[NetworkFence]():                    {"parameters": MaxParams, "addressTypes": MaxAddressTypes},
+	reflect.TypeFor[Policy]():                          {"levels": MaxLevels},
+	reflect.TypeFor[Level]():                           {"agents": MaxLevelAgents},
+	reflect.TypeFor[metav1.LabelSelector]():            {"matchLabels": MaxSelectorTerms, "matchExpressions": MaxSelectorTerms},
+	reflect.TypeFor[metav1.LabelSelectorRequirement](): {"values": MaxSelectorValues},
+}
+
+// tooMany refuses a list or map of n items where at most max are allowed.
+func tooMany(p *field.Path, n, max int) field.ErrorList {
+	if n > max {
+		return field.ErrorList{field.TooMany(p, n, max)}
+	}
+	return nil
+}
+
+// boundedParams checks the count and the size of a map of parameters. Neither names nor
+// values are quoted back: a password put in params by mistake must not reach a log.
+func boundedParams(p *field.Path, params map[string]string) field.ErrorList {
+	if len(params) > MaxParams {
+		return tooMany(p, len(params), MaxParams)
+	}
+	size := 0
+	for k, v := range params {
+		size += len(k) + len(v)
+	}
+	if size > MaxParamsBytes {
+		return field.ErrorList{field.TooLong(p, "", MaxParamsBytes)}
+	}
+	return nil
+}
+
+// boundedSelector checks a nodeSelector's counts.
+func boundedSelector(p *field.Path, s *metav1.LabelSelector) field.ErrorList {
+	if s == nil {
+		return nil
+	}
+	errs := tooMany(p.Child("matchLabels"), len(s.MatchLabels), MaxSelectorTerms)
+	errs = append(errs, tooMany(p.Child("matchExpressions"), len(s.MatchExpressions), MaxSelectorTerms)...)
+	for i, e := range s.MatchExpressions {
+		errs = append(errs, tooMany(p.Child("matchExpressions").Index(i).Child("values"), len(e.Values), MaxSelectorValues)...)
+	}
+	return errs
+}
 
 // within checks lo <= d <= hi.
 func within(p *field.Path, d metav1.Duration, lo, hi time.Duration) field.ErrorList {

@@ -49,7 +49,7 @@ func DecodeConfig(data []byte) (*Config, []string, error) {
 	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("config: %w", err)
+		return nil, nil, fmt.Errorf("config: %w", placeSyntaxError(data, err))
 	}
 	var raw any
 	if err := json.UnmarshalCaseSensitivePreserveInts(js, &raw); err != nil {
@@ -137,6 +137,7 @@ var (
 	durationType     = reflect.TypeFor[metav1.Duration]()
 	intOrStringType  = reflect.TypeFor[intstr.IntOrString]()
 	stringMapType    = reflect.TypeFor[map[string]string]()
+	agentType        = reflect.TypeFor[Agent]()
 	noExplicitZeroes = map[string]string{
 		"maxConcurrent": "10", "flapThreshold": "3", "burst": "fencesPerMinute", "keepPerNode": "10",
 	}
@@ -199,6 +200,14 @@ func checkStruct(p *field.Path, v any, t reflect.Type) field.ErrorList {
 			errs = append(errs, field.Forbidden(child(p, key), unknownField(key, fields)))
 			continue
 		}
+		if max, ok := collectionBounds[t][key]; ok && items(m[key]) > max {
+			errs = append(errs, field.TooMany(child(p, key), items(m[key]), max))
+			continue
+		}
+		if t == agentType && key == "params" {
+			errs = append(errs, checkParams(child(p, key), m[key])...)
+			continue
+		}
 		if vErrs := checkValue(child(p, key), m[key], ft); len(vErrs) > 0 {
 			errs = append(errs, vErrs...)
 			continue
@@ -229,6 +238,34 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
+// items is the length of a list or a mapping, 0 for anything else.
+func items(v any) int {
+	switch v := v.(type) {
+	case []any:
+		return len(v)
+	case map[string]any:
+		return len(v)
+	}
+	return 0
+}
+
+// checkParams checks an agent's params: each a string, named by its path as a field of
+// the agent (agents[0].params.cipherSuite), as the agent's own errors are.
+func checkParams(p *field.Path, v any) field.ErrorList {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return field.ErrorList{field.TypeInvalid(p, shortAny(v), "must be a mapping")}
+	}
+	var errs field.ErrorList
+	for _, key := range sortedKeys(m) {
+		if _, ok := m[key].(string); !ok {
+			// Never quoted back: a password put in params by mistake must not reach a log.
+			errs = append(errs, field.TypeInvalid(p.Child(key), "(not shown)", "must be a string; quote it"))
+		}
+	}
+	return errs
+}
+
 func checkMap(p *field.Path, v any, t reflect.Type) field.ErrorList {
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -237,8 +274,8 @@ func checkMap(p *field.Path, v any, t reflect.Type) field.ErrorList {
 	var errs field.ErrorList
 	for _, key := range sortedKeys(m) {
 		if t == stringMapType {
-			// Values of params, labels and annotations are never quoted back: a
-			// password put in params by mistake must not reach a log.
+			// Values of parameters and labels are never quoted back: a password
+			// put in the wrong place must not reach a log.
 			if _, ok := m[key].(string); !ok {
 				errs = append(errs, field.TypeInvalid(p.Key(key), "(not shown)", "must be a string; quote it"))
 			}

@@ -188,6 +188,8 @@ func (c *Config) Validate() field.ErrorList {
 		errs = append(errs, field.Invalid(w.Child("namespace"), c.Watchdog.Namespace, strings.Join(msgs, "; ")))
 	}
 	errs = append(errs, c.Heartbeats.validate(field.NewPath("heartbeats"))...)
+	errs = append(errs, tooMany(field.NewPath("agents"), len(c.Agents), MaxAgents)...)
+	errs = append(errs, tooMany(field.NewPath("policies"), len(c.Policies), MaxPolicies)...)
 	agents := map[string]bool{}
 	for i, a := range c.Agents {
 		p := field.NewPath("agents").Index(i)
@@ -269,6 +271,7 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 	case a.TLS != nil:
 		errs = append(errs, field.Forbidden(p.Child("tls"), "only for a remote agent (address)"))
 	}
+	errs = append(errs, boundedParams(p.Child("params"), a.Params)...)
 	if a.SecretRef != nil && (a.SecretRef.Namespace == "" || a.SecretRef.Name == "") {
 		errs = append(errs, field.Required(p.Child("secretRef"), "namespace and name"))
 	}
@@ -344,6 +347,7 @@ func (pol *Policy) validate(p *field.Path, agents map[string]bool) field.ErrorLi
 	} else {
 		errs = append(errs, dnsLabel(p.Child("name"), pol.Name)...)
 	}
+	errs = append(errs, boundedSelector(p.Child("nodeSelector"), pol.NodeSelector)...)
 	if pol.NodeSelector != nil {
 		if _, err := metav1.LabelSelectorAsSelector(pol.NodeSelector); err != nil {
 			errs = append(errs, field.Invalid(p.Child("nodeSelector"), pol.NodeSelector, err.Error()))

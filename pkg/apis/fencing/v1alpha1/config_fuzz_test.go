@@ -9,12 +9,15 @@ import (
 
 // FuzzDecodeConfig: no input makes the decoder panic or hang, an error never quotes more
 // of a value than maxQuoted bytes, and every configuration it accepts is valid and reads
-// back the same after it is written out. The seeds are the valid base and every bad
-// configuration of TestBadConfigs but the 10 MiB one; `go test` runs them, `make fuzz`
-// explores from them.
+// back the same after it is written out. The seeds are the valid base, every bad
+// configuration of TestBadConfigs but the 10 MiB one, and the files of
+// TestSyntaxErrorsNameTheirLine; `go test` runs them, `make fuzz` explores from them.
 func FuzzDecodeConfig(f *testing.F) {
 	f.Add([]byte(valid))
 	f.Add([]byte(minimal))
+	for _, tc := range syntaxConfigs {
+		f.Add([]byte(strings.Replace(valid, tc.old, tc.new, 1)))
+	}
 	for _, tc := range badConfigs {
 		doc := tc.new
 		if tc.old != "" {

@@ -49,6 +49,8 @@ func (a *Agent) validateNetworkFence(p *field.Path) field.ErrorList {
 			errs = append(errs, dnsSubdomain(np.Child("secret", "name"), s.Name)...)
 		}
 	}
+	errs = append(errs, boundedParams(np.Child("parameters"), n.Parameters)...)
+	errs = append(errs, tooMany(np.Child("addressTypes"), len(n.AddressTypes), MaxAddressTypes)...)
 	valid := []string{AddressInternalIP, AddressExternalIP}
 	for i, t := range n.AddressTypes {
 		if !slices.Contains(valid, t) {

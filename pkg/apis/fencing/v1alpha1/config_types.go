@@ -14,10 +14,11 @@ type Config struct {
 	Detection Detection `json:"detection"`
 	// LeaderElection configures the Lease that elects the acting replica.
 	LeaderElection LeaderElection `json:"leaderElection"`
-	// Agents are the fence agents the controller may call, by name.
+	// Agents are the fence agents the controller may call, by name; at most 100.
 	Agents []Agent `json:"agents"`
 	// Policies decide, per node, whether and how to fence. The first policy whose
 	// nodeSelector matches a node applies; a policy without a selector matches every node.
+	// At most 100.
 	Policies []Policy `json:"policies"`
 	// PluginDir is the directory that holds the agent binaries.
 	PluginDir string `json:"pluginDir,omitempty"`
@@ -174,9 +175,14 @@ type Agent struct {
 	Address string `json:"address,omitempty"`
 	// TLS holds the certificate files for a remote agent; required with Address.
 	TLS *AgentTLS `json:"tls,omitempty"`
-	// Params are default parameters passed on every call (non-secret).
+	// Params are default parameters passed on every call (non-secret): at most 64, of at
+	// most 64 KiB in all (names and values). The agent checks each when the configuration
+	// is loaded; a problem is reported at its path, e.g. agents[0].params.cipherSuite.
 	Params map[string]string `json:"params,omitempty"`
 	// SecretRef names a Secret whose keys are passed as the agent's secret parameters.
+	// Required for an agent that says its secrets are required (the BMC agent, IPMI and
+	// Redfish alike: username and password): without it every fence would fail, so the
+	// configuration is refused when it is loaded.
 	SecretRef *SecretRef `json:"secretRef,omitempty"`
 	// Target says how to find the agent's target for a node.
 	Target TargetSource `json:"target"`
@@ -212,7 +218,7 @@ type NetworkFence struct {
 	// parameters and its Secret.
 	ClassName string `json:"className,omitempty"`
 	// Parameters are the driver's parameters (spec.parameters), e.g. clusterID for
-	// Ceph. Only with driver.
+	// Ceph: at most 64, of at most 64 KiB in all. Only with driver.
 	Parameters map[string]string `json:"parameters,omitempty"`
 	// Secret names the Secret the csi-addons controller hands the driver (spec.secret),
 	// e.g. Ceph's provisioner Secret. kubefence never reads it. Only with driver.

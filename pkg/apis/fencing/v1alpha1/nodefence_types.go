@@ -49,20 +49,9 @@ func PhaseNotIn(phases ...Phase) string {
 	return fields.AndSelectors(terms...).String()
 }
 
-// ForceAnnotation, set to "true" on a NodeFence, makes the controller fence even where
-// the disruption budget says hold or wait (storm, dark zone, cooldown, concurrency, rate).
-// Pause, exclusion and dry run still apply. Setting it needs permission to create
-// nodefences/force, which the chart's ValidatingAdmissionPolicy checks.
-const ForceAnnotation = "fencing.kubefence.io/force"
-
 // RequestedByController is spec.requestedBy on incidents the controller opened itself;
 // any other value is a person's request.
 const RequestedByController = "controller"
-
-// ConditionContradiction is set on an incident whose node reports Ready with the same
-// boot ID after it was verified fenced: either the agent's verification or the node's
-// identity is wrong, and a person must look before anything is undone.
-const ConditionContradiction = "FenceContradicted"
 
 // NodeLabel names the node a NodeFence is about, on the NodeFence, and the node a
 // controller replica runs on, on its identity Lease. Its value is LabelValue(the node's
@@ -124,10 +113,12 @@ const (
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Level",type=integer,JSONPath=`.status.attempts[-1:].level`,description="The last level tried"
+// +kubebuilder:printcolumn:name="Verified",type=integer,JSONPath=`.status.verifiedLevel`,description="The level read back as fenced; empty until one is"
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.attempts[-1:].agent`,description="The agent of the last call"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.spec.reason`
 // +kubebuilder:printcolumn:name="RequestedBy",type=string,JSONPath=`.spec.requestedBy`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.message`,priority=1,description="Why the incident is where it is: held by which rule, failed on what"
 // +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
 // +kubebuilder:selectablefield:JSONPath=`.status.phase`
 
@@ -219,8 +210,20 @@ type NodeFenceStatus struct {
 	// +kubebuilder:validation:MaxLength=32768
 	// +optional
 	Message string `json:"message,omitempty"`
-	// Conditions follow Kubernetes conventions.
+	// ObservedGeneration is the metadata.generation the controller last acted on. The
+	// spec never changes, so it reads 1 once the controller has taken the incident up;
+	// 0 (absent) is an incident it has not seen yet.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions say what a person needs to know, one per type: Fenced (a level was read
+	// back as complete, or a person confirmed the node off), Released (the node's
+	// workloads were released), Held (a rule holds the incident; the reason names the
+	// rule, the message the evidence and what would let it go on), Recovered (the node
+	// came back with a new boot, or its incident was closed as gone for good) and
+	// FenceContradicted (the node ran on after a verified fence).
 	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }

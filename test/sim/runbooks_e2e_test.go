@@ -1,0 +1,229 @@
+package sim
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// The placeholders of docs/runbooks.md, and what the test puts in their place.
+const (
+	runbookIncident  = "runbook-incident"
+	runbookNode      = "node-1"
+	runbookNamespace = "fencing-dc2"
+	runbookAgent     = "ipmi-dc2"
+)
+
+// TestRunbookCommands runs every command of docs/runbooks.md, block by block as an
+// operator pastes them, with kubectl v1.36 and fence-controller, against the simulated
+// cluster (real kube-apiserver) with a leading controller, an incident, a node the target
+// monitor marked and a remote agent's Deployment: every command must succeed, and the
+// leader's log must come from the leader. A command mentioned in the text and missing from
+// the blocks fails the test too.
+func TestRunbookCommands(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	kubectl := kubectlBinary(t)
+	blocks := runbookBlocks(t)
+	h := fastHarnessWith(t, ctx, HarnessOptions{
+		// The API server reaches the simulated kubelets on loopback for kubectl logs.
+		Cluster: func(o *Options) {
+			o.APIServerArgs = append(o.APIServerArgs, "--kubelet-preferred-address-types=InternalIP")
+		},
+		// Decisions only: the commands change annotations and labels, nothing is fenced.
+		Config: func(c *v1alpha1.Config) { c.DryRun = true },
+	})
+	c := h.Cluster
+	r := startLeader(t, ctx, h, "controller")
+	leader, err := h.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderPod, _, _ := strings.Cut(leader, "_")
+	runbookState(t, ctx, h, leaderPod, r)
+
+	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "HOME="+t.TempDir(),
+		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+h.bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	values := map[string]string{"NAMESPACE": runbookNamespace, "NAME": runbookIncident, "NODE": runbookNode,
+		"CONFIG": h.ConfigPath, "AGENT": runbookAgent}
+	var all strings.Builder
+	for i, block := range blocks {
+		script := placeholder.ReplaceAllStringFunc(block, func(p string) string { return values[p] })
+		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("block %d failed: %v\n%s\noutput:\n%s", i+1, err, script, out)
+		}
+		t.Logf("block %d:\n%s\n%s", i+1, script, out)
+		all.Write(out)
+	}
+	for _, want := range []string{
+		"MESSAGE",                         // kubectl get nodefences -o wide
+		"Caches synced",                   // the leader's own log, through the API server and its kubelet
+		leader,                            // the Lease's holder
+		"kubefence-agent-" + runbookAgent, // describe deploy
+	} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("the runbook commands printed no %q", want)
+		}
+	}
+	checkRunbookEffects(t, ctx, c)
+}
+
+// runbookState makes what the runbooks look at: the leader's pod (its log served by a
+// node's kubelet), an incident, the target monitor's mark and a remote agent.
+func runbookState(t *testing.T, ctx context.Context, h *Harness, leaderPod string, r *Replica) {
+	t.Helper()
+	cs := h.Cluster.Client
+	ns := ControllerNamespace
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: leaderPod, Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: "node-2", AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "controller", Image: "kubefence/kubefence"}}}}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the leader's pod %q (the Lease holder's host name): %v", leaderPod, err)
+	}
+	h.Cluster.Node("node-2").ServeContainerLog(ns, leaderPod, "controller", r.Log)
+	admin, err := dynamicClient(h.Cluster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Resource(v1alpha1.NodeFenceResource).Create(ctx,
+		nodeFenceRequest(runbookIncident, runbookNode, "admin", false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mark := `{"metadata":{"annotations":{"` + v1alpha1.TargetReadsOffAnnotation + `":"agent ipmi, target 127.0.0.1"}}}`
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, runbookNode, types.MergePatchType, []byte(mark), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runbookNamespace}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app.kubernetes.io/name": "kubefence-agent", "app.kubernetes.io/instance": runbookAgent}
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-agent-" + runbookAgent, Namespace: runbookNamespace},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Image: "kubefence/kubefence"}}}}}}
+	if _, err := cs.AppsV1().Deployments(runbookNamespace).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkRunbookEffects: the commands did what the runbooks say they do.
+func checkRunbookEffects(t *testing.T, ctx context.Context, c *Cluster) {
+	t.Helper()
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, runbookNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !node.Spec.Unschedulable || node.Labels[v1alpha1.DefaultExcludeLabel] != "true" {
+		t.Errorf("%s: unschedulable %v, labels %v; want cordoned and excluded", runbookNode, node.Spec.Unschedulable, node.Labels)
+	}
+	if _, marked := node.Annotations[v1alpha1.TargetReadsOffAnnotation]; marked {
+		t.Errorf("%s still carries the target monitor's mark", runbookNode)
+	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == "node.kubernetes.io/out-of-service" {
+			t.Errorf("%s kept the out-of-service taint the runbook removes", runbookNode)
+		}
+	}
+	admin, err := dynamicClient(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nf, err := admin.Resource(v1alpha1.NodeFenceResource).Get(ctx, runbookIncident, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := nf.GetAnnotations(); a[v1alpha1.RetryAnnotation] != "true" || a[v1alpha1.ForceAnnotation] != "true" {
+		t.Errorf("incident annotations %v; want retry and force", a)
+	}
+	list, err := admin.Resource(v1alpha1.NodeFenceResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requested := 0
+	for _, item := range list.Items {
+		if strings.HasPrefix(item.GetName(), runbookNode+"-") {
+			requested++
+		}
+	}
+	if requested != 1 {
+		t.Errorf("%d NodeFences requested by hand for %s, want the runbook's one", requested, runbookNode)
+	}
+}
+
+var (
+	// placeholder is a whole word: $KUBECONFIG stays the shell's.
+	placeholder = regexp.MustCompile(`\b(NAMESPACE|NAME|NODE|CONFIG|AGENT)\b`)
+	shBlock     = regexp.MustCompile("(?ms)^( *)```sh\n(.*?)^ *```")
+	inlineCode  = regexp.MustCompile("`([^`\n]+)`")
+)
+
+// runbookBlocks returns the sh blocks of docs/runbooks.md, dedented, and fails when the
+// text names a kubectl or fence-controller command that no block runs.
+func runbookBlocks(t *testing.T) []string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "runbooks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	for _, m := range shBlock.FindAllStringSubmatch(string(doc), -1) {
+		var lines []string
+		for _, l := range strings.Split(m[2], "\n") {
+			lines = append(lines, strings.TrimPrefix(l, m[1]))
+		}
+		blocks = append(blocks, strings.Join(lines, "\n"))
+	}
+	if len(blocks) < 10 {
+		t.Fatalf("docs/runbooks.md has %d sh blocks", len(blocks))
+	}
+	text := shBlock.ReplaceAllString(string(doc), "")
+	commands := strings.Join(blocks, "\n")
+	for _, m := range inlineCode.FindAllStringSubmatch(text, -1) {
+		cmd := m[1]
+		if (strings.HasPrefix(cmd, "kubectl ") || strings.HasPrefix(cmd, "fence-controller ")) && !strings.Contains(commands, cmd) {
+			t.Errorf("docs/runbooks.md tells of `%s`, which no sh block runs", cmd)
+		}
+	}
+	return blocks
+}
+
+// kubectlBinary is the kubectl hack/controlplane.sh builds beside the control plane.
+func kubectlBinary(t *testing.T) string {
+	t.Helper()
+	b, err := findBinaries("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := filepath.Join(filepath.Dir(b.apiserver), "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		t.Fatalf("%v: run hack/controlplane.sh (or make deps), which builds kubectl with the control plane", err)
+	}
+	return kubectl
+}
