@@ -91,7 +91,11 @@ func agentError(p *field.Path, a v1alpha1.Agent, err error) (field.ErrorList, er
 	}
 	named := plugin.ParamErrors(err)
 	if len(named) == 0 {
-		return field.ErrorList{field.Invalid(p, field.OmitValueType{}, fmt.Sprintf("agent %s: %v", a.Name, err))}, nil
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "agent "+a.Name+":") {
+			msg = "agent " + a.Name + ": " + msg
+		}
+		return field.ErrorList{field.Invalid(p, field.OmitValueType{}, msg)}, nil
 	}
 	var errs field.ErrorList
 	for _, pe := range named {

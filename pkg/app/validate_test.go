@@ -72,13 +72,13 @@ func TestValidateRemoteAgentFiles(t *testing.T) {
 		"good files, agent down": {cert: good.cert, key: good.key, ca: good.cert,
 			warning: "agents[0] (dc2): agent dc2: validate: agent process died: connection error"},
 		"a certificate that is not one": {cert: garbage, key: good.key, ca: good.cert,
-			err: "agents[0] (dc2): agent dc2: Permanent: load client certificate " + garbage},
+			err: "agents[0]: Invalid value: agent dc2: Permanent: load client certificate " + garbage},
 		"a CA that is not one": {cert: good.cert, key: good.key, ca: garbage,
-			err: "agents[0] (dc2): agent dc2: Permanent: server ca: " + garbage + ": no PEM certificate found"},
+			err: "agents[0]: Invalid value: agent dc2: Permanent: server ca: " + garbage + ": no PEM certificate found"},
 		"only the key missing": {cert: good.cert, key: filepath.Join(dir, "nokey"), ca: good.cert,
 			warning: "agents[0] (dc2): tls.keyFile " + filepath.Join(dir, "nokey") + " not on this machine: read where the controller runs (agent not checked)"},
 		"the key missing where it must be": {cert: good.cert, key: filepath.Join(dir, "nokey"), ca: good.cert, require: true,
-			err: "agents[0] (dc2): agent dc2: Permanent: load client certificate " + good.cert + " and key " + filepath.Join(dir, "nokey")},
+			err: "agents[0]: Invalid value: agent dc2: Permanent: load client certificate " + good.cert + " and key " + filepath.Join(dir, "nokey")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := fmt.Sprintf(`apiVersion: config.kubefence.io/v1alpha1
