@@ -49,14 +49,28 @@ func TestMetricsAuthentication(t *testing.T) {
 		t.Errorf("scrape with the metrics-reader token: %v, body has no kubefence_build_info:\n%.300s", err, body)
 	}
 	// client-go's own metrics, on the same registry: the incident queue, the API calls
-	// and the election.
-	for _, want := range []string{`workqueue_depth{name="kubefence"}`, `workqueue_adds_total{name="kubefence"}`,
-		`workqueue_work_duration_seconds_count{name="kubefence"}`, `rest_client_requests_total{code="200",method="GET"`,
+	// and the election. Each series appears with its first sample (the first GET that
+	// answered 200 may come after the first scrape), so scrape until all are there.
+	wants := []string{`workqueue_depth{name="kubefence"}`, `workqueue_adds_total{name="kubefence"}`,
+		`workqueue_work_duration_seconds_count{name="kubefence"}`, `rest_client_requests_total{code="200",host="`,
 		`rest_client_request_duration_seconds_count{`, `rest_client_rate_limiter_duration_seconds_count{`,
-		`leader_election_master_status{name="kubefence-controller"} 1`} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %s", want)
+		`leader_election_master_status{name="kubefence-controller"} 1`}
+	var missing []string
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		code, b := scrapeTLS(t, ctx, url, scraper)
+		if code != http.StatusOK {
+			return false, nil
 		}
+		body, missing = b, missing[:0]
+		for _, want := range wants {
+			if !strings.Contains(body, want) {
+				missing = append(missing, want)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if len(missing) > 0 {
+		t.Errorf("/metrics lacks %q after a minute; it serves:\n%s", missing, metricNames(body))
 	}
 	for name, tc := range map[string]struct {
 		token string
@@ -170,4 +184,15 @@ func scrapeTLS(t *testing.T, ctx context.Context, url, token string) (int, strin
 		t.Errorf("%s answered without TLS", url)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// metricNames lists the metric families a scrape's body holds, one per line.
+func metricNames(body string) string {
+	var names []string
+	for _, l := range strings.Split(body, "\n") {
+		if name, ok := strings.CutPrefix(l, "# TYPE "); ok {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, "\n")
 }
