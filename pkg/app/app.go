@@ -152,7 +152,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err := ctrls.Caches.Start(ctx); err != nil {
 		return err
 	}
-	if err := ctrls.Loop.Start(ctx); err != nil {
+	if err := ctrls.Agents.Start(ctx); err != nil {
 		return err
 	}
 	health.SetSynced()

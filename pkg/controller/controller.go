@@ -29,9 +29,9 @@ import (
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
-	"github.com/kubefence/kubefence/pkg/nodeagent"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
+	"github.com/kubefence/kubefence/pkg/selffence"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -73,6 +73,19 @@ type Peers struct {
 	Health *agentcall.Health
 	// Requests carries the health checkers' KubefenceRemediations; nil when off.
 	Requests *requests.Requests
+	// Agents is the watch on the node agents (pkg/agentwatch); required.
+	Agents AgentWatch
+}
+
+// AgentWatch is what the loop asks of the watch on the node agents: their heartbeats'
+// verdict on a node's agent, a probe of its kubelet, and the watchdog level's verdict.
+type AgentWatch interface {
+	// ObserveAgent passes to the detector whether node's agent is gone.
+	ObserveAgent(node string)
+	// ProbeKubelet probes node's kubelet for the detector; false when heartbeats are off.
+	ProbeKubelet(ctx context.Context, node *corev1.Node, now time.Time) bool
+	// Verdict says where the watchdog level's fence of node in nf stands.
+	Verdict(nf *v1alpha1.NodeFence, node *corev1.Node, issued bool) (selffence.Verdict, error)
 }
 
 // LeaderOptions say how this replica leads.
@@ -138,10 +151,7 @@ type peers struct {
 	health   *agentcall.Health
 	requests *requests.Requests
 	replicas *leader.Replicas
-	// watchdogs follows the node agents' reports; heartbeats is this replica's seat
-	// among the agents' peers (nil when off).
-	watchdogs  *watchdogs
-	heartbeats *heartbeats
+	agents   AgentWatch
 }
 
 // leadership is this replica's standing as leader: the Lease check and the epoch it acts
@@ -200,11 +210,14 @@ func New(opts Options) (*Controller, error) {
 	if opts.Leader.IdentityRenewInterval <= 0 {
 		opts.Leader.IdentityRenewInterval = 10 * time.Second
 	}
+	if opts.Peers.Agents == nil {
+		return nil, fmt.Errorf("options: Peers.Agents is required")
+	}
 	cfg := opts.Config
 	c := &Controller{
 		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, store: opts.Store, detector: opts.Detector, caller: opts.Caller,
 		metrics: newMetrics(opts.Registry),
-		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests,
+		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests, agents: opts.Peers.Agents,
 			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
 		},
 		lead:   leadership{guard: opts.Leader.Guard, pause: &pauser{point: t.PauseAt}},
@@ -216,11 +229,7 @@ func New(opts Options) (*Controller, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
 	}
-	c.peers.watchdogs = newWatchdogs(cfg.Watchdog, func() time.Time { return c.now() })
 	c.metrics.initCounters()
-	if cfg.Heartbeats != nil {
-		c.peers.heartbeats = newHeartbeats(cfg.Heartbeats, c.metrics.registry)
-	}
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
 	if err := c.useCaches(opts); err != nil {
 		return nil, err
@@ -253,60 +262,8 @@ func (c *Controller) useCaches(opts Options) error {
 	}
 	c.caches = nodeCaches{nodes: nodeInf.Lister(), pods: podInf.Informer(), pdbs: kube.Policy().V1().PodDisruptionBudgets().Lister(),
 		attachments: kube.Storage().V1().VolumeAttachments().Lister(), nodeLeases: detector.LeaseReads(opts.Client)}
-	if usesWatchdog(c.cfg) || c.cfg.Heartbeats != nil {
-		if err := c.watchReports(opts.Caches.Reports.Coordination().V1().Leases().Informer()); err != nil {
-			return err
-		}
-	}
 	return c.watch(nodeInf.Informer(), opts.Caches.NodeLeases.Coordination().V1().Leases().Informer(),
 		opts.Caches.Fencing.Fencing().V1alpha1().NodeFences().Informer(), opts.Caches.Identities.Coordination().V1().Leases().Informer())
-}
-
-// usesWatchdog reports whether a policy has a watchdog level.
-func usesWatchdog(cfg *v1alpha1.Config) bool {
-	for _, p := range cfg.Policies {
-		for _, l := range p.Levels {
-			if l.Watchdog {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// watchReports follows the node agents' report Leases.
-func (c *Controller) watchReports(inf cache.SharedIndexInformer) error {
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onReport(obj) },
-		UpdateFunc: func(_, obj any) { c.onReport(obj) },
-		DeleteFunc: func(obj any) {
-			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
-				c.peers.watchdogs.forget("", nodeagent.NodeOf(l))
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("watch node agent reports: %w", err)
-	}
-	return nil
-}
-
-// onReport records a node agent's report, and syncs the nodes whose watchdog fence it
-// may move on: its own, and those whose incidents it holds.
-func (c *Controller) onReport(obj any) {
-	l, ok := obj.(*coordinationv1.Lease)
-	if !ok {
-		return
-	}
-	holds := c.peers.watchdogs.observe(l)
-	if node := nodeagent.NodeOf(l); node != "" {
-		c.queue.Add(node)
-	}
-	for _, name := range holds {
-		if nf := c.store.Get(name); nf != nil {
-			c.queue.Add(nf.Spec.NodeName)
-		}
-	}
 }
 
 // watch queues a node when it, its Lease or one of its incidents changes, and follows
@@ -345,7 +302,6 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 				c.store.Forget(nf.Name)
 				c.dropEvents(nf.Name)
 				c.decide.admission.unclaim(nf.Name)
-				c.peers.watchdogs.forget(nf.Name, "")
 			}
 		},
 	}); err != nil {
@@ -408,16 +364,6 @@ func (c *Controller) onNodeFence(obj any) {
 		c.queue.Add(nf.Spec.NodeName)
 		c.peers.requests.OnIncident(nf)
 	}
-}
-
-// Start starts what a standby keeps warm too: this replica's seat among the node agents'
-// peers, so that a new leader knows at once which agents are gone. The caches are started
-// by whoever made them (caches.Set.Start).
-func (c *Controller) Start(ctx context.Context) error {
-	if c.peers.heartbeats != nil {
-		return c.startHeartbeats(ctx)
-	}
-	return nil
 }
 
 // Run acts as leader with the given fencing epoch until ctx ends.

@@ -43,11 +43,10 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	var pn policy.Node
 	var obs detector.Observation
-	c.observeAgent(name)
+	c.peers.agents.ObserveAgent(name)
 	if pol != nil {
 		pn, obs = c.view(pol, node, now)
-		if obs.ProbeKubelet && c.peers.heartbeats != nil {
-			c.probeKubelet(ctx, node, now)
+		if obs.ProbeKubelet && c.peers.agents.ProbeKubelet(ctx, node, now) {
 			pn, obs = c.view(pol, node, now)
 		}
 	} else {
