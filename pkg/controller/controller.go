@@ -29,6 +29,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/releasegate"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/kubefence/kubefence/pkg/selffence"
@@ -166,12 +167,10 @@ type leadership struct {
 	apiUnreachable atomic.Bool
 }
 
-// eventLog holds each incident's Events until its next save.
+// eventLog sends the loop's Events, each incident's held until its next save.
 type eventLog struct {
 	recorder record.EventRecorder
-	mu       sync.Mutex
-	// pending are the events of each incident waiting for its next save.
-	pending map[string][]pendingEvent
+	held     incidents.PendingEvents
 }
 
 // decisions are what a decision shares with the others.
@@ -179,7 +178,7 @@ type decisions struct {
 	// admission makes each fence decision and its claim on the budget one step.
 	admission admission
 	// gate lets a storm's releases go before their records.
-	gate releaseGate
+	gate releasegate.Gate
 	mu   sync.Mutex
 	// dryRunSeen holds, per node, the unhealthy episodes (keyed by when their evidence
 	// started) already reported in dry run. A node's entry goes once it is healthy again
@@ -221,7 +220,7 @@ func New(opts Options) (*Controller, error) {
 			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
 		},
 		lead:   leadership{guard: opts.Leader.Guard, pause: &pauser{point: t.PauseAt}},
-		events: eventLog{recorder: opts.Recorder, pending: map[string][]pendingEvent{}},
+		events: eventLog{recorder: opts.Recorder},
 		decide: decisions{dryRunSeen: map[string]map[string]bool{}},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
 		// bucket would queue a hundred simultaneous incidents behind each other.
