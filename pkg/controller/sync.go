@@ -139,16 +139,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		// The cache is behind the API server; the informer event will bring it.
 		return time.Second, nil
 	}
-	nf := &v1alpha1.NodeFence{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-", Labels: map[string]string{v1alpha1.NodeLabel: v1alpha1.LabelValue(node.Name)}},
-		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: v1alpha1.RequestedByController,
-			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
-		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},
-	}
-	if !obs.RenewTime.IsZero() {
-		rt := metav1.NewMicroTime(obs.RenewTime)
-		nf.Status.LeaseRenewTime = &rt
-	}
+	nf := newIncident(node, pol, obs)
 	c.step(ctx, nf, obs.Since, v1alpha1.StepEvidenceStarted, obs.Evidence)
 	c.step(ctx, nf, now, v1alpha1.StepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
 	created, err := c.store.Create(ctx, nf)
@@ -172,6 +163,22 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		}
 	}
 	return requeue, err
+}
+
+// newIncident is the NodeFence the controller opens for node, unhealthy on obs under
+// pol.
+func newIncident(node *corev1.Node, pol *v1alpha1.Policy, obs detector.Observation) *v1alpha1.NodeFence {
+	nf := &v1alpha1.NodeFence{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-", Labels: map[string]string{v1alpha1.NodeLabel: v1alpha1.LabelValue(node.Name)}},
+		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: v1alpha1.RequestedByController,
+			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
+		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},
+	}
+	if !obs.RenewTime.IsZero() {
+		rt := metav1.NewMicroTime(obs.RenewTime)
+		nf.Status.LeaseRenewTime = &rt
+	}
+	return nf
 }
 
 // confirmStale reads the node's Lease from the API server before an incident is opened
