@@ -91,7 +91,7 @@ bench: deps build
 FUZZTIME ?= 60s
 .PHONY: fuzz
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./pkg/apis/fencing/v1alpha1/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./pkg/configfile/
 	$(GO) test -run '^$$' -fuzz '^FuzzStatusWithinCRD$$' -fuzztime $(FUZZTIME) ./pkg/incidents/
 
 proto:

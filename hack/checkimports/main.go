@@ -26,6 +26,7 @@ type rule struct {
 
 var rules = []rule{
 	{Dir: "pkg/apis", Forbidden: `^$MOD/(pkg|cmd|test)/`, Allowed: `^$MOD/pkg/apis(/|$)`, Why: "API types stand alone"},
+	{Dir: "pkg/configfile", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/apis(/|$)`, Why: "reading the configuration file knows only the API types"},
 	{Dir: "pkg/policy", Forbidden: `^(k8s\.io/client-go|$MOD/pkg/(plugin|fencer|remediate|controller|detector))(/|$)`, Why: "policy is pure decisions"},
 	{Dir: "pkg/detector", Forbidden: `^$MOD/pkg/(plugin|fencer|remediate)(/|$)`, Why: "the detector only observes"},
 	{Dir: "pkg/plugin", Forbidden: `^(k8s\.io/|$MOD/pkg/(controller|detector|policy|fencer|remediate|apis)(/|$))`, Why: "the agent contract knows no Kubernetes"},

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/configfile"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/kubemetrics"
@@ -84,7 +85,7 @@ func loadConfig(path string) (*v1alpha1.Config, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read config: %w", err)
 	}
-	cfg, warnings, err := v1alpha1.DecodeConfig(data)
+	cfg, warnings, err := configfile.Decode(data)
 	if err != nil {
 		return cfg, warnings, fmt.Errorf("config %s: %w", path, err)
 	}
