@@ -43,6 +43,7 @@ lint:
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) run ./hack/checkimports
+	$(GO) run ./hack/checkbounds
 
 # Only what the demo needs: ipmi_sim and ipmitool, etcd and the control plane without
 # kubelet, fence-controller and fence-agent-ipmi, built side by side with progress
@@ -91,7 +92,7 @@ bench: deps build
 FUZZTIME ?= 60s
 .PHONY: fuzz
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./pkg/apis/fencing/v1alpha1/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeConfig$$' -fuzztime $(FUZZTIME) ./pkg/configfile/
 	$(GO) test -run '^$$' -fuzz '^FuzzStatusWithinCRD$$' -fuzztime $(FUZZTIME) ./pkg/incidents/
 
 proto:

@@ -26,6 +26,7 @@ type rule struct {
 
 var rules = []rule{
 	{Dir: "pkg/apis", Forbidden: `^$MOD/(pkg|cmd|test)/`, Allowed: `^$MOD/pkg/apis(/|$)`, Why: "API types stand alone"},
+	{Dir: "pkg/configfile", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/apis(/|$)`, Why: "reading the configuration file knows only the API types"},
 	{Dir: "pkg/policy", Forbidden: `^(k8s\.io/client-go|$MOD/pkg/(plugin|fencer|remediate|controller|detector))(/|$)`, Why: "policy is pure decisions"},
 	{Dir: "pkg/detector", Forbidden: `^$MOD/pkg/(plugin|fencer|remediate)(/|$)`, Why: "the detector only observes"},
 	{Dir: "pkg/plugin", Forbidden: `^(k8s\.io/|$MOD/pkg/(controller|detector|policy|fencer|remediate|apis)(/|$))`, Why: "the agent contract knows no Kubernetes"},
@@ -34,6 +35,7 @@ var rules = []rule{
 	{Dir: "pkg/fencer", Forbidden: `^$MOD/pkg/(controller|remediate)(/|$)`, Why: "the state machine does not reach into its wiring"},
 	{Dir: "pkg/serving", Forbidden: `^$MOD/pkg/`, Why: "serving knows nothing of fencing"},
 	{Dir: "pkg/kubemetrics", Forbidden: `^$MOD/`, Why: "client-go's metrics know nothing of fencing"},
+	{Dir: "pkg/releasegate", Forbidden: `^$MOD/`, Why: "the release gate counts syncs and holds records back; it knows nothing of fencing"},
 	{Dir: "pkg/controller", Forbidden: `^$MOD/pkg/app(/|$)`, Why: "the engine does not know how the process is assembled"},
 	{Dir: "pkg/leader", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/(apis|coalesce)(/|$)`, Why: "leadership knows nothing of fencing"},
 	{Dir: "pkg/coalesce", Forbidden: `^$MOD/`, Why: "shared reads know nothing of what they read"},
@@ -49,7 +51,8 @@ var rules = []rule{
 	{Dir: "pkg/requests", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|remediate|plugin|fencer|detector|app)(/|$)`, Why: "the health checkers' requests ask the incident loop; they fence and release nothing themselves"},
 	{Dir: "pkg/orphans", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|plugin|app)(/|$)`, Why: "the orphan repair removes taints and records it; it calls no agent"},
 	{Dir: "pkg/caches", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|incidents|remediate|plugin|fencer|app)(/|$)`, Why: "the shared caches know what they watch, not who reads it"},
-	{Dir: "pkg/controller", Forbidden: `^$MOD/pkg/(devicemonitor|orphans|app)(/|$)`, Why: "the incident loop asks its peers through their methods and never runs the leader's housekeepers; pkg/app wires them"},
+	{Dir: "pkg/agentwatch", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|incidents|remediate|app)(/|$)`, Why: "the watch on the node agents observes and says what it saw; it fences, releases and records nothing"},
+	{Dir: "pkg/controller", Forbidden: `^$MOD/pkg/(devicemonitor|orphans|agentwatch|app)(/|$)`, Why: "the incident loop asks its peers through their methods and never runs the leader's housekeepers; pkg/app wires them"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }
 

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -22,6 +19,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/configfile"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/kubemetrics"
@@ -87,7 +85,7 @@ func loadConfig(path string) (*v1alpha1.Config, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("read config: %w", err)
 	}
-	cfg, warnings, err := v1alpha1.DecodeConfig(data)
+	cfg, warnings, err := configfile.Decode(data)
 	if err != nil {
 		return cfg, warnings, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -152,37 +150,15 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err := ctrls.Caches.Start(ctx); err != nil {
 		return err
 	}
-	if err := ctrls.Loop.Start(ctx); err != nil {
+	if err := ctrls.Agents.Start(ctx); err != nil {
 		return err
 	}
 	health.SetSynced()
 	klog.FromContext(ctx).Info("Caches synced", "identity", identity)
 
-	ids := &leader.IdentityLeases{Client: client, Namespace: cfg.LeaderElection.Namespace, Identity: identity, Owner: podOwner(o, cfg.LeaderElection.Namespace),
-		Component: "controller", Node: o.NodeName, Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
-		Metrics: leader.NewIdentityLeaseMetrics(registry), Now: time.Now}
-	go ids.Run(ctx)
-	if o.LeaderPod != nil {
-		if err := leader.SetLeaderCondition(ctx, client, *o.LeaderPod, false); err != nil {
-			klog.FromContext(ctx).Error(err, "Marking own pod as standby")
-		}
-	}
+	ids := announce(ctx, o, client, cfg.LeaderElection.Namespace, identity, registry)
 	lead := leading(o, client, health, ids, host, ctrls)
-	elected := make(chan struct{})
-	if !*cfg.LeaderElection.Enabled {
-		close(elected)
-		go lead(ctx, 0)
-	} else {
-		go func() {
-			defer close(elected)
-			err := leader.Elect(ctx, client, cfg.LeaderElection, identity, lead, func() {
-				deposed(errors.New("leader lease lost"))
-			})
-			if err != nil {
-				errc <- err
-			}
-		}()
-	}
+	elected := campaign(ctx, client, cfg.LeaderElection, identity, lead, deposed, errc)
 	return awaitEnd(ctx, cfg.LeaderElection, elected, errc)
 }
 
@@ -238,46 +214,6 @@ func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents agentcall.Sou
 		return fmt.Errorf("config: %w", problems.Invalid.ToAggregate())
 	}
 	return nil
-}
-
-// leading returns what this replica does while it leads at an epoch: it marks its pod as
-// the leader, collects expired identity Leases, watches the remote agents and runs c.
-func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *leader.IdentityLeases, host *plugin.Host, ctrls *Controllers) func(context.Context, int64) {
-	return func(ctx context.Context, epoch int64) {
-		health.SetLeader()
-		if o.LeaderPod != nil {
-			if err := leader.SetLeaderCondition(ctx, client, *o.LeaderPod, true); err != nil {
-				klog.FromContext(ctx).Error(err, "Marking own pod as leader")
-			}
-		}
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			if _, err := ids.Collect(ctx); err != nil {
-				klog.FromContext(ctx).Error(err, "Collecting identity leases")
-			}
-		}, o.IdentityRenewInterval)
-		agentLeases := *ids
-		agentLeases.Component, agentLeases.Duration, agentLeases.Node = "agent", 3*o.IdentityRenewInterval, ""
-		go ctrls.Health.WatchRemoteAgents(ctx, ctrls.Config, host, &agentLeases, o.IdentityRenewInterval)
-		ctrls.Lead(ctx, epoch)
-	}
-}
-
-// awaitEnd returns when ctx ends, or with the error of the server or the election.
-func awaitEnd(ctx context.Context, le v1alpha1.LeaderElection, elected <-chan struct{}, errc <-chan error) error {
-	select {
-	case <-ctx.Done():
-		// A clean shutdown gives the Lease up (ReleaseOnCancel) so that a standby takes
-		// over after one retry period rather than a whole lease duration; the election
-		// does it once its renew loop sees the end, within the renew deadline.
-		select {
-		case <-elected:
-		case <-time.After(le.RenewDeadline.Duration + le.RetryPeriod.Duration):
-			klog.FromContext(ctx).Info("Leader Lease not released in time; exiting", "lease", le.Namespace+"/"+le.Name)
-		}
-		return nil
-	case err := <-errc:
-		return err
-	}
 }
 
 func newAgentHost(cfg *v1alpha1.Config) (*plugin.Host, error) {
@@ -353,16 +289,6 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 		}
 	}
 	return true, nil
-}
-
-// podOwner is the owner reference of this replica's pod, or nil outside a pod. An owner
-// must be in its dependent's namespace: the garbage collector deletes a Lease whose owner
-// it cannot find there, which would hide a live replica.
-func podOwner(o AppOptions, leaseNamespace string) *metav1.OwnerReference {
-	if o.PodName == "" || o.PodUID == "" || o.PodNamespace != leaseNamespace {
-		return nil
-	}
-	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: o.PodName, UID: types.UID(o.PodUID)}
 }
 
 // heartbeatAddresses puts the --heartbeat-* addresses into cfg, checked as the

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
+	"github.com/kubefence/kubefence/pkg/agentwatch"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/controller"
@@ -30,6 +31,7 @@ type Controllers struct {
 	Config    *v1alpha1.Config
 	Caches    *caches.Set
 	Loop      *controller.Controller
+	Agents    *agentwatch.Watch
 	Health    *agentcall.Health
 	Requests  *requests.Requests
 	Monitor   *devicemonitor.Monitor
@@ -82,8 +84,13 @@ func Assemble(a Assembly) (*Controllers, error) {
 			return nil, err
 		}
 	}
+	out.Agents, err = agentwatch.New(agentwatch.Options{Config: cfg, Caches: set, Detector: det, Incidents: store,
+		Enqueue: func(node string) { loop.Enqueue(node) }, Now: func() time.Time { return loop.Now() }, Identity: a.Identity, Registry: a.Registry})
+	if err != nil {
+		return nil, err
+	}
 	loop, err = controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
-		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests},
+		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents},
 		Recorder: a.Recorder, Registry: a.Registry, Identity: a.Identity, Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)

@@ -2,8 +2,8 @@
 // controller of the process (the incident loop, the health checkers' requests, the node
 // agents' observer, the device monitor, the orphan repair) reads from the one set pkg/app
 // makes, so each object kind is listed and watched once. It owns the caches' trimming
-// (what kubefence never reads is dropped before caching) and their start and sync; it
-// writes nothing.
+// (what kubefence never reads is dropped before caching), their indexes (pods by node)
+// and their start and sync; it writes nothing.
 package caches
 
 import (
@@ -12,9 +12,14 @@ import (
 	"reflect"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubefence/kubefence/pkg/detector"
@@ -65,7 +70,65 @@ func New(client kubernetes.Interface, fencing versioned.Interface, identityNS, r
 			return nil, fmt.Errorf("trim cache: %w", err)
 		}
 	}
+	if err := s.Kube.Core().V1().Pods().Informer().AddIndexers(cache.Indexers{podsByNodeIndex: podsByNode}); err != nil {
+		return nil, fmt.Errorf("index pods: %w", err)
+	}
 	return s, nil
+}
+
+const podsByNodeIndex = "byNode"
+
+func podsByNode(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+// PodsOn returns the pods bound to node in pods, the Set's pod cache.
+func PodsOn(pods cache.SharedIndexInformer, node string) []*corev1.Pod {
+	objs, err := pods.GetIndexer().ByIndex(podsByNodeIndex, node)
+	if err != nil {
+		return nil // only for an informer New did not index
+	}
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// UrgentPDBs are the PodDisruptionBudgets in pdbs (the Set's cache) that allow no
+// disruption now: the only ones that can make a node urgent (policy.Urgent).
+func UrgentPDBs(pdbs policylisters.PodDisruptionBudgetLister) []*policyv1.PodDisruptionBudget {
+	all, err := pdbs.List(labels.Everything())
+	if err != nil {
+		return nil // a cache read that cannot fail on labels.Everything(); without PDBs no pod is urgent
+	}
+	out := all[:0:0]
+	for _, pdb := range all {
+		if pdb.Status.DisruptionsAllowed <= 0 {
+			out = append(out, pdb)
+		}
+	}
+	return out
+}
+
+// AttachmentsOn counts the VolumeAttachments in vas (the Set's cache) of node.
+func AttachmentsOn(vas storagelisters.VolumeAttachmentLister, node string) int {
+	all, err := vas.List(labels.Everything())
+	if err != nil {
+		return 0 // a cache read that cannot fail on labels.Everything()
+	}
+	n := 0
+	for _, va := range all {
+		if va.Spec.NodeName == node {
+			n++
+		}
+	}
+	return n
 }
 
 // Start starts every informer a controller asked for, and waits until each has synced.

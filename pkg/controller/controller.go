@@ -23,83 +23,17 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/coalesce"
 	"github.com/kubefence/kubefence/pkg/detector"
-	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
-	"github.com/kubefence/kubefence/pkg/nodeagent"
+	"github.com/kubefence/kubefence/pkg/releasegate"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // NodeLeaseNamespace is where kubelets keep their heartbeat Leases.
 const NodeLeaseNamespace = detector.LeaseNamespace
-
-// Options are what the incident loop needs from the process that wires it (pkg/app).
-type Options struct {
-	Config *v1alpha1.Config
-	Client kubernetes.Interface
-	// Fencing is the typed client of NodeFences and KubefenceRemediations.
-	Fencing versioned.Interface
-	// Caches are the process's shared informer factories; the loop adds its handlers.
-	Caches *caches.Set
-	// Store is the incident record, read from Caches' NodeFences.
-	Store *incidents.Store
-	// Detector judges the nodes' health; the loop feeds it the Lease and Node events.
-	Detector *detector.Detector
-	// Caller reaches the agents; indexed on Caches' nodes by New.
-	Caller *agentcall.Caller
-	// Peers are the other controllers the loop asks; each may be nil (off).
-	Peers    Peers
-	Recorder record.EventRecorder
-	// Registry takes the loop's metrics; nil: a registry of its own.
-	Registry *prometheus.Registry
-	// Identity names this replica (hostname_PID_suffix).
-	Identity string
-	// Now is the clock.
-	Now func() time.Time
-	// Leader is this replica's place among the replicas.
-	Leader LeaderOptions
-	// Tuning are the loop's knobs, each with a default.
-	Tuning Tuning
-}
-
-// Peers are the controllers whose state the loop asks about, through their methods.
-type Peers struct {
-	// Health knows which remote agents do not answer; nil: every agent is taken as up.
-	Health *agentcall.Health
-	// Requests carries the health checkers' KubefenceRemediations; nil when off.
-	Requests *requests.Requests
-}
-
-// LeaderOptions say how this replica leads.
-type LeaderOptions struct {
-	// Guard checks the leader Lease before every write and irreversible action; nil
-	// without leader election.
-	Guard *leader.LeaseGuard
-	// OnDeposed is called when a newer leader's epoch is found on an incident: the
-	// replica must stop at once (main exits with code 2).
-	OnDeposed func(error)
-	// NodeName is the node this replica runs on (the downward API's spec.nodeName);
-	// empty outside a pod. It is never fenced by this replica.
-	NodeName string
-	// IdentityRenewInterval is how often replicas renew their identity Leases; a node
-	// whose replica renewed within three of them is alive and never fenced. Default 10s.
-	IdentityRenewInterval time.Duration
-}
-
-// Tuning are the loop's knobs.
-type Tuning struct {
-	// Workers is how many nodes are synced at once; zero means DefaultWorkers.
-	Workers int
-	// PollInterval is how often a fenced state is read back while verifying.
-	PollInterval time.Duration
-	// PauseAt names a test pause point (PauseAtEnv); empty in production.
-	PauseAt string
-}
 
 // Controller is the incident loop: it looks at each node when it, its Lease or one of its
 // incidents changes, opens an incident for a node that is unhealthy, decides, fences
@@ -138,10 +72,7 @@ type peers struct {
 	health   *agentcall.Health
 	requests *requests.Requests
 	replicas *leader.Replicas
-	// watchdogs follows the node agents' reports; heartbeats is this replica's seat
-	// among the agents' peers (nil when off).
-	watchdogs  *watchdogs
-	heartbeats *heartbeats
+	agents   AgentWatch
 }
 
 // leadership is this replica's standing as leader: the Lease check and the epoch it acts
@@ -156,12 +87,10 @@ type leadership struct {
 	apiUnreachable atomic.Bool
 }
 
-// eventLog holds each incident's Events until its next save.
+// eventLog sends the loop's Events, each incident's held until its next save.
 type eventLog struct {
 	recorder record.EventRecorder
-	mu       sync.Mutex
-	// pending are the events of each incident waiting for its next save.
-	pending map[string][]pendingEvent
+	held     incidents.PendingEvents
 }
 
 // decisions are what a decision shares with the others.
@@ -169,21 +98,13 @@ type decisions struct {
 	// admission makes each fence decision and its claim on the budget one step.
 	admission admission
 	// gate lets a storm's releases go before their records.
-	gate releaseGate
+	gate releasegate.Gate
 	mu   sync.Mutex
 	// dryRunSeen holds, per node, the unhealthy episodes (keyed by when their evidence
 	// started) already reported in dry run. A node's entry goes once it is healthy again
 	// or deleted (forgetDryRun), so the map holds only nodes that are unhealthy now.
 	dryRunSeen map[string]map[string]bool
 }
-
-// DefaultWorkers is how many nodes are synced at once by default. A worker stays with an
-// incident through its API writes and the agent's Fence call, so this bounds how many
-// incidents progress at once: with 16, a hundred nodes failing together were opened in
-// waves, the last ones 1.9 s after they crossed their threshold (BenchmarkIncidentCost,
-// then BenchmarkIncidentOverhead, on 2 cores; 13 ms with 100). An idle worker is a
-// goroutine waiting on the queue.
-const DefaultWorkers = 100
 
 // New builds the incident loop on opts' caches; Run starts it.
 func New(opts Options) (*Controller, error) {
@@ -200,15 +121,18 @@ func New(opts Options) (*Controller, error) {
 	if opts.Leader.IdentityRenewInterval <= 0 {
 		opts.Leader.IdentityRenewInterval = 10 * time.Second
 	}
+	if opts.Peers.Agents == nil {
+		return nil, fmt.Errorf("options: Peers.Agents is required")
+	}
 	cfg := opts.Config
 	c := &Controller{
 		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, store: opts.Store, detector: opts.Detector, caller: opts.Caller,
 		metrics: newMetrics(opts.Registry),
-		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests,
+		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests, agents: opts.Peers.Agents,
 			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
 		},
 		lead:   leadership{guard: opts.Leader.Guard, pause: &pauser{point: t.PauseAt}},
-		events: eventLog{recorder: opts.Recorder, pending: map[string][]pendingEvent{}},
+		events: eventLog{recorder: opts.Recorder},
 		decide: decisions{dryRunSeen: map[string]map[string]bool{}},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
 		// bucket would queue a hundred simultaneous incidents behind each other.
@@ -216,11 +140,7 @@ func New(opts Options) (*Controller, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
 	}
-	c.peers.watchdogs = newWatchdogs(cfg.Watchdog, func() time.Time { return c.now() })
 	c.metrics.initCounters()
-	if cfg.Heartbeats != nil {
-		c.peers.heartbeats = newHeartbeats(cfg.Heartbeats, c.metrics.registry)
-	}
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
 	if err := c.useCaches(opts); err != nil {
 		return nil, err
@@ -245,68 +165,13 @@ func (c *Controller) useCaches(opts Options) error {
 	kube := opts.Caches.Kube
 	nodeInf := kube.Core().V1().Nodes()
 	podInf := kube.Core().V1().Pods()
-	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: podsByNode}); err != nil {
-		return fmt.Errorf("index pods: %w", err)
-	}
 	if err := c.caller.Index(nodeInf.Informer()); err != nil {
 		return err
 	}
 	c.caches = nodeCaches{nodes: nodeInf.Lister(), pods: podInf.Informer(), pdbs: kube.Policy().V1().PodDisruptionBudgets().Lister(),
 		attachments: kube.Storage().V1().VolumeAttachments().Lister(), nodeLeases: detector.LeaseReads(opts.Client)}
-	if usesWatchdog(c.cfg) || c.cfg.Heartbeats != nil {
-		if err := c.watchReports(opts.Caches.Reports.Coordination().V1().Leases().Informer()); err != nil {
-			return err
-		}
-	}
 	return c.watch(nodeInf.Informer(), opts.Caches.NodeLeases.Coordination().V1().Leases().Informer(),
 		opts.Caches.Fencing.Fencing().V1alpha1().NodeFences().Informer(), opts.Caches.Identities.Coordination().V1().Leases().Informer())
-}
-
-// usesWatchdog reports whether a policy has a watchdog level.
-func usesWatchdog(cfg *v1alpha1.Config) bool {
-	for _, p := range cfg.Policies {
-		for _, l := range p.Levels {
-			if l.Watchdog {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// watchReports follows the node agents' report Leases.
-func (c *Controller) watchReports(inf cache.SharedIndexInformer) error {
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onReport(obj) },
-		UpdateFunc: func(_, obj any) { c.onReport(obj) },
-		DeleteFunc: func(obj any) {
-			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
-				c.peers.watchdogs.forget("", nodeagent.NodeOf(l))
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("watch node agent reports: %w", err)
-	}
-	return nil
-}
-
-// onReport records a node agent's report, and syncs the nodes whose watchdog fence it
-// may move on: its own, and those whose incidents it holds.
-func (c *Controller) onReport(obj any) {
-	l, ok := obj.(*coordinationv1.Lease)
-	if !ok {
-		return
-	}
-	holds := c.peers.watchdogs.observe(l)
-	if node := nodeagent.NodeOf(l); node != "" {
-		c.queue.Add(node)
-	}
-	for _, name := range holds {
-		if nf := c.store.Get(name); nf != nil {
-			c.queue.Add(nf.Spec.NodeName)
-		}
-	}
 }
 
 // watch queues a node when it, its Lease or one of its incidents changes, and follows
@@ -345,7 +210,6 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 				c.store.Forget(nf.Name)
 				c.dropEvents(nf.Name)
 				c.decide.admission.unclaim(nf.Name)
-				c.peers.watchdogs.forget(nf.Name, "")
 			}
 		},
 	}); err != nil {
@@ -408,16 +272,6 @@ func (c *Controller) onNodeFence(obj any) {
 		c.queue.Add(nf.Spec.NodeName)
 		c.peers.requests.OnIncident(nf)
 	}
-}
-
-// Start starts what a standby keeps warm too: this replica's seat among the node agents'
-// peers, so that a new leader knows at once which agents are gone. The caches are started
-// by whoever made them (caches.Set.Start).
-func (c *Controller) Start(ctx context.Context) error {
-	if c.peers.heartbeats != nil {
-		return c.startHeartbeats(ctx)
-	}
-	return nil
 }
 
 // Run acts as leader with the given fencing epoch until ctx ends.

@@ -1,7 +1,10 @@
-// Package controller wires kubefence together: informers for Nodes, node Leases and
+// Package controller is the incident loop: informers for Nodes, node Leases and
 // NodeFences feed a work queue keyed by node name; each sync asks the detector about the
-// node, the policy whether to act, drives the incident's fencer state machine through the
-// agent plugins, and persists every step in the NodeFence status with optimistic
-// concurrency and the leader's fencing epoch. It also runs leader election, metrics and
-// the health endpoints.
+// node and the policy whether to act, opens an incident, drives its fencer state machine
+// through the agents (pkg/agentcall), releases the node's workloads once the fence is
+// verified (pkg/remediate) and recovers the node once it is back on a new boot. It owns
+// the incidents' progress and writes NodeFences (at the leader's epoch, through
+// pkg/incidents), their Events, and the releases' taints, pod deletions and
+// VolumeAttachment removals. It asks its peers (the health checkers' requests, the watch
+// on the node agents, the remote agents' health) through their methods; pkg/app wires them.
 package controller

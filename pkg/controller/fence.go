@@ -40,72 +40,17 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		case fencer.Done:
 			return c.fenced(ctx, nf, node, pol)
 		case fencer.GiveUp:
-			// Nothing is recorded as "nothing released" when this incident did release
-			// the node: its owner mark is on it.
-			marked, err := c.releasedBefore(ctx, nf)
-			if err != nil {
-				return 0, err
-			}
-			if len(marked) > 0 {
-				if done, requeue, err := c.resumeRelease(ctx, nf, node, pol, marked); done {
-					return requeue, err
-				}
-			}
-			if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFailed, message: ptr.To(step.Reason), count: true,
-				step: v1alpha1.StepFailed, detail: step.Reason, event: note{corev1.EventTypeWarning, v1alpha1.ReasonFenceFailed,
-					fmt.Sprintf("Fencing node %s failed; nothing was released: %s", node.Name, step.Reason)}}); err != nil {
-				return 0, err
-			}
-			return 0, c.save(ctx, nf)
+			return c.giveUp(ctx, nf, node, pol, step)
 		case fencer.DoExpire:
 			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Expired, Level: step.Level, Agent: step.Agent, Try: step.Try}); err != nil {
 				return 0, err
 			}
 		case fencer.DoFence:
-			// The call follows a fresh read of the leader Lease and the write of the issued
-			// attempt.
-			if why := c.peers.health.Down(step.Agent); why != "" {
-				msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
-				c.step(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
-				c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
-				if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Skipped, Level: step.Level, Agent: step.Agent,
-					Try: step.Try, Err: errors.New(msg), ErrKind: plugin.KindAgentDown}); err != nil {
-					return 0, err
-				}
-				continue
-			}
-			// Written ahead: the call is on record, with its target and time, before it
-			// is sent, so a crash or an API server outage cannot hide an action the
-			// device took.
-			target, terr := c.fenceTarget(nf, node, step)
-			c.step(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, step, target, terr))
-			// The one fresh read of the leader Lease an incident needs: a power-off is
-			// the act a deposed replica must never send, so it does not ride on an
-			// earlier confirmation. It goes out together with the write of the issued
-			// attempt (a write of its own epoch, after a confirmation within the renew
-			// deadline); the call waits for both (issue 24).
-			checked := make(chan error, 1)
-			go func() { checked <- c.checkLease(ctx) }()
-			if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try,
-				Target: target}); err != nil {
-				<-checked
+			sent, err := c.issueFence(ctx, nf, node, plan, step)
+			if err != nil {
 				return 0, err
 			}
-			if err := <-checked; err != nil {
-				return 0, err
-			}
-			c.lead.pause.at(PauseBeforeFenceCall)
-			// The fresh check vouches for this replica for one renew deadline. A replica
-			// paused since (SIGSTOP, a frozen VM) may have been replaced while it slept, and
-			// its power-off would be a deposed leader's: past the deadline it reads the Lease
-			// again, and a deposed one stops here.
-			if err := c.leaseConfirmed(ctx); err != nil {
-				return 0, err
-			}
-			if _, err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
-				return 0, err
-			}
-			unsaved = true
+			unsaved = unsaved || sent
 		case fencer.DoVerify:
 			changed, err := c.callAndApply(ctx, nf, node, plan, step)
 			if err != nil {
@@ -117,6 +62,78 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			}
 		}
 	}
+}
+
+// giveUp ends an incident whose every level failed, unless an earlier leader of it
+// released the node: then it records the release it finds instead.
+func (c *Controller) giveUp(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, step fencer.Step) (time.Duration, error) {
+	// Nothing is recorded as "nothing released" when this incident did release
+	// the node: its owner mark is on it.
+	marked, err := c.releasedBefore(ctx, nf)
+	if err != nil {
+		return 0, err
+	}
+	if len(marked) > 0 {
+		if done, requeue, err := c.resumeRelease(ctx, nf, node, pol, marked); done {
+			return requeue, err
+		}
+	}
+	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFailed, message: ptr.To(step.Reason), count: true,
+		step: v1alpha1.StepFailed, detail: step.Reason, event: note{corev1.EventTypeWarning, v1alpha1.ReasonFenceFailed,
+			fmt.Sprintf("Fencing node %s failed; nothing was released: %s", node.Name, step.Reason)}}); err != nil {
+		return 0, err
+	}
+	return 0, c.save(ctx, nf)
+}
+
+// issueFence carries out a DoFence step: it skips a level whose agent is down, or
+// writes the call ahead, confirms the leader Lease and sends it. sent says the call went
+// out, and its answer waits for the incident's next save.
+func (c *Controller) issueFence(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, plan fencer.Plan, step fencer.Step) (bool, error) {
+	// The call follows a fresh read of the leader Lease and the write of the issued
+	// attempt.
+	if why := c.peers.health.Down(step.Agent); why != "" {
+		msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
+		c.step(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
+		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
+		if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Skipped, Level: step.Level, Agent: step.Agent,
+			Try: step.Try, Err: errors.New(msg), ErrKind: plugin.KindAgentDown}); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	// Written ahead: the call is on record, with its target and time, before it
+	// is sent, so a crash or an API server outage cannot hide an action the
+	// device took.
+	target, terr := c.fenceTarget(nf, node, step)
+	c.step(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, step, target, terr))
+	// The one fresh read of the leader Lease an incident needs: a power-off is
+	// the act a deposed replica must never send, so it does not ride on an
+	// earlier confirmation. It goes out together with the write of the issued
+	// attempt (a write of its own epoch, after a confirmation within the renew
+	// deadline); the call waits for both (issue 24).
+	checked := make(chan error, 1)
+	go func() { checked <- c.checkLease(ctx) }()
+	if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try,
+		Target: target}); err != nil {
+		<-checked
+		return false, err
+	}
+	if err := <-checked; err != nil {
+		return false, err
+	}
+	c.lead.pause.at(PauseBeforeFenceCall)
+	// The fresh check vouches for this replica for one renew deadline. A replica
+	// paused since (SIGSTOP, a frozen VM) may have been replaced while it slept, and
+	// its power-off would be a deposed leader's: past the deadline it reads the Lease
+	// again, and a deposed one stops here.
+	if err := c.leaseConfirmed(ctx); err != nil {
+		return false, err
+	}
+	if _, err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // callAndApply calls the agent for step and applies the outcome to the incident in

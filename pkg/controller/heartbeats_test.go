@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -49,7 +48,7 @@ func heartbeatFixture(t *testing.T, kubelet string, change ...func(*v1alpha1.Hea
 	f := newFixture(t, cfg, nodes...)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if err := f.c.startHeartbeats(ctx); err != nil {
+	if err := f.agents().Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	agent, err := nodeagent.StartPeers(nodeagent.PeerConfig{Node: "node-1", BindAddr: "127.0.0.1", Key: heartbeatKey,
@@ -58,8 +57,8 @@ func heartbeatFixture(t *testing.T, kubelet string, change ...func(*v1alpha1.Hea
 		t.Fatal(err)
 	}
 	t.Cleanup(agent.Stop)
-	f.c.peers.heartbeats.seat.Join(map[string]string{"node-1": agent.Addr()})
-	pollUntil(t, "node-1's agent a member", func() bool { return f.c.peers.heartbeats.seat.Members() == 1 })
+	f.agents().Seat().Join(map[string]string{"node-1": agent.Addr()})
+	pollUntil(t, "node-1's agent a member", func() bool { return f.agents().Seat().Members() == 1 })
 	for range 4 {
 		f.now = f.now.Add(2 * time.Second)
 		f.renewAllBut()
@@ -72,6 +71,30 @@ func heartbeatFixture(t *testing.T, kubelet string, change ...func(*v1alpha1.Hea
 	}
 	f.kube.ClearActions()
 	return f, agent
+}
+
+// kubeletProbes is kubefence_kubelet_probes_total of node and result in the loop's registry.
+func (f *fixture) kubeletProbes(node, result string) float64 {
+	f.t.Helper()
+	mfs, err := f.c.metrics.registry.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "kubefence_kubelet_probes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["node"] == node && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func pollUntil(t *testing.T, what string, cond func() bool) {
@@ -111,7 +134,7 @@ func heardKubelet(t *testing.T, f *fixture) {
 // crashAgent stops node-1's agent without a goodbye and waits until the seat counts it gone.
 func crashAgent(t *testing.T, f *fixture, agent *nodeagent.Peers) {
 	agent.Crash()
-	pollUntil(t, "node-1's agent gone", func() bool { _, gone := f.c.peers.heartbeats.seat.Gone("node-1"); return gone })
+	pollUntil(t, "node-1's agent gone", func() bool { _, gone := f.agents().Seat().Gone("node-1"); return gone })
 }
 
 // A node whose agent is gone and whose kubelet, heard before, does not answer is fenced
@@ -176,7 +199,7 @@ func TestHeartbeatAgentPresent(t *testing.T) {
 func TestHeartbeatKubeletNeverHeard(t *testing.T) {
 	f, agent := heartbeatFixture(t, silentKubelet(t))
 	pollUntil(t, "the routine check of node-1's kubelet", func() bool {
-		return testutil.ToFloat64(f.c.peers.heartbeats.probes.WithLabelValues("node-1", probeSilent)) > 0
+		return f.kubeletProbes("node-1", "silent") > 0
 	})
 	last := f.now
 	crashAgent(t, f, agent)
@@ -189,7 +212,7 @@ func TestHeartbeatKubeletNeverHeard(t *testing.T) {
 		}
 	}
 	f.expectCalls()
-	if n := testutil.ToFloat64(f.c.peers.heartbeats.probes.WithLabelValues("node-1", probeAnswered)); n != 0 {
+	if n := f.kubeletProbes("node-1", "answered"); n != 0 {
 		t.Errorf("kubefence_kubelet_probes_total{node=node-1,result=answered} = %v, want 0", n)
 	}
 }
@@ -207,7 +230,7 @@ func TestHeartbeatGoodbyeIsNotGone(t *testing.T) {
 	kubelet.Close()
 	last := f.now
 	agent.Stop()
-	pollUntil(t, "the seat hearing node-1's goodbye", func() bool { return !f.c.peers.heartbeats.seat.Left("node-1").IsZero() })
+	pollUntil(t, "the seat hearing node-1's goodbye", func() bool { return !f.agents().Seat().Left("node-1").IsZero() })
 	for _, at := range []time.Duration{3100 * time.Millisecond, 4900 * time.Millisecond} {
 		f.now = last.Add(at)
 		f.renewAllBut("node-1")

@@ -303,9 +303,7 @@ func TestDeletedIncidentIsForgotten(t *testing.T) {
 			return false // not deleted from the cache yet: the store still has a reason to hold the write
 		}
 		incs, err := f.c.store.ForNode("node-1")
-		f.c.events.mu.Lock()
-		pending := len(f.c.events.pending[nf.Name])
-		f.c.events.mu.Unlock()
+		pending := f.c.events.held.Held(nf.Name)
 		return err == nil && len(incs) == 0 && pending == 0
 	})
 	if ev := f.events(); len(ev) != 0 {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
@@ -35,7 +36,7 @@ func (c *Controller) releasedBefore(ctx context.Context, nf *v1alpha1.NodeFence)
 // is released (resuming from the owner mark) and Remediated, never Failed with "nothing
 // was released". It reports false, doing nothing, when the incident has no attempt.
 func (c *Controller) resumeRelease(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, marked []string) (bool, time.Duration, error) {
-	picked := verifiedBefore(nf)
+	picked := fencer.VerifiedBefore(&nf.Status)
 	if len(picked) == 0 {
 		return false, 0, nil
 	}
@@ -51,37 +52,4 @@ func (c *Controller) resumeRelease(ctx context.Context, nf *v1alpha1.NodeFence, 
 	c.step(ctx, nf, c.now(), v1alpha1.StepReleaseFound, fmt.Sprintf("level %d %s", level, why))
 	requeue, err := c.fenced(ctx, nf, node, pol)
 	return true, requeue, err
-}
-
-// verifiedBefore picks the attempts an earlier leader must have verified: those of the
-// last level issued still Fencing or Verifying, or else each agent's first try there.
-func verifiedBefore(nf *v1alpha1.NodeFence) []int {
-	level := lastLevelIssued(nf)
-	var open, first []int
-	seen := map[string]bool{}
-	for i, a := range nf.Status.Attempts {
-		if a.Level != level {
-			continue
-		}
-		if a.State == v1alpha1.AttemptFencing || a.State == v1alpha1.AttemptVerifying {
-			open = append(open, i)
-		}
-		if !seen[a.Agent] {
-			seen[a.Agent] = true
-			first = append(first, i)
-		}
-	}
-	if len(open) > 0 {
-		return open
-	}
-	return first
-}
-
-// lastLevelIssued is the highest level an attempt of nf was issued at.
-func lastLevelIssued(nf *v1alpha1.NodeFence) int32 {
-	var level int32
-	for _, a := range nf.Status.Attempts {
-		level = max(level, a.Level)
-	}
-	return level
 }

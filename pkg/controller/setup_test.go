@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
+	"github.com/kubefence/kubefence/pkg/agentwatch"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/detector"
@@ -21,8 +22,8 @@ import (
 )
 
 // loopParts are what a test's incident loop is built from, as pkg/app builds the
-// process's: caches, the incident record, the detector, the agents, and the health
-// checkers' requests when the configuration turns them on.
+// process's: caches, the incident record, the detector, the agents, the watch on the node
+// agents, and the health checkers' requests when the configuration turns them on.
 type loopParts struct {
 	cfg      *v1alpha1.Config
 	kube     kubernetes.Interface
@@ -63,8 +64,14 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 			t.Fatal(err)
 		}
 	}
-	c, err = New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: detector.ForConfig(p.cfg),
-		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs}, Recorder: p.recorder, Registry: reg, Identity: "me"})
+	det := detector.ForConfig(p.cfg)
+	agents, err := agentwatch.New(agentwatch.Options{Config: p.cfg, Caches: set, Detector: det, Incidents: store,
+		Enqueue: func(node string) { c.Enqueue(node) }, Now: func() time.Time { return c.now() }, Identity: "me", Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err = New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
+		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Recorder: p.recorder, Registry: reg, Identity: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}

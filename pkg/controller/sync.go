@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,11 +42,10 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	var pn policy.Node
 	var obs detector.Observation
-	c.observeAgent(name)
+	c.peers.agents.ObserveAgent(name)
 	if pol != nil {
 		pn, obs = c.view(pol, node, now)
-		if obs.ProbeKubelet && c.peers.heartbeats != nil {
-			c.probeKubelet(ctx, node, now)
+		if obs.ProbeKubelet && c.peers.agents.ProbeKubelet(ctx, node, now) {
 			pn, obs = c.view(pol, node, now)
 		}
 	} else {
@@ -67,8 +65,8 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	if inc != nil || obs.Health == detector.Unhealthy {
 		// An incident under way, or about to open: its writes free workloads.
-		c.decide.gate.enter()
-		defer c.decide.gate.leave()
+		c.decide.gate.Enter()
+		defer c.decide.gate.Leave()
 		ctx = context.WithValue(ctx, gateKey{}, true)
 	}
 	if inc != nil && c.peers.requests != nil {
@@ -141,16 +139,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		// The cache is behind the API server; the informer event will bring it.
 		return time.Second, nil
 	}
-	nf := &v1alpha1.NodeFence{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-", Labels: map[string]string{v1alpha1.NodeLabel: v1alpha1.LabelValue(node.Name)}},
-		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: v1alpha1.RequestedByController,
-			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
-		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},
-	}
-	if !obs.RenewTime.IsZero() {
-		rt := metav1.NewMicroTime(obs.RenewTime)
-		nf.Status.LeaseRenewTime = &rt
-	}
+	nf := newIncident(node, pol, obs)
 	c.step(ctx, nf, obs.Since, v1alpha1.StepEvidenceStarted, obs.Evidence)
 	c.step(ctx, nf, now, v1alpha1.StepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
 	created, err := c.store.Create(ctx, nf)
@@ -174,6 +163,22 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		}
 	}
 	return requeue, err
+}
+
+// newIncident is the NodeFence the controller opens for node, unhealthy on obs under
+// pol.
+func newIncident(node *corev1.Node, pol *v1alpha1.Policy, obs detector.Observation) *v1alpha1.NodeFence {
+	nf := &v1alpha1.NodeFence{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: node.Name + "-", Labels: map[string]string{v1alpha1.NodeLabel: v1alpha1.LabelValue(node.Name)}},
+		Spec: v1alpha1.NodeFenceSpec{NodeName: node.Name, RequestedBy: v1alpha1.RequestedByController,
+			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
+		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},
+	}
+	if !obs.RenewTime.IsZero() {
+		rt := metav1.NewMicroTime(obs.RenewTime)
+		nf.Status.LeaseRenewTime = &rt
+	}
+	return nf
 }
 
 // confirmStale reads the node's Lease from the API server before an incident is opened
@@ -291,30 +296,20 @@ func (c *Controller) step(ctx context.Context, nf *v1alpha1.NodeFence, at time.T
 // Operators find them where they look first, on the node (`kubectl describe node`,
 // `kubectl get events --field-selector involvedObject.kind=Node`).
 //
-// An incident's events wait for its next save, which follows a leader Lease check
-// (invariant 2: Events are mutations too): a replica deposed before it saves sends none
-// of them. An event with no incident follows a Lease check of its own.
+// An incident's events wait for its next save (incidents.PendingEvents). An event with no
+// incident follows a Lease check of its own.
 func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
 	if c.events.recorder == nil {
 		return
 	}
-	e := pendingEvent{node: node, nf: nf, typ: typ, reason: reason, message: fmt.Sprintf(format, args...)}
+	e := incidents.Event{Node: node, Incident: nf, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)}
 	if nf == nil {
 		c.emit(e)
 		return
 	}
 	// In a storm the start of a fence is told with its end (issue 24).
-	e.holdWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.decide.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
-	c.events.mu.Lock()
-	defer c.events.mu.Unlock()
-	queued := c.events.pending[nf.Name]
-	if n := len(queued); n > 0 && slices.Contains(eventFolds[reason], queued[n-1].reason) {
-		// One Event says both, the earlier message first, rather than two a moment apart.
-		e.message = queued[n-1].message + ". " + e.message
-		queued[n-1] = e
-		return
-	}
-	c.events.pending[nf.Name] = append(queued, e)
+	e.HoldWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.decide.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
+	c.events.held.Hold(e)
 }
 
 // eventStormAt is how many nodes fencing at once make a storm for Events: from then on
@@ -324,55 +319,20 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 // client-go's broadcaster drops what its queue of 1,000 cannot hold anyway.
 const eventStormAt = 10
 
-// eventFolds: an Event of the key's reason absorbs one of the values' reasons still
-// waiting right before it (issue 24: one or two Events per incident instead of four).
-// Most incidents are opened and fenced before their first save, and released right
-// after the fence is verified; a start held through a storm's fence (holdWhileFencing)
-// goes into its end.
-var eventFolds = map[string][]string{
-	v1alpha1.ReasonFenceStarted: {v1alpha1.ReasonDetected},
-	v1alpha1.ReasonFenced:       {v1alpha1.ReasonFenceStarted},
-	v1alpha1.ReasonFenceFailed:  {v1alpha1.ReasonFenceStarted},
-	v1alpha1.ReasonRemediated:   {v1alpha1.ReasonFenced},
-}
-
-// pendingEvent is an Event waiting for its incident's next save.
-type pendingEvent struct {
-	node                 *corev1.Node
-	nf                   *v1alpha1.NodeFence
-	typ, reason, message string
-	// holdWhileFencing: a fence's start in a storm (eventStormAt) waits at every save
-	// while the incident is Fencing, for the Event that ends the fence to absorb it.
-	holdWhileFencing bool
-}
-
-func (c *Controller) emit(e pendingEvent) {
-	if e.node != nil {
-		c.events.recorder.Event(e.node, e.typ, e.reason, e.message)
-	} else if e.nf != nil {
-		c.events.recorder.Event(e.nf, e.typ, e.reason, e.message)
+func (c *Controller) emit(e incidents.Event) {
+	if e.Node != nil {
+		c.events.recorder.Event(e.Node, e.Type, e.Reason, e.Message)
+	} else if e.Incident != nil {
+		c.events.recorder.Event(e.Incident, e.Type, e.Reason, e.Message)
 	}
 }
 
-// flushEvents sends the events the save of nf has just made legitimate. The last one
-// waits for the next save if it is a storm's fence start and nf is still Fencing.
+// flushEvents sends the events the save of nf has just made legitimate.
 func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
-	c.events.mu.Lock()
-	pending := c.events.pending[nf.Name]
-	delete(c.events.pending, nf.Name)
-	if n := len(pending); n > 0 && pending[n-1].holdWhileFencing && nf.Status.Phase == v1alpha1.PhaseFencing {
-		c.events.pending[nf.Name] = []pendingEvent{pending[n-1]}
-		pending = pending[:n-1]
-	}
-	c.events.mu.Unlock()
-	for _, e := range pending {
+	for _, e := range c.events.held.Take(nf) {
 		c.emit(e)
 	}
 }
 
 // dropEvents forgets the events of an incident that is gone.
-func (c *Controller) dropEvents(name string) {
-	c.events.mu.Lock()
-	delete(c.events.pending, name)
-	c.events.mu.Unlock()
-}
+func (c *Controller) dropEvents(name string) { c.events.held.Drop(name) }

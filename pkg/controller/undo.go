@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -41,7 +41,7 @@ func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *cor
 	if at.Target == "" {
 		msg = fmt.Sprintf("agent %s %s, target as the node names it now (the fence recorded none)", at.Agent, what)
 	}
-	if !undoOnRecord(nf, at.Agent, msg) {
+	if !incidents.UndoOnRecord(&nf.Status, at.Agent, msg) {
 		c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceCalled, msg)
 	}
 	if err := c.save(ctx, nf); err != nil {
@@ -58,37 +58,5 @@ func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *cor
 	if err := c.leaseConfirmed(ctx); err != nil {
 		return notCalled, fmt.Errorf("agent %s %s %w: %w", at.Agent, what, errNotSent, err)
 	}
-	return c.caller.Unfence(ctx, at, restoreOf(nf, at), node, nf.Name, c.currentEpoch())
-}
-
-// undoOnRecord reports whether the agent's latest undo step already puts msg's call on
-// record: the same call announced, or a retry of one that failed (the failure and the
-// backoff say it is sent again).
-func undoOnRecord(nf *v1alpha1.NodeFence, agent, msg string) bool {
-	prefix := "agent " + agent + " "
-	tl := nf.Status.Timeline
-	for i := len(tl) - 1; i >= 0; i-- {
-		if !strings.HasPrefix(tl[i].Message, prefix) {
-			continue
-		}
-		switch tl[i].Type {
-		case v1alpha1.StepUnfenceCalled:
-			return tl[i].Message == msg
-		case v1alpha1.StepUnfenceFailed:
-			return true
-		case v1alpha1.StepUnfenced, v1alpha1.StepPoweredOn:
-			return false
-		}
-	}
-	return false
-}
-
-// restoreOf is what an Unfence of at's agent restores: what every Fence call of that
-// agent in the incident answered (an iSCSI agent's "removed:" lines), never a later read
-// back. An incident recorded before FenceEvidence existed has only at's Evidence.
-func restoreOf(nf *v1alpha1.NodeFence, at v1alpha1.Attempt) string {
-	if ev := fencer.FenceEvidenceOf(&nf.Status, at.Agent); ev != "" {
-		return ev
-	}
-	return at.Evidence
+	return c.caller.Unfence(ctx, at, fencer.RestoreOf(&nf.Status, at), node, nf.Name, c.currentEpoch())
 }

@@ -12,33 +12,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
-const podsByNodeIndex = "byNode"
-
-func podsByNode(obj any) ([]string, error) {
-	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-		return []string{p.Spec.NodeName}, nil
-	}
-	return nil, nil
-}
-
 // podsOn returns the cached pods bound to a node.
-func (c *Controller) podsOn(node string) []*corev1.Pod {
-	objs, err := c.caches.pods.GetIndexer().ByIndex(podsByNodeIndex, node)
-	if err != nil {
-		return nil // only for an index New did not add
-	}
-	out := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (c *Controller) podsOn(node string) []*corev1.Pod { return caches.PodsOn(c.caches.pods, node) }
 
 // view is what policy and detector say of one node under policy pol at now: the node's
 // own thresholds shrink with its pods' forgiveness and PDB urgency (never below the
@@ -85,34 +65,13 @@ func (c *Controller) health(pol *v1alpha1.Policy, n *corev1.Node, pods []*corev1
 	return pn, obs
 }
 
-// urgentPDBs are the cached PodDisruptionBudgets that allow no disruption now: the only
-// ones that can make a node urgent (policy.Urgent).
+// urgentPDBs are the cached PodDisruptionBudgets that allow no disruption now.
 func (c *Controller) urgentPDBs() []*policyv1.PodDisruptionBudget {
-	all, err := c.caches.pdbs.List(everything())
-	if err != nil {
-		return nil // a cache read that cannot fail on labels.Everything(); without PDBs no pod is urgent
-	}
-	out := all[:0:0]
-	for _, pdb := range all {
-		if pdb.Status.DisruptionsAllowed <= 0 {
-			out = append(out, pdb)
-		}
-	}
-	return out
+	return caches.UrgentPDBs(c.caches.pdbs)
 }
 
 func (c *Controller) attachmentsOf(node string) int {
-	vas, err := c.caches.attachments.List(everything())
-	if err != nil {
-		return 0 // a cache read that cannot fail on labels.Everything()
-	}
-	n := 0
-	for _, va := range vas {
-		if va.Spec.NodeName == node {
-			n++
-		}
-	}
-	return n
+	return caches.AttachmentsOn(c.caches.attachments, node)
 }
 
 // markPods sets or clears the NodeUnreachable condition on the node's pods, so that users

@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubefence/kubefence/pkg/agentwatch"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
 	"github.com/kubefence/kubefence/pkg/watchdog"
@@ -42,7 +43,12 @@ func (f *fixture) reportOf(node string, wd nodeagent.WatchdogReport, holds ...st
 	if err := r.Encode(l, node); err != nil {
 		f.t.Fatal(err)
 	}
-	f.c.onReport(l)
+	f.agents().ObserveReport(l)
+}
+
+// agents is the loop's watch on the node agents.
+func (f *fixture) agents() *agentwatch.Watch {
+	return f.c.peers.agents.(*agentwatch.Watch)
 }
 
 func (f *fixture) attempt(node string) v1alpha1.Attempt {
@@ -173,7 +179,12 @@ func TestFixtureWatchdogAfterTakeover(t *testing.T) {
 	f, nf := watchdogIncident(t)
 	// The new leader's memory of the reports starts now, 5s later.
 	f.now = f.now.Add(5 * time.Second)
-	f.c.peers.watchdogs = newWatchdogs(f.c.cfg.Watchdog, func() time.Time { return f.now })
+	w, err := agentwatch.New(agentwatch.Options{Config: f.c.cfg, Caches: f.c.opts.Caches, Detector: f.c.detector, Incidents: f.c.store,
+		Enqueue: f.c.Enqueue, Now: func() time.Time { return f.now }, Identity: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.c.peers.agents = w
 	seen := f.now
 	f.report("node-1", true)
 	f.report("node-2", true, nf.Name)

@@ -2,7 +2,6 @@ package fencer
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -121,29 +120,6 @@ func keepFenceEvidence(a *v1alpha1.Attempt, evidence string) {
 	if kept += evidence; len(kept) <= v1alpha1.MaxFenceEvidence {
 		a.FenceEvidence = kept
 	}
-}
-
-// AttemptOf is the attempt of agent at level with try, nil if there is none.
-func AttemptOf(st *v1alpha1.NodeFenceStatus, level int32, agent string, try int32) *v1alpha1.Attempt {
-	for i := len(st.Attempts) - 1; i >= 0; i-- {
-		if a := &st.Attempts[i]; a.Level == level && a.Agent == agent && a.Try == try {
-			return a
-		}
-	}
-	return nil
-}
-
-// FenceEvidenceOf is what every Fence call of agent in the incident answered, oldest
-// first, one answer per line: what an Unfence of that agent restores. Earlier tries of a
-// level that later verified, and earlier levels, may have removed access too.
-func FenceEvidenceOf(st *v1alpha1.NodeFenceStatus, agent string) string {
-	var lines []string
-	for _, a := range st.Attempts {
-		if a.Agent == agent && a.FenceEvidence != "" {
-			lines = append(lines, a.FenceEvidence)
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {

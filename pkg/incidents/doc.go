@@ -2,6 +2,7 @@
 // them from the informer cache (by node, open ones, the facts a decision needs), reads
 // the open ones live when a cache may lag, creates them, writes their status at the
 // leader's epoch with compare-and-swap, keeps each status within the CRD's limits
-// (timeline, text), and deletes the ended ones retention no longer keeps. It writes
-// NodeFences and nothing else.
+// (timeline, text), and deletes the ended ones retention no longer keeps; it holds each
+// incident's Events until its next save, for whoever saves to send. It writes NodeFences
+// and nothing else.
 package incidents

@@ -101,3 +101,25 @@ func clampText(s string, limit int) string {
 	}
 	return s[:end] + cut
 }
+
+// UndoOnRecord reports whether the agent's latest undo step already puts msg's call on
+// record: the same call announced, or a retry of one that failed (the failure and the
+// backoff say it is sent again).
+func UndoOnRecord(st *v1alpha1.NodeFenceStatus, agent, msg string) bool {
+	prefix := "agent " + agent + " "
+	tl := st.Timeline
+	for i := len(tl) - 1; i >= 0; i-- {
+		if !strings.HasPrefix(tl[i].Message, prefix) {
+			continue
+		}
+		switch tl[i].Type {
+		case v1alpha1.StepUnfenceCalled:
+			return tl[i].Message == msg
+		case v1alpha1.StepUnfenceFailed:
+			return true
+		case v1alpha1.StepUnfenced, v1alpha1.StepPoweredOn:
+			return false
+		}
+	}
+	return false
+}

@@ -174,6 +174,19 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err := c.startDNS(); err != nil {
 		return err
 	}
+	if err := c.startNodes(ctx, opts, names, kubelet, bin); err != nil {
+		return err
+	}
+	if err := c.WaitReady(ctx, names...); err != nil {
+		return err
+	}
+	c.logf("realnode: %d nodes Ready after %s", len(names), time.Since(began).Round(time.Millisecond))
+	return nil
+}
+
+// startNodes boots a node of each name, each on its kubelet (kubelet, bin's CSI driver)
+// with a BMC of its own, and supervises their power until the cluster stops.
+func (c *Cluster) startNodes(ctx context.Context, opts Options, names []string, kubelet, bin string) error {
 	_, portStr, _ := net.SplitHostPort(c.Host()[len("https://"):])
 	apiPort, _ := strconv.Atoi(portStr)
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -204,10 +217,6 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		c.loops.Add(1)
 		go c.supervisePower(runCtx, n, b)
 	}
-	if err := c.WaitReady(ctx, names...); err != nil {
-		return err
-	}
-	c.logf("realnode: %d nodes Ready after %s", len(names), time.Since(began).Round(time.Millisecond))
 	return nil
 }
 

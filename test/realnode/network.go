@@ -91,3 +91,50 @@ func (b *bridge) remove(ctx context.Context) error {
 	}
 	return run(ctx, "ip", "link", "del", b.name)
 }
+
+// CutNetwork takes the node's link down: it is alive but partitioned from everything.
+func (n *Node) CutNetwork(ctx context.Context) error {
+	return run(ctx, "ip", "link", "set", n.hostVeth(), "down")
+}
+
+// RestoreNetwork brings the node's link back up.
+func (n *Node) RestoreNetwork(ctx context.Context) error {
+	return run(ctx, "ip", "link", "set", n.hostVeth(), "up")
+}
+
+// setupNetwork creates the node's namespace and its link to the bridge. kubernetes.default
+// (10.0.0.1:443) is DNATed to kube-apiserver in the node's namespace: the stand-in for
+// kube-proxy, which would program the same rule from the Service's endpoints.
+func (n *Node) setupNetwork(ctx context.Context) error {
+	ns, veth := n.netns(), n.hostVeth()
+	_ = run(ctx, "ip", "netns", "del", ns) // left by a node that died with the test binary
+	_ = run(ctx, "ip", "link", "del", veth)
+	api := fmt.Sprintf("%s:%d", bridgeIP, n.cfg.apiPort)
+	steps := [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"ip", "link", "set", veth, "master", n.cfg.bridge, "up"},
+		{"ip", "-n", ns, "addr", "add", n.IP + "/16", "dev", "eth0"},
+		{"ip", "-n", ns, "link", "set", "lo", "up"},
+		{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		{"ip", "-n", ns, "route", "add", "default", "via", bridgeIP},
+		{"ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		{"ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "PREROUTING", "-d", serviceIP,
+			"-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", api},
+		{"ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", serviceIP,
+			"-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", api},
+	}
+	// Pods reach the pods of other nodes straight over the bridge, as a host-gw network
+	// (flannel's) routes them.
+	for j := range n.cfg.nodes {
+		if j != n.index {
+			steps = append(steps, []string{"ip", "-n", ns, "route", "add", podCIDR(j), "via", nodeIP(j)})
+		}
+	}
+	for _, s := range steps {
+		if err := run(ctx, s[0], s[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/configfile"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 	"github.com/kubefence/kubefence/test/sim/redfish"
 )
@@ -274,7 +275,7 @@ func (h *Harness) saveConfig(cfg *v1alpha1.Config) error {
 	if err != nil {
 		return err
 	}
-	if h.Config, err = v1alpha1.ParseConfig(data); err != nil {
+	if h.Config, err = configfile.Parse(data); err != nil {
 		return fmt.Errorf("harness wrote an invalid config: %w", err)
 	}
 	h.ConfigPath = filepath.Join(h.dir, "config.yaml")

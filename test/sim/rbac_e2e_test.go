@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/configfile"
 )
 
 // What the chart renders (deploy/manifests, `make manifests`) for release kubefence.
@@ -293,7 +294,7 @@ func chartConfig(t *testing.T, h *Harness, objs []*unstructured.Unstructured, tw
 	if err != nil {
 		t.Fatal(err)
 	}
-	parsed, err := v1alpha1.ParseConfig(data)
+	parsed, err := configfile.Parse(data)
 	if err != nil {
 		t.Fatalf("the chart's configuration is invalid: %v", err)
 	}

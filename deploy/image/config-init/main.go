@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/configfile"
 )
 
 func main() {
@@ -39,7 +40,7 @@ func run(template, pluginDir, out string) error {
 	if err != nil {
 		return err
 	}
-	_, warnings, err := v1alpha1.DecodeConfig(completed)
+	_, warnings, err := configfile.Decode(completed)
 	for _, w := range warnings {
 		fmt.Fprintln(os.Stderr, "kubefence-config-init: warning:", w)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/configfile"
 )
 
 const template = `
@@ -72,7 +72,7 @@ func TestRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := v1alpha1.ParseConfig(data)
+			cfg, err := configfile.Parse(data)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,7 +3,6 @@ package v1alpha1
 import (
 	"fmt"
 	"net"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -55,21 +54,6 @@ const (
 	// MaxAddressTypes: a NetworkFence fences InternalIP, ExternalIP or both.
 	MaxAddressTypes = 2
 )
-
-// collectionBounds are the most items each list and map of the file may hold, by the
-// Go type that holds it and its JSON name. The decoder refuses a longer one before it
-// looks at its items, so that 50,000 of them give one error, not 50,000; Validate
-// checks the same bounds on a Config built in code. TestEveryCollectionIsBounded keeps
-// this table complete.
-var collectionBounds = map[reflect.Type]map[string]int{
-	reflect.TypeFor[Config]():                          {"agents": MaxAgents, "policies": MaxPolicies},
-	reflect.TypeFor[Agent]():                           {"params": MaxParams},
-	reflect.TypeFor[NetworkFence]():                    {"parameters": MaxParams, "addressTypes": MaxAddressTypes},
-	reflect.TypeFor[Policy]():                          {"levels": MaxLevels},
-	reflect.TypeFor[Level]():                           {"agents": MaxLevelAgents},
-	reflect.TypeFor[metav1.LabelSelector]():            {"matchLabels": MaxSelectorTerms, "matchExpressions": MaxSelectorTerms},
-	reflect.TypeFor[metav1.LabelSelectorRequirement](): {"values": MaxSelectorValues},
-}
 
 // tooMany refuses a list or map of n items where at most max are allowed.
 func tooMany(p *field.Path, n, max int) field.ErrorList {

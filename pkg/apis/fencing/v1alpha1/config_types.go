@@ -5,6 +5,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
+// The configuration file's own apiVersion and kind, as Kubernetes components version
+// theirs (KubeletConfiguration, KubeSchedulerConfiguration).
+const (
+	ConfigGroup      = "config.kubefence.io"
+	ConfigAPIVersion = ConfigGroup + "/v1alpha1"
+	ConfigKind       = "FenceControllerConfiguration"
+)
+
 // Config is the controller's configuration file (--config). Its apiVersion is
 // config.kubefence.io/v1alpha1 and its kind FenceControllerConfiguration; a file without
 // them is read as this version, with a warning.

@@ -1,4 +1,4 @@
-package v1alpha1
+package configfile
 
 import (
 	"strings"
@@ -14,7 +14,7 @@ func TestSyntaxErrorsNameTheirLine(t *testing.T) {
 			if !strings.Contains(valid, tc.old) {
 				t.Fatalf("%q is not in the valid base", tc.old)
 			}
-			_, err := ParseConfig([]byte(strings.Replace(valid, tc.old, tc.new, 1)))
+			_, err := Parse([]byte(strings.Replace(valid, tc.old, tc.new, 1)))
 			if err == nil || err.Error() != tc.want {
 				t.Errorf("error:\n%v\nwant:\n%s", err, tc.want)
 			}

@@ -1,4 +1,4 @@
-package v1alpha1
+package configfile
 
 import (
 	"strings"
@@ -28,7 +28,7 @@ func FuzzDecodeConfig(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, _, err := DecodeConfig(data)
+		cfg, _, err := Decode(data)
 		if err != nil {
 			if long := strings.Repeat("x", maxQuoted+1); strings.Contains(string(data), long) && strings.Contains(err.Error(), long) {
 				t.Fatalf("the error quotes more than %d bytes of a value: %.200s", maxQuoted, err)
@@ -42,7 +42,7 @@ func FuzzDecodeConfig(f *testing.F) {
 		if err != nil {
 			t.Fatalf("marshal an accepted configuration: %v", err)
 		}
-		again, _, err := DecodeConfig(out)
+		again, _, err := Decode(out)
 		if err != nil {
 			t.Fatalf("an accepted configuration, written out, is refused: %v\n%s", err, out)
 		}

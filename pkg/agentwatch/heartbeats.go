@@ -1,4 +1,4 @@
-package controller
+package agentwatch
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
@@ -68,8 +69,8 @@ func newHeartbeats(cfg *v1alpha1.Heartbeats, reg prometheus.Registerer) *heartbe
 
 // startHeartbeats takes the seat, and joins the reporting agents every few seconds until
 // ctx ends.
-func (c *Controller) startHeartbeats(ctx context.Context) error {
-	h := c.peers.heartbeats
+func (w *Watch) startHeartbeats(ctx context.Context) error {
+	h := w.heartbeats
 	key, err := os.ReadFile(h.cfg.KeyFile)
 	if err != nil {
 		return fmt.Errorf("heartbeats.keyFile: %w", err)
@@ -87,61 +88,66 @@ func (c *Controller) startHeartbeats(ctx context.Context) error {
 			return fmt.Errorf("heartbeats.advertiseAddress: %w", err)
 		}
 	}
-	h.seat, err = nodeagent.StartObserver(pc, c.opts.Identity, h.cfg.LeaveGrace.Duration, func(node string) { c.queue.Add(node) }, c.now)
+	h.seat, err = nodeagent.StartObserver(pc, w.identity, h.cfg.LeaveGrace.Duration, w.enqueue, w.now)
 	if err != nil {
 		return fmt.Errorf("heartbeats: %w", err)
 	}
 	klog.FromContext(ctx).Info("Seated among the node agents' peers", "address", h.seat.Addr())
-	go c.checkKubelets(ctx)
+	go w.checkKubelets(ctx)
 	go func() {
 		wait.UntilWithContext(ctx, func(context.Context) {
-			h.seat.Join(c.peers.watchdogs.peers())
+			h.seat.Join(w.watchdogs.peers())
 			h.members.Set(float64(h.seat.Members()))
-			h.measured.Set(float64(c.detector.Measured()))
+			h.measured.Set(float64(w.detector.Measured()))
 		}, 2*time.Second)
 		h.seat.Stop()
 	}()
 	return nil
 }
 
-// observeAgent passes to the detector whether node's agent is gone.
-func (c *Controller) observeAgent(node string) {
-	if c.peers.heartbeats == nil || c.peers.heartbeats.seat == nil {
+// ObserveAgent passes to the detector whether node's agent is gone.
+func (w *Watch) ObserveAgent(node string) {
+	if w.heartbeats == nil || w.heartbeats.seat == nil {
 		return
 	}
-	at, gone := c.peers.heartbeats.seat.Gone(node)
-	c.detector.ObserveAgent(node, at, gone)
+	at, gone := w.heartbeats.seat.Gone(node)
+	w.detector.ObserveAgent(node, at, gone)
 }
 
 // agentLeft is when this replica's seat last saw node's agent leave its peers with a
 // goodbye; zero without heartbeats.
-func (c *Controller) agentLeft(node string) time.Time {
-	if c.peers.heartbeats == nil || c.peers.heartbeats.seat == nil {
+func (w *Watch) agentLeft(node string) time.Time {
+	if w.heartbeats == nil || w.heartbeats.seat == nil {
 		return time.Time{}
 	}
-	return c.peers.heartbeats.seat.Left(node)
+	return w.heartbeats.seat.Left(node)
 }
 
-// probeKubelet asks node's kubelet for an answer, on every InternalIP at once, and
+// ProbeKubelet asks node's kubelet for an answer, on every InternalIP at once, and
 // records whether any came within heartbeats.kubeletTimeout. A node with no address
-// gives no evidence, and so no verdict.
-func (c *Controller) probeKubelet(ctx context.Context, node *corev1.Node, now time.Time) {
-	answered, probed := c.peers.heartbeats.probe(ctx, node)
+// gives no evidence, and so no verdict. It reports whether heartbeats are on: without
+// them nothing is probed.
+func (w *Watch) ProbeKubelet(ctx context.Context, node *corev1.Node, now time.Time) bool {
+	if w.heartbeats == nil {
+		return false
+	}
+	answered, probed := w.heartbeats.probe(ctx, node)
 	klog.FromContext(ctx).V(2).Info("Probed the kubelet of a node whose agent is gone", "answered", answered)
-	c.detector.ObserveKubeletProbe(node.Name, now, answered || !probed)
+	w.detector.ObserveKubeletProbe(node.Name, now, answered || !probed)
+	return true
 }
 
 // checkKubelets probes every node's kubelet once per heartbeats.kubeletCheckInterval,
 // at most kubeletChecksAtOnce at a time, until ctx ends: the first round at once (until
 // a kubelet has answered, its silence counts for nothing), the next ones spread over the
 // interval.
-func (c *Controller) checkKubelets(ctx context.Context) {
-	h := c.peers.heartbeats
+func (w *Watch) checkKubelets(ctx context.Context) {
+	h := w.heartbeats
 	every := h.cfg.KubeletCheckInterval.Duration
 	slots := make(chan struct{}, kubeletChecksAtOnce)
 	checked := map[string]bool{}
 	for round := 0; ctx.Err() == nil; round++ {
-		nodes, err := c.caches.nodes.List(everything())
+		nodes, err := w.nodes.List(labels.Everything())
 		if err != nil {
 			nodes = nil
 		}
@@ -159,9 +165,9 @@ func (c *Controller) checkKubelets(ctx context.Context) {
 			}
 			go func() {
 				defer func() { <-slots }()
-				started := c.now()
+				started := w.now()
 				if answered, probed := h.probe(ctx, n); probed && ctx.Err() == nil {
-					c.detector.ObserveKubeletCheck(n.Name, started, answered)
+					w.detector.ObserveKubeletCheck(n.Name, started, answered)
 				}
 			}()
 			if !pause(ctx, gap) {

@@ -1,4 +1,4 @@
-package v1alpha1
+package configfile
 
 import (
 	"encoding/json"
@@ -212,7 +212,7 @@ var badConfigs = map[string]struct {
 }
 
 func TestBadConfigs(t *testing.T) {
-	if _, err := ParseConfig([]byte(valid)); err != nil {
+	if _, err := Parse([]byte(valid)); err != nil {
 		t.Fatalf("the valid base is refused: %v", err)
 	}
 	gen := os.Getenv("KUBEFENCE_GEN") != ""
@@ -225,7 +225,7 @@ func TestBadConfigs(t *testing.T) {
 				}
 				doc = strings.Replace(valid, tc.old, tc.new, 1)
 			}
-			_, err := ParseConfig([]byte(doc))
+			_, err := Parse([]byte(doc))
 			if err == nil {
 				t.Fatalf("accepted:\n%s", doc)
 			}
@@ -243,7 +243,7 @@ func TestBadConfigs(t *testing.T) {
 // TestGettingStartedConfig: the configuration docs/getting-started.md shows passes as
 // written, and the mistakes it shows give the error it prints.
 func TestGettingStartedConfig(t *testing.T) {
-	doc, err := os.ReadFile("../../../../docs/getting-started.md")
+	doc, err := os.ReadFile("../../docs/getting-started.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,13 +253,13 @@ func TestGettingStartedConfig(t *testing.T) {
 	}
 	_, rest, _ = strings.Cut(rest, "```yaml\n")
 	cfgText, rest, _ := strings.Cut(rest, "```")
-	if _, err := ParseConfig([]byte(cfgText)); err != nil {
+	if _, err := Parse([]byte(cfgText)); err != nil {
 		t.Fatalf("the documented configuration is refused: %v", err)
 	}
 	_, rest, _ = strings.Cut(rest, "```\n")
 	shown, _, _ := strings.Cut(rest, "\n```")
 	bad := strings.Replace(strings.Replace(cfgText, "timeout: 60s", "timeout: 10 minutes", 1), `action: "Off"`, "action: Off", 1)
-	if _, err := ParseConfig([]byte(bad)); err == nil || err.Error() != shown {
+	if _, err := Parse([]byte(bad)); err == nil || err.Error() != shown {
 		t.Errorf("the documented mistakes give\n%v\nthe docs show\n%s", err, shown)
 	}
 }
@@ -282,7 +282,7 @@ func TestEveryFieldsWrongType(t *testing.T) {
 	if err := json.Unmarshal(js, &root); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ParseConfig(js); err != nil {
+	if _, err := Parse(js); err != nil {
 		t.Fatalf("the full configuration is refused: %v", err)
 	}
 	leaves := 0
@@ -309,7 +309,7 @@ func TestEveryFieldsWrongType(t *testing.T) {
 			set([]any{"wrong", "type"})
 			out, _ := json.Marshal(root)
 			set(v)
-			_, err := ParseConfig(out)
+			_, err := Parse(out)
 			if err == nil || !strings.Contains(err.Error(), path+":") {
 				t.Errorf("%s given a list: %v; want an error naming %s", path, err, path)
 			}

@@ -1,4 +1,4 @@
-package v1alpha1
+package configfile
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
 // manyParams is a flow mapping of n parameters named p0, p1, ...
@@ -33,7 +35,7 @@ func TestCollectionsAreBounded(t *testing.T) {
 			"config: agents[0].params: Too many: 50000: must have at most 64 items"},
 		"50,000 params that are not strings": {"timeout: 30s", "timeout: 30s\n  params: " + strings.ReplaceAll(manyParams(50000), "'1'", "1"),
 			"config: agents[0].params: Too many: 50000: must have at most 64 items"},
-		"params of 64 KiB and more": {"timeout: 30s", "timeout: 30s\n  params: {caBundle: '" + strings.Repeat("A", MaxParamsBytes) + "'}",
+		"params of 64 KiB and more": {"timeout: 30s", "timeout: 30s\n  params: {caBundle: '" + strings.Repeat("A", v1alpha1.MaxParamsBytes) + "'}",
 			"config: agents[0].params: Too long: may not be more than 65536 bytes"},
 		"101 policies": {"", valid + strings.Repeat("- name: p\n  levels: [{agents: [ipmi]}]\n", 100),
 			"config: policies: Too many: 101: must have at most 100 items"},
@@ -52,7 +54,7 @@ func TestCollectionsAreBounded(t *testing.T) {
 			if tc.old != "" {
 				doc = strings.Replace(valid, tc.old, tc.new, 1)
 			}
-			_, err := ParseConfig([]byte(doc))
+			_, err := Parse([]byte(doc))
 			if err == nil || err.Error() != tc.want {
 				t.Errorf("error:\n%.500v\nwant:\n%s", err, tc.want)
 			}
@@ -63,7 +65,7 @@ func TestCollectionsAreBounded(t *testing.T) {
 // TestValidateBoundsConfigsBuiltInCode: Validate holds the same bounds for a Config
 // that never went through the decoder.
 func TestValidateBoundsConfigsBuiltInCode(t *testing.T) {
-	cfg, err := ParseConfig([]byte(valid))
+	cfg, err := Parse([]byte(valid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestEveryCollectionIsBounded(t *testing.T) {
 			walk(ft, path+"."+name)
 		}
 	}
-	walk(reflect.TypeFor[Config](), "config")
+	walk(reflect.TypeFor[v1alpha1.Config](), "config")
 	if len(seen) < 10 {
 		t.Errorf("walked only %d types", len(seen))
 	}

@@ -1,4 +1,4 @@
-package v1alpha1
+package configfile
 
 import (
 	"bufio"
@@ -19,31 +19,25 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
-)
 
-// The configuration file's own apiVersion and kind, as Kubernetes components version
-// theirs (KubeletConfiguration, KubeSchedulerConfiguration).
-const (
-	ConfigGroup      = "config.kubefence.io"
-	ConfigAPIVersion = ConfigGroup + "/v1alpha1"
-	ConfigKind       = "FenceControllerConfiguration"
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
 // maxQuoted is how much of a bad value an error quotes: a 10 MiB value repeated on
 // stderr helps nobody.
 const maxQuoted = 64
 
-// ParseConfig decodes a configuration file (DecodeConfig) and drops its warnings.
-func ParseConfig(data []byte) (*Config, error) {
-	cfg, _, err := DecodeConfig(data)
+// Parse decodes a configuration file (Decode) and drops its warnings.
+func Parse(data []byte) (*v1alpha1.Config, error) {
+	cfg, _, err := Decode(data)
 	return cfg, err
 }
 
-// DecodeConfig reads one configuration file: one YAML document, decoded strictly (every
+// Decode reads one configuration file: one YAML document, decoded strictly (every
 // field known, of its type, each error naming its full path), defaulted, then validated.
 // Every problem is reported at once. A file without apiVersion and kind is read as
 // config.kubefence.io/v1alpha1 with a warning that says which two lines to add.
-func DecodeConfig(data []byte) (*Config, []string, error) {
+func Decode(data []byte) (*v1alpha1.Config, []string, error) {
 	if err := oneDocument(data); err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
 	}
@@ -62,11 +56,11 @@ func DecodeConfig(data []byte) (*Config, []string, error) {
 		return nil, nil, fmt.Errorf("config: the file must be a YAML mapping of fields (apiVersion, kind, agents, policies, ...), not %v", shortAny(raw))
 	}
 	warnings, errs := checkHeader(raw)
-	errs = append(errs, checkValue(nil, raw, reflect.TypeFor[Config]())...)
+	errs = append(errs, checkValue(nil, raw, reflect.TypeFor[v1alpha1.Config]())...)
 	if len(errs) > 0 {
 		return nil, warnings, fmt.Errorf("config: %w", shorten(errs).ToAggregate())
 	}
-	cfg := &Config{}
+	cfg := &v1alpha1.Config{}
 	if strict, err := json.UnmarshalStrict(js, cfg); err != nil || len(strict) > 0 {
 		// checkValue refused everything the decoder would; this is a last line.
 		return nil, warnings, fmt.Errorf("config: %w", errors.Join(append([]error{err}, strict...)...))
@@ -121,14 +115,14 @@ func checkHeader(raw any) ([]string, field.ErrorList) {
 	kind, hasKind := m["kind"]
 	if !hasAV && !hasKind {
 		return []string{fmt.Sprintf("the configuration has no apiVersion and kind; it is read as %s %s. "+
-			"Add these two lines at its top: 'apiVersion: %s' and 'kind: %s'", ConfigAPIVersion, ConfigKind, ConfigAPIVersion, ConfigKind)}, nil
+			"Add these two lines at its top: 'apiVersion: %s' and 'kind: %s'", v1alpha1.ConfigAPIVersion, v1alpha1.ConfigKind, v1alpha1.ConfigAPIVersion, v1alpha1.ConfigKind)}, nil
 	}
 	var errs field.ErrorList
-	if av != ConfigAPIVersion {
-		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), shortAny(av), []string{ConfigAPIVersion}))
+	if av != v1alpha1.ConfigAPIVersion {
+		errs = append(errs, field.NotSupported(field.NewPath("apiVersion"), shortAny(av), []string{v1alpha1.ConfigAPIVersion}))
 	}
-	if kind != ConfigKind {
-		errs = append(errs, field.NotSupported(field.NewPath("kind"), shortAny(kind), []string{ConfigKind}))
+	if kind != v1alpha1.ConfigKind {
+		errs = append(errs, field.NotSupported(field.NewPath("kind"), shortAny(kind), []string{v1alpha1.ConfigKind}))
 	}
 	return nil, errs
 }
@@ -137,7 +131,7 @@ var (
 	durationType     = reflect.TypeFor[metav1.Duration]()
 	intOrStringType  = reflect.TypeFor[intstr.IntOrString]()
 	stringMapType    = reflect.TypeFor[map[string]string]()
-	agentType        = reflect.TypeFor[Agent]()
+	agentType        = reflect.TypeFor[v1alpha1.Agent]()
 	noExplicitZeroes = map[string]string{
 		"maxConcurrent": "10", "flapThreshold": "3", "burst": "fencesPerMinute", "keepPerNode": "10",
 	}

@@ -1,9 +1,11 @@
-package v1alpha1
+package configfile
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
 const minimal = `
@@ -17,7 +19,7 @@ policies:
 `
 
 func TestParseConfigDefaults(t *testing.T) {
-	cfg, err := ParseConfig([]byte(minimal))
+	cfg, err := Parse([]byte(minimal))
 	if err != nil {
 		t.Fatalf("ParseConfig: %v", err)
 	}
@@ -33,7 +35,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	if p.Paused || p.DryRun || cfg.Paused || cfg.DryRun || p.SkipIfNothingToRelease {
 		t.Errorf("switches must default off: %+v", p)
 	}
-	if p.ExcludeLabel != DefaultExcludeLabel || !*p.HonorTolerations || !*p.HonorDisruptionBudgets || p.MinWait.Duration != 5*time.Second {
+	if p.ExcludeLabel != v1alpha1.DefaultExcludeLabel || !*p.HonorTolerations || !*p.HonorDisruptionBudgets || p.MinWait.Duration != 5*time.Second {
 		t.Errorf("policy defaults: %+v", p)
 	}
 }
@@ -58,7 +60,7 @@ func TestParseConfigErrors(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			doc := minimal + tc.extra + "\n"
-			cfg, err := ParseConfig([]byte(doc))
+			cfg, err := Parse([]byte(doc))
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("ParseConfig: %v", err)
