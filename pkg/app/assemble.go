@@ -20,6 +20,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/devicemonitor"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
@@ -57,7 +58,7 @@ type Assembly struct {
 // until the caches are started (Caches.Start) and the replica leads (Lead).
 func Assemble(a Assembly) (*Controllers, error) {
 	cfg := a.Config
-	set, err := caches.New(a.Kube, a.Fencing, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace)
+	set, err := caches.New(a.Kube, a.Fencing, a.Dynamic, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +74,10 @@ func Assemble(a Assembly) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
+	planned, err := maintenance.New(a.Kube.Discovery(), set.Dynamic)
+	if err != nil {
+		return nil, err
+	}
 	out := &Controllers{Config: cfg, Caches: set, Health: &agentcall.Health{}}
 	if cfg.ExternalRemediation.Enabled {
 		out.Requests, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
@@ -83,7 +88,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 		}
 	}
 	loop, err = controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
-		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests},
+		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Maintenance: planned},
 		Recorder: a.Recorder, Registry: a.Registry, Identity: a.Identity, Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)

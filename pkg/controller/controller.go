@@ -29,6 +29,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
@@ -73,6 +74,9 @@ type Peers struct {
 	Health *agentcall.Health
 	// Requests carries the health checkers' KubefenceRemediations; nil when off.
 	Requests *requests.Requests
+	// Maintenance finds the Machines and NodeMaintenances that name a node; nil reads
+	// only what the Node says.
+	Maintenance *maintenance.Reader
 }
 
 // LeaderOptions say how this replica leads.
@@ -142,6 +146,8 @@ type peers struct {
 	// among the agents' peers (nil when off).
 	watchdogs  *watchdogs
 	heartbeats *heartbeats
+	// maintenance says which nodes were taken out on purpose.
+	maintenance *maintenance.Reader
 }
 
 // leadership is this replica's standing as leader: the Lease check and the epoch it acts
@@ -204,7 +210,7 @@ func New(opts Options) (*Controller, error) {
 	c := &Controller{
 		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, store: opts.Store, detector: opts.Detector, caller: opts.Caller,
 		metrics: newMetrics(opts.Registry),
-		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests,
+		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests, maintenance: opts.Peers.Maintenance,
 			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
 		},
 		lead:   leadership{guard: opts.Leader.Guard, pause: &pauser{point: t.PauseAt}},
