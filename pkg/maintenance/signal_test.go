@@ -30,7 +30,9 @@ func TestSignal(t *testing.T) {
 				n.Spec.Taints = []corev1.Taint{{Key: AutoscalerTaint, Value: "1700000000", Effect: corev1.TaintEffectNoSchedule}}
 			}},
 		"another taint": {rule: v1alpha1.CordonNever,
-			node: func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{{Key: "example.com/x", Effect: corev1.TaintEffectNoSchedule}} }},
+			node: func(n *corev1.Node) {
+				n.Spec.Taints = []corev1.Taint{{Key: "example.com/x", Effect: corev1.TaintEffectNoSchedule}}
+			}},
 		"medik8s' exclude label": {rule: v1alpha1.CordonNever, want: ExcludeLabel,
 			node: func(n *corev1.Node) { n.Labels = map[string]string{ExcludeLabel: ""} }},
 		"a deleting Machine":  {rule: v1alpha1.CordonNever, objects: Objects{DeletingMachine: "ns/m-1"}, want: "Cluster API Machine ns/m-1 is being deleted"},
