@@ -2,6 +2,7 @@ package maintenance
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +65,15 @@ func hasTaint(node *corev1.Node, key string) bool {
 		}
 	}
 	return false
+}
+
+// Holds says whether maintenance holds incident nf: the controller's own incidents and
+// health checkers' requests, whose evidence is the node's silence. A person's request is
+// not held: a person who asks for a node to be fenced (a drill on a drained node, a node
+// known dead) has said what the signals only suggest.
+func Holds(nf *v1alpha1.NodeFence) bool {
+	by := nf.Spec.RequestedBy
+	return by == v1alpha1.RequestedByController || strings.HasPrefix(by, v1alpha1.RequestedByRemediationPrefix)
 }
 
 // Earlier is the earlier of two times, a zero one counting as unknown.

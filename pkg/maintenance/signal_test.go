@@ -64,3 +64,17 @@ func TestEarlier(t *testing.T) {
 		}
 	}
 }
+
+func TestHolds(t *testing.T) {
+	for by, want := range map[string]bool{
+		v1alpha1.RequestedByController:                     true,
+		v1alpha1.RequestedByRemediationPrefix + "capi/m-1": true,
+		"alice@example.com":                                false,
+		"system:serviceaccount:ops:drill":                  false,
+	} {
+		nf := &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{RequestedBy: by}}
+		if got := Holds(nf); got != want {
+			t.Errorf("Holds(requestedBy %q) = %t, want %t", by, got, want)
+		}
+	}
+}

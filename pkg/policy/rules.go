@@ -71,13 +71,13 @@ func maintenance(p *v1alpha1.Policy, node Node, _ Cluster, _ view, now time.Time
 	}
 	window := p.Maintenance.MaxWindow.Duration
 	if node.SilentSince.IsZero() {
-		return hold(ReasonMaintenance, "node %s is under maintenance (%s): held while it lasts", node.Name, node.Maintenance)
+		return hold(ReasonMaintenance, "node %s is under maintenance: %s; held while it lasts", node.Name, node.Maintenance)
 	}
 	until := node.SilentSince.Add(window)
 	if !now.Before(until) {
 		return Decision{}, false
 	}
-	d, _ := hold(ReasonMaintenance, "node %s is under maintenance (%s): held until %s, the end of policy %s's maintenance window of %s from its last sign of life at %s; fenced then if still silent",
+	d, _ := hold(ReasonMaintenance, "node %s is under maintenance: %s; held until %s, the end of policy %s's maintenance window of %s from its last sign of life at %s; fenced then if still silent",
 		node.Name, node.Maintenance, stamp(until), p.Name, window, stamp(node.SilentSince))
 	d.Until = until
 	return d, true
