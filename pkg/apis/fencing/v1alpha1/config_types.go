@@ -291,7 +291,11 @@ type Policy struct {
 	Name string `json:"name"`
 	// NodeSelector selects the nodes this policy governs; empty selects all.
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
-	// Action is Off (default) or Reboot.
+	// Action is Off (default) or Reboot. Both power the node off, verify it off and release
+	// its workloads; Reboot then powers it on again, and it rejoins on a new boot. Off keeps
+	// a node that stopped on its own out until a person has looked (planned reboots are
+	// held, not fenced: see Maintenance); Reboot suits nodes whose failures are mostly
+	// software, where capacity matters more.
 	Action FenceAction `json:"action,omitempty"`
 	// Levels are tried in order until one is verified; at most 10.
 	Levels []Level `json:"levels"`
