@@ -95,7 +95,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	}
 	out.Loop = loop
 	out.Monitor = devicemonitor.New(devicemonitor.Monitor{Checker: caller, Policies: cfg.Policies, Nodes: nodes, Client: a.Kube,
-		LastLife: det.LastLife, Confirm: loop.LeaseConfirmed, Recorder: a.Recorder, Interval: a.TargetInterval},
+		LastLife: det.LastLife, Confirm: loop.LeaseConfirmed, Recorder: a.Recorder, Interval: a.TargetInterval, Planned: planned},
 		a.Registry, cfg.Detection.ExpectedRenewInterval.Duration)
 	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Remedy: loop.Remediator(), Record: loop.Record(),
 		Check: loop.CheckLease, Confirmed: loop.LeaseConfirmed}, a.Registry)
