@@ -26,8 +26,8 @@ var PlantedBugs = map[string]PlantedBug{
 	// floor (safety invariant 10): a PodDisruptionBudget or a toleration then makes a
 	// node that merely has not renewed yet look dead.
 	"nofloor": {File: "pkg/detector/detector.go",
-		From: "obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor)",
-		To:   "obs := assess(st, node.Name, ready, now, leaseStaleAfter, notReadyAfter, 0*floor)"},
+		From: "obs := assess(st, node.Name, ready, now, max(leaseStaleAfter, floor), notReadyAfter, floor, d.th.Heartbeats, evidence)",
+		To:   "obs := assess(st, node.Name, ready, now, leaseStaleAfter, notReadyAfter, 0*floor, d.th.Heartbeats, evidence)"},
 	// unguardedundo: an Unfence goes out without the Lease check after a possible pause
 	// (safety invariant 11): a leader that slept there gives a node back the storage its
 	// successor cut again.
@@ -38,8 +38,8 @@ var PlantedBugs = map[string]PlantedBug{
 	// the Fence went to: a mapping edited mid-fence to a switched-off machine verifies a
 	// running node.
 	"unpinned": {File: "pkg/controller/fence.go",
-		From: "	return c.caller.call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)",
-		To:   "	return c.caller.call(ctx, step, node, target[:0], nf.Name, c.currentEpoch(), deadline)"},
+		From: "	return c.caller.Call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)",
+		To:   "	return c.caller.Call(ctx, step, node, target[:0], nf.Name, c.currentEpoch(), deadline)"},
 }
 
 // PlantOverlay writes into dir the patched source and the `go build -overlay` file that

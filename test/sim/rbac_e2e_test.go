@@ -111,11 +111,15 @@ func TestRenderedRBACFencesAndNothingMore(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("the pod bound to %s after its release was not released under the rendered RBAC: %v", victim, err)
-	} else if incs, err := Incidents(ctx, c, victim); err != nil || !slices.ContainsFunc(incs[len(incs)-1].Status.Timeline,
-		func(s v1alpha1.Step) bool {
+	} else if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		// The step reaches the NodeFence's status with the incident's next save, after
+		// the deletion itself.
+		incs, err := Incidents(ctx, c, victim)
+		return err == nil && len(incs) > 0 && slices.ContainsFunc(incs[len(incs)-1].Status.Timeline, func(s v1alpha1.Step) bool {
 			return s.Type == v1alpha1.StepLateRelease && strings.Contains(s.Message, Namespace+"/late")
-		}) {
-		t.Errorf("the late pod is gone but no LateRelease step names it (%v): something else deleted it", err)
+		}), nil
+	}); err != nil {
+		t.Errorf("the late pod is gone but no LateRelease step names it within 30s (%v): something else deleted it", err)
 	}
 	// Secure metrics, the chart's default: the controller reviews a scraper's token and
 	// access with the API server. Its own identity may not read /metrics, so 403; a review
