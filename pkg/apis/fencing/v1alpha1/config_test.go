@@ -33,7 +33,8 @@ func TestParseConfigDefaults(t *testing.T) {
 	if p.Paused || p.DryRun || cfg.Paused || cfg.DryRun || p.SkipIfNothingToRelease {
 		t.Errorf("switches must default off: %+v", p)
 	}
-	if p.ExcludeLabel != DefaultExcludeLabel || !*p.HonorTolerations || !*p.HonorDisruptionBudgets || p.MinWait.Duration != 5*time.Second {
+	if p.ExcludeLabel != DefaultExcludeLabel || !*p.HonorTolerations || !*p.HonorDisruptionBudgets || p.MinWait.Duration != 5*time.Second ||
+		p.Maintenance.MaxWindow.Duration != time.Hour || p.Maintenance.Cordoned != CordonWhenDrained {
 		t.Errorf("policy defaults: %+v", p)
 	}
 }
