@@ -36,6 +36,7 @@ var rules = []rule{
 	{Dir: "pkg/serving", Forbidden: `^$MOD/pkg/`, Why: "serving knows nothing of fencing"},
 	{Dir: "pkg/kubemetrics", Forbidden: `^$MOD/`, Why: "client-go's metrics know nothing of fencing"},
 	{Dir: "pkg/releasegate", Forbidden: `^$MOD/`, Why: "the release gate counts syncs and holds records back; it knows nothing of fencing"},
+	{Dir: "pkg/maintenance", Forbidden: `^$MOD/pkg/(controller|policy|detector|incidents|agentcall|devicemonitor|requests|orphans|remediate|plugin|fencer|app)(/|$)`, Why: "maintenance signals are read from the cluster's objects; holding a node is policy's"},
 	{Dir: "pkg/controller", Forbidden: `^$MOD/pkg/app(/|$)`, Why: "the engine does not know how the process is assembled"},
 	{Dir: "pkg/leader", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/(apis|coalesce)(/|$)`, Why: "leadership knows nothing of fencing"},
 	{Dir: "pkg/coalesce", Forbidden: `^$MOD/`, Why: "shared reads know nothing of what they read"},

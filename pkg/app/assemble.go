@@ -21,6 +21,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/devicemonitor"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
@@ -59,7 +60,7 @@ type Assembly struct {
 // until the caches are started (Caches.Start) and the replica leads (Lead).
 func Assemble(a Assembly) (*Controllers, error) {
 	cfg := a.Config
-	set, err := caches.New(a.Kube, a.Fencing, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace)
+	set, err := caches.New(a.Kube, a.Fencing, a.Dynamic, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +73,10 @@ func Assemble(a Assembly) (*Controllers, error) {
 	var loop *controller.Controller // made last; its methods are called only once the caches run
 	caller, err := agentcall.New(a.Agents, cfg, a.Kube, agentcall.NewMetrics(a.Registry, agentNames(cfg)), func() time.Time { return loop.Now() },
 		func() ([]*corev1.Node, error) { return nodes.List(labels.Everything()) })
+	if err != nil {
+		return nil, err
+	}
+	planned, err := maintenance.New(a.Kube.Discovery(), set.Dynamic)
 	if err != nil {
 		return nil, err
 	}
@@ -90,14 +95,14 @@ func Assemble(a Assembly) (*Controllers, error) {
 		return nil, err
 	}
 	loop, err = controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
-		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents},
+		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents, Maintenance: planned},
 		Recorder: a.Recorder, Registry: a.Registry, Identity: a.Identity, Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)
 	}
 	out.Loop = loop
 	out.Monitor = devicemonitor.New(devicemonitor.Monitor{Checker: caller, Policies: cfg.Policies, Nodes: nodes, Client: a.Kube,
-		LastLife: det.LastLife, Confirm: loop.LeaseConfirmed, Recorder: a.Recorder, Interval: a.TargetInterval},
+		LastLife: det.LastLife, Confirm: loop.LeaseConfirmed, Recorder: a.Recorder, Interval: a.TargetInterval, Planned: planned},
 		a.Registry, cfg.Detection.ExpectedRenewInterval.Duration)
 	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Remedy: loop.Remediator(), Record: loop.Record(),
 		Check: loop.CheckLease, Confirmed: loop.LeaseConfirmed}, a.Registry)

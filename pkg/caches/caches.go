@@ -16,6 +16,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	policylisters "k8s.io/client-go/listers/policy/v1"
@@ -44,11 +47,15 @@ type Set struct {
 	Fencing fencinginformers.SharedInformerFactory
 	// Reports watches the node agents' report Leases in their namespace.
 	Reports informers.SharedInformerFactory
+	// Dynamic watches the optional kinds of other projects that the controllers read when
+	// their CustomResourceDefinitions are installed (pkg/maintenance); nil without a
+	// dynamic client.
+	Dynamic dynamicinformer.DynamicSharedInformerFactory
 }
 
-// New is the set for client and fencing; identityNS holds the replicas' identity Leases
-// and reportNS the node agents' reports.
-func New(client kubernetes.Interface, fencing versioned.Interface, identityNS, reportNS string) (*Set, error) {
+// New is the set for client, fencing and dyn (nil: no dynamic factory); identityNS holds
+// the replicas' identity Leases and reportNS the node agents' reports.
+func New(client kubernetes.Interface, fencing versioned.Interface, dyn dynamic.Interface, identityNS, reportNS string) (*Set, error) {
 	s := &Set{
 		Kube:       informers.NewSharedInformerFactory(client, resync),
 		NodeLeases: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(detector.LeaseNamespace)),
@@ -61,6 +68,9 @@ func New(client kubernetes.Interface, fencing versioned.Interface, identityNS, r
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = nodeagent.ComponentLabel + "=" + nodeagent.Component
 			})),
+	}
+	if dyn != nil {
+		s.Dynamic = dynamicinformer.NewDynamicSharedInformerFactory(dyn, resync)
 	}
 	// Caches of every node, lease and pod are the controller's memory; drop what it never
 	// reads.
@@ -138,6 +148,14 @@ func (s *Set) Start(ctx context.Context) error {
 	s.Identities.Start(ctx.Done())
 	s.Fencing.Start(ctx.Done())
 	s.Reports.Start(ctx.Done())
+	if s.Dynamic != nil {
+		s.Dynamic.Start(ctx.Done())
+		for gvr, ok := range s.Dynamic.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer cache of %s did not sync", schema.GroupVersionResource(gvr).String())
+			}
+		}
+	}
 	for _, synced := range []map[reflect.Type]bool{s.Kube.WaitForCacheSync(ctx.Done()), s.NodeLeases.WaitForCacheSync(ctx.Done()),
 		s.Identities.WaitForCacheSync(ctx.Done()), s.Fencing.WaitForCacheSync(ctx.Done()), s.Reports.WaitForCacheSync(ctx.Done())} {
 		for kind, ok := range synced {

@@ -145,6 +145,10 @@ var badConfigs = map[string]struct {
 		`config: policies[0].levels[0].timeout: Invalid value: "2h0m0s": must be from 100ms to 1h0m0s`},
 	"minWait 2h": {`action: "Off"`, `action: "Off"` + "\n  minWait: 2h",
 		`config: policies[0].minWait: Invalid value: "2h0m0s": must be from 100ms to 1h0m0s`},
+	"maintenance window of 500ms": {`action: "Off"`, `action: "Off"` + "\n  maintenance: {maxWindow: 500ms}",
+		`config: policies[0].maintenance.maxWindow: Invalid value: "500ms": must be from 1s to 168h0m0s`},
+	"maintenance cordoned Sometimes": {`action: "Off"`, `action: "Off"` + "\n  maintenance: {cordoned: Sometimes}",
+		`config: policies[0].maintenance.cordoned: Unsupported value: "Sometimes": supported values: "WhenDrained", "Always", "Never"`},
 	"bad selector operator": {`action: "Off"`, `action: "Off"` + "\n  nodeSelector: {matchExpressions: [{key: a, operator: Like}]}",
 		`config: policies[0].nodeSelector: Invalid value: {"matchExpressions":[{"key":"a","operator":"Like"}]}: "Like" is not a valid label selector operator`},
 	"agent without a target": {"  target: {annotation: fencing.kubefence.io/bmc}\n", "",
@@ -273,6 +277,7 @@ func TestEveryFieldsWrongType(t *testing.T) {
 	full = strings.Replace(full, "    retries: 1\n", "    retries: 1\n    backoff: 1s\n", 1)
 	full = strings.Replace(full, "  budget: {", "  remediation: Both\n  paused: false\n  dryRun: false\n  excludeLabel: example.com/skip\n"+
 		"  skipIfNothingToRelease: false\n  honorTolerations: true\n  honorDisruptionBudgets: true\n  minWait: 5s\n"+
+		"  maintenance: {maxWindow: 2h, cordoned: Always}\n"+
 		"  nodeSelector: {matchLabels: {zone: a}}\n  budget: {perZone: true, controlPlaneOneAtATime: true, rateLimit: {fencesPerMinute: 2, burst: 2}, ", 1)
 	js, err := yaml.YAMLToJSON([]byte(full))
 	if err != nil {

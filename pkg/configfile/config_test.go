@@ -35,7 +35,8 @@ func TestParseConfigDefaults(t *testing.T) {
 	if p.Paused || p.DryRun || cfg.Paused || cfg.DryRun || p.SkipIfNothingToRelease {
 		t.Errorf("switches must default off: %+v", p)
 	}
-	if p.ExcludeLabel != v1alpha1.DefaultExcludeLabel || !*p.HonorTolerations || !*p.HonorDisruptionBudgets || p.MinWait.Duration != 5*time.Second {
+	if p.ExcludeLabel != v1alpha1.DefaultExcludeLabel || !*p.HonorTolerations || !*p.HonorDisruptionBudgets || p.MinWait.Duration != 5*time.Second ||
+		p.Maintenance.MaxWindow.Duration != time.Hour || p.Maintenance.Cordoned != v1alpha1.CordonWhenDrained {
 		t.Errorf("policy defaults: %+v", p)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -126,7 +127,7 @@ func TestForcedFenceCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	pn, _ := f.c.view(pol, node, f.now)
-	d, err := f.c.decision(pol, pn, node, "node-2-x9", f.now)
+	d, err := f.c.decision(pol, pn, node, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-2-x9"}}, f.now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/releasegate"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
@@ -73,6 +74,8 @@ type peers struct {
 	requests *requests.Requests
 	replicas *leader.Replicas
 	agents   AgentWatch
+	// maintenance says which nodes were taken out on purpose.
+	maintenance *maintenance.Reader
 }
 
 // leadership is this replica's standing as leader: the Lease check and the epoch it acts
@@ -128,7 +131,7 @@ func New(opts Options) (*Controller, error) {
 	c := &Controller{
 		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, store: opts.Store, detector: opts.Detector, caller: opts.Caller,
 		metrics: newMetrics(opts.Registry),
-		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests, agents: opts.Peers.Agents,
+		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests, agents: opts.Peers.Agents, maintenance: opts.Peers.Maintenance,
 			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
 		},
 		lead:   leadership{guard: opts.Leader.Guard, pause: &pauser{point: t.PauseAt}},

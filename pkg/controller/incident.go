@@ -11,6 +11,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -36,7 +37,7 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		a := fencer.Lifecycle(nf, f)
 		switch a.Kind {
 		case fencer.ActDecide:
-			d, err := c.decision(pol, pn, node, nf.Name, f.Now)
+			d, err := c.decision(pol, pn, node, nf, f.Now)
 			if err != nil {
 				return 0, err
 			}
@@ -138,10 +139,11 @@ func (c *Controller) policyByName(name string) *v1alpha1.Policy {
 
 // decision is policy's answer for a pending or held incident of node. A person's
 // request fences a node the detector does not (yet) find unhealthy; the budget still
-// applies to it, through admit. A node no policy selects now (relabelled since its
-// incident opened) is viewed under the incident's recorded policy, and whatever policy
-// governs it, a live controller replica on it holds its fence.
-func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1.Node, incident string, now time.Time) (policy.Decision, error) {
+// applies to it, through admit, but not the maintenance hold (maintenance.Holds). A node
+// no policy selects now (relabelled since its incident opened) is viewed under the
+// incident's recorded policy, and whatever policy governs it, a live controller replica
+// on it holds its fence.
+func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1.Node, nf *v1alpha1.NodeFence, now time.Time) (policy.Decision, error) {
 	cl, err := c.cluster(pol, now)
 	if err != nil {
 		return policy.Decision{}, err
@@ -151,7 +153,10 @@ func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1
 	}
 	pn.ControllerHere = c.peers.replicas.On(node.Name, now)
 	pn.Unhealthy = true
-	return c.admit(pol, pn, cl, incident, now), nil
+	if !maintenance.Holds(nf) {
+		pn.Maintenance = ""
+	}
+	return c.admit(pol, pn, cl, nf.Name, now), nil
 }
 
 // startFencing moves the incident to Fencing at level 1 and fences.

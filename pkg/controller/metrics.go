@@ -96,7 +96,7 @@ func (m *metrics) initCounters() {
 		v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled} {
 		m.incidents.WithLabelValues(string(p))
 	}
-	for _, r := range []string{policy.ReasonStorm, policy.ReasonZoneDark, policy.ReasonPaused, policy.ReasonExcluded,
+	for _, r := range []string{policy.ReasonStorm, policy.ReasonZoneDark, policy.ReasonPaused, policy.ReasonExcluded, policy.ReasonMaintenance,
 		policy.ReasonNothingToRelease, policy.ReasonCooldown, policy.ReasonControlPlane, policy.ReasonMaxConcurrent,
 		policy.ReasonRateLimited, policy.ReasonControllerHere, policy.ReasonTargetReadsOff, fencer.ReasonOutlived} {
 		m.holds.WithLabelValues(r)

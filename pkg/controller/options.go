@@ -16,6 +16,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/kubefence/kubefence/pkg/selffence"
 )
@@ -57,6 +58,9 @@ type Peers struct {
 	Requests *requests.Requests
 	// Agents is the watch on the node agents (pkg/agentwatch); required.
 	Agents AgentWatch
+	// Maintenance finds the Machines and NodeMaintenances that name a node; nil reads
+	// only what the Node says.
+	Maintenance *maintenance.Reader
 }
 
 // AgentWatch is what the loop asks of the watch on the node agents: their heartbeats'

@@ -27,8 +27,8 @@ import (
 // pruning ended incidents, and the Lease check each of them makes before it changes
 // anything (invariant 2), Events included.
 
-// maintenance is a taint kubefence never owns: a repair must leave it on the node.
-var maintenance = corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule}
+// foreignTaint is a taint kubefence never owns: a repair must leave it on the node.
+var foreignTaint = corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule}
 
 // endedIncident is node's incident name, opened at opened and Recovered since, whose
 // record lists taints as added by it.
@@ -112,13 +112,13 @@ func (f *fixture) depose() *error {
 func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 	ctx := context.Background()
 	nf := endedIncident("node-1-x0", "node-1", f0, remediate.FencedTaint.Key, remediate.OutOfServiceTaint.Key)
-	objs := taintedNodes(remediate.FencedTaint, maintenance, remediate.OutOfServiceTaint)
+	objs := taintedNodes(remediate.FencedTaint, foreignTaint, remediate.OutOfServiceTaint)
 	f := newFixture(t, fixtureConfig(), append(objs, nf)...)
 	f.now = f0.Add(time.Hour)
 	f.repair().Once(ctx)
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
-	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{maintenance.Key}) {
-		t.Errorf("node-1 taints %v, want only %s", got, maintenance.Key)
+	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{foreignTaint.Key}) {
+		t.Errorf("node-1 taints %v, want only %s", got, foreignTaint.Key)
 	}
 	got := f.incident("node-1")
 	if got.Status.Phase != v1alpha1.PhaseRecovered || len(got.Status.Remediation.TaintsAdded) != 0 {
@@ -178,7 +178,7 @@ func TestOrphanTaintsLeftAlone(t *testing.T) {
 		nf     *v1alpha1.NodeFence
 	}{
 		"an open incident owns its taints": {[]corev1.Taint{remediate.FencedTaint}, open},
-		"no kubefence taint on the node": {[]corev1.Taint{maintenance},
+		"no kubefence taint on the node": {[]corev1.Taint{foreignTaint},
 			endedIncident("node-1-x0", "node-1", f0, remediate.FencedTaint.Key)},
 		"out-of-service taint, no record": {[]corev1.Taint{remediate.OutOfServiceTaint}, nil},
 	} {
@@ -211,14 +211,14 @@ func TestOrphanTaintsLeftAlone(t *testing.T) {
 // with it; without the mark the taint would be reported and left for a person
 // (TestOrphanFencedTaintReported).
 func TestOrphanTaintsRemovedByTheirOwnerMark(t *testing.T) {
-	objs := taintedNodes(remediate.FencedTaint, maintenance)
+	objs := taintedNodes(remediate.FencedTaint, foreignTaint)
 	objs[0].(*corev1.Node).Annotations = map[string]string{remediate.OwnerAnnotation: "node-1-x0=" + remediate.FencedTaint.Key}
 	f := newFixture(t, fixtureConfig(), append(objs, endedIncident("node-1-x0", "node-1", f0))...)
 	f.now = f0.Add(time.Hour)
 	f.repair().Once(context.Background())
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
-	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{maintenance.Key}) {
-		t.Errorf("node-1 taints %v, want only %s", got, maintenance.Key)
+	if got := f.nodeTaints("node-1"); !slices.Equal(got, []string{foreignTaint.Key}) {
+		t.Errorf("node-1 taints %v, want only %s", got, foreignTaint.Key)
 	}
 	n, err := f.kube.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
 	if err != nil {

@@ -36,7 +36,7 @@ type loopParts struct {
 // newLoop builds the incident loop of p on caches nothing runs: tests fill them.
 func newLoop(t testing.TB, p loopParts) *Controller {
 	t.Helper()
-	set, err := caches.New(p.kube, p.fencing, p.cfg.LeaderElection.Namespace, p.cfg.Watchdog.Namespace)
+	set, err := caches.New(p.kube, p.fencing, nil, p.cfg.LeaderElection.Namespace, p.cfg.Watchdog.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -29,12 +30,16 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 	pn.NothingToRelease = policy.NothingToRelease(pods, c.attachmentsOf(n.Name))
 	pn.ControllerHere = c.peers.replicas.On(n.Name, now)
 	pn.TargetReadsOff = n.Annotations[v1alpha1.TargetReadsOffAnnotation]
+	pn.Maintenance = maintenance.Signal(n, pol.Maintenance.Cordoned, pn.NothingToRelease, c.peers.maintenance.Objects(n.Name))
+	pn.SilentSince = obs.Since
 	for _, f := range c.store.FactsForNode(n.Name) {
 		if f.Phase == v1alpha1.PhaseFencing {
 			pn.Fencing = true
 		}
 		if f.Phase.Open() {
 			pn.Incident = true
+			// The silence an open incident recorded outlasts this replica's clocks.
+			pn.SilentSince = maintenance.Earlier(pn.SilentSince, f.EvidenceStart)
 		}
 		// The cooldown follows a fence that held; a failed one is the Failed rule's
 		// (failedUnrecovered), not a fence.

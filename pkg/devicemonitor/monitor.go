@@ -15,6 +15,8 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/policy"
 )
 
 // DefaultInterval is how often every node's first-level fence device is read, as
@@ -45,6 +47,9 @@ type Monitor struct {
 	Confirm  func(ctx context.Context) error
 	Recorder record.EventRecorder
 	Interval time.Duration
+	// Planned finds the Machines and NodeMaintenances that put a node under maintenance;
+	// nil reads only what the Node says.
+	Planned *maintenance.Reader
 
 	up  *prometheus.GaugeVec
 	off *offReads
@@ -73,7 +78,7 @@ func (m *Monitor) Run(ctx context.Context) {
 	defer look.Stop()
 	for {
 		if nodes, err := m.Nodes.List(everything()); err == nil { // a cache read; a failed round is skipped
-			m.record(ctx, m.Checker.CheckAll(ctx, m.Policies, nodes))
+			m.record(ctx, m.Checker.CheckAll(ctx, m.Policies, m.probed(nodes)))
 		}
 		next := time.After(m.Interval + time.Duration(rand.Int64N(int64(m.Interval/10)+1)))
 		for waiting := true; waiting; {
@@ -104,6 +109,24 @@ func (m *Monitor) record(ctx context.Context, checks []agentcall.TargetCheck) {
 		}
 		m.up.WithLabelValues(tc.Node, tc.Agent).Set(up)
 	}
+}
+
+// probed are the nodes whose devices a round reads: not those their policy excludes, which
+// are never fenced, nor those under maintenance, whose BMC is often being updated or
+// powered by hand. Reading them would only raise KubefenceTargetDown; a node's device is
+// read again in the first round after it is back. A cordon counts here as the policy
+// says, without the drain, which this monitor does not see.
+func (m *Monitor) probed(nodes []*corev1.Node) []*corev1.Node {
+	out := make([]*corev1.Node, 0, len(nodes))
+	for _, n := range nodes {
+		pol, err := policy.Select(m.Policies, n.Labels)
+		if err == nil && pol != nil && (policy.NewNode(pol, n.Name, n.Labels).Excluded ||
+			maintenance.Signal(n, pol.Maintenance.Cordoned, false, m.Planned.Objects(n.Name)) != "") {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func everything() labels.Selector { return labels.Everything() }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -73,7 +74,7 @@ func (w *world) round(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.m.record(context.Background(), w.m.Checker.CheckAll(context.Background(), nil, nodes))
+	w.m.record(context.Background(), w.m.Checker.CheckAll(context.Background(), nil, w.m.probed(nodes)))
 }
 
 // markOf is node's mark as the API server has it; the cache catches up, as the watch would.
@@ -167,5 +168,43 @@ func TestTargetUpMetric(t *testing.T) {
 	want = head + `kubefence_target_up{agent="ipmi",node="node-2"} 1` + "\n"
 	if err := testutil.CollectAndCompare(w.m.up, strings.NewReader(want)); err != nil {
 		t.Errorf("after node-1 left: %v", err)
+	}
+}
+
+// TestExcludedAndMaintenanceNodesNotProbed: a round reads no device of a node its policy
+// excludes or that is under maintenance, so neither raises KubefenceTargetDown; a cordon
+// alone counts only under the policy's cordoned: Always.
+func TestExcludedAndMaintenanceNodesNotProbed(t *testing.T) {
+	node := func(name string, change func(*corev1.Node)) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+		if change != nil {
+			change(n)
+		}
+		return n
+	}
+	nodes := []*corev1.Node{
+		node("plain", nil),
+		node("excluded", func(n *corev1.Node) { n.Labels[v1alpha1.DefaultExcludeLabel] = "true" }),
+		node("scaled-down", func(n *corev1.Node) {
+			n.Spec.Taints = []corev1.Taint{{Key: maintenance.AutoscalerTaint, Effect: corev1.TaintEffectNoSchedule}}
+		}),
+		node("medik8s-excluded", func(n *corev1.Node) { n.Labels[maintenance.ExcludeLabel] = "" }),
+		node("cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }),
+	}
+	for rule, want := range map[v1alpha1.CordonRule][]string{
+		v1alpha1.CordonWhenDrained: {"plain", "cordoned"},
+		v1alpha1.CordonAlways:      {"plain"},
+	} {
+		pol := v1alpha1.Policy{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"ipmi"}}},
+			Maintenance: v1alpha1.Maintenance{Cordoned: rule}}
+		pol.Default()
+		m := &Monitor{Policies: []v1alpha1.Policy{pol}}
+		var got []string
+		for _, n := range m.probed(nodes) {
+			got = append(got, n.Name)
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("cordoned %s: probed %v, want %v", rule, got, want)
+		}
 	}
 }

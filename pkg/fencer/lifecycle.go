@@ -144,6 +144,8 @@ var budgetReasons = map[string]bool{
 	policy.ReasonMaxConcurrent: true, policy.ReasonRateLimited: true, policy.ReasonNothingToRelease: true,
 	// A person who checked the mapping confirms the fence device is the node's.
 	policy.ReasonTargetReadsOff: true,
+	// A person who knows the node under maintenance is dead need not wait out the window.
+	policy.ReasonMaintenance: true,
 }
 
 // decide is the machine for an incident that has not started fencing.

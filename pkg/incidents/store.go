@@ -245,6 +245,9 @@ type Facts struct {
 	FenceStart time.Time
 	// Verified: a level of the incident was read back as fenced.
 	Verified bool
+	// EvidenceStart is when the evidence the incident opened on turned bad; zero when
+	// not recorded.
+	EvidenceStart time.Time
 }
 
 // FactsOf are nf's facts; none for an object that is not a NodeFence.
@@ -255,9 +258,11 @@ func FactsOf(obj any) Facts {
 	}
 	f := Facts{Phase: nf.Status.Phase, Verified: nf.Status.Verified()}
 	for _, st := range nf.Status.Timeline {
-		if st.Type == v1alpha1.StepFenceStarted {
+		switch {
+		case st.Type == v1alpha1.StepEvidenceStarted && f.EvidenceStart.IsZero():
+			f.EvidenceStart = st.Time.Time
+		case st.Type == v1alpha1.StepFenceStarted && f.FenceStart.IsZero():
 			f.FenceStart = st.Time.Time
-			break
 		}
 	}
 	return f

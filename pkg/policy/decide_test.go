@@ -43,6 +43,12 @@ func dead(ns []Node, idx ...int) []Node {
 	return ns
 }
 
+// inMaintenance puts the first node under maintenance, silent since since.
+func inMaintenance(ns []Node, since time.Time) []Node {
+	ns[0].Maintenance, ns[0].SilentSince = "NodeMaintenance nm-1 names it", since
+	return ns
+}
+
 func TestDecide(t *testing.T) {
 	zone := func(z string) map[string]string { return map[string]string{ZoneLabel: z} }
 	cp := map[string]string{ControlPlaneLabel: ""}
@@ -231,6 +237,25 @@ func TestDecide(t *testing.T) {
 		"excluded by label: hold": {
 			policy: testPolicy(), nodes: dead(nodes("n", 10, map[string]string{v1alpha1.DefaultExcludeLabel: "true"}), 0),
 			verdict: Hold, reason: ReasonExcluded, message: v1alpha1.DefaultExcludeLabel,
+		},
+		"under maintenance within the window: hold until it ends": {
+			policy:  testPolicy(),
+			nodes:   inMaintenance(dead(nodes("n", 10, nil), 0), t0.Add(-10*time.Minute)),
+			verdict: Hold, reason: ReasonMaintenance, until: t0.Add(50 * time.Minute), message: "NodeMaintenance nm-1",
+		},
+		"under maintenance past the window: fence": {
+			policy:  testPolicy(func(p *v1alpha1.Policy) { p.Maintenance.MaxWindow.Duration = 10 * time.Minute }),
+			nodes:   inMaintenance(dead(nodes("n", 10, nil), 0), t0.Add(-10*time.Minute)),
+			verdict: Fence, reason: ReasonWithinBudget,
+		},
+		"under maintenance with no known silence: hold with no end": {
+			policy:  testPolicy(),
+			nodes:   inMaintenance(dead(nodes("n", 10, nil), 0), time.Time{}),
+			verdict: Hold, reason: ReasonMaintenance, message: "held while it lasts",
+		},
+		"under maintenance in a storm: the maintenance is reported": {
+			policy: testPolicy(maxUnhealthy(intstr.FromString("30%"))), nodes: inMaintenance(dead(nodes("n", 10, nil), 0, 1, 2, 3), t0),
+			verdict: Hold, reason: ReasonMaintenance, until: t0.Add(time.Hour),
 		},
 		"nothing to release with skipIfNothingToRelease: hold": {
 			policy:  testPolicy(func(p *v1alpha1.Policy) { p.SkipIfNothingToRelease = true }),

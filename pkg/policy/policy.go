@@ -53,6 +53,7 @@ const (
 	ReasonRateLimited      = "RateLimited"
 	ReasonControllerHere   = "ControllerReplicaAlive"
 	ReasonTargetReadsOff   = "TargetReadsOff"
+	ReasonMaintenance      = "Maintenance"
 )
 
 // Decision is what to do about one node, and why.
@@ -115,6 +116,13 @@ type Node struct {
 	// NothingToRelease is true once the controller has found no StatefulSet pod and no
 	// ReadWriteOnce volume attachment on the node. Leave it false when unknown.
 	NothingToRelease bool
+	// Maintenance, when not empty, names what says the node was taken out on purpose
+	// (pkg/maintenance): it is held, not fenced, until the policy's maintenance window
+	// from SilentSince has passed.
+	Maintenance string
+	// SilentSince is when the node's evidence turned bad (the earliest of the detector's
+	// and an open incident's record); zero when not known.
+	SilentSince time.Time
 }
 
 // NewNode describes a node from its labels as policy p sees it.
@@ -191,7 +199,7 @@ func MaxUnhealthy(b v1alpha1.Budget, total int) int {
 
 // Decide says whether node may be fenced at now under policy p, given every node p
 // governs. The rules are checked in a fixed order and the first that objects decides:
-// a live controller replica on the node, pause, exclusion, nothing to release, storm,
+// a live controller replica on the node, pause, exclusion, maintenance, nothing to release, storm,
 // dark zone, cooldown, control plane one at a time, maxConcurrent, rate limit; then
 // Fence, or WouldFence when running dry.
 func Decide(p *v1alpha1.Policy, node Node, cluster Cluster, now time.Time) Decision {

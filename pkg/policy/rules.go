@@ -13,7 +13,7 @@ type rule func(p *v1alpha1.Policy, node Node, cluster Cluster, v view, now time.
 
 // rules in the order Decide checks them. Switches a person set come first, then what
 // holds everything (storm, dark zone), then what only delays this node.
-var rules = []rule{controllerHere, paused, excluded, targetReadsOff, nothingToRelease, storm, zoneDark, cooldown, controlPlane, maxConcurrent, rateLimited}
+var rules = []rule{controllerHere, paused, excluded, maintenance, targetReadsOff, nothingToRelease, storm, zoneDark, cooldown, controlPlane, maxConcurrent, rateLimited}
 
 func hold(reason, format string, args ...any) (Decision, bool) {
 	return Decision{Verdict: Hold, Reason: reason, Message: fmt.Sprintf(format, args...)}, true
@@ -58,6 +58,29 @@ func excluded(p *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Time) (De
 		return hold(ReasonExcluded, "node %s is excluded from fencing (label %s)", node.Name, p.ExcludeLabel)
 	}
 	return Decision{}, false
+}
+
+// maintenance holds a node that people or the platform took out on purpose, for at most
+// the policy's maintenance window from when it fell silent: a patch reboot with a slow
+// POST is not a failure, and a node silent past the window is. A node whose silence has
+// no known start (a person's request on a node that looks alive) is held until the
+// signal goes or a person forces the fence.
+func maintenance(p *v1alpha1.Policy, node Node, _ Cluster, _ view, now time.Time) (Decision, bool) {
+	if node.Maintenance == "" {
+		return Decision{}, false
+	}
+	window := p.Maintenance.MaxWindow.Duration
+	if node.SilentSince.IsZero() {
+		return hold(ReasonMaintenance, "node %s is under maintenance: %s; held while it lasts", node.Name, node.Maintenance)
+	}
+	until := node.SilentSince.Add(window)
+	if !now.Before(until) {
+		return Decision{}, false
+	}
+	d, _ := hold(ReasonMaintenance, "node %s is under maintenance: %s; held until %s, the end of policy %s's maintenance window of %s from its last sign of life at %s; fenced then if still silent",
+		node.Name, node.Maintenance, stamp(until), p.Name, window, stamp(node.SilentSince))
+	d.Until = until
+	return d, true
 }
 
 func nothingToRelease(p *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Time) (Decision, bool) {

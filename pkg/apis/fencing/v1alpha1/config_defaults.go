@@ -141,6 +141,7 @@ func (p *Policy) Default() {
 	defaultBool(&p.HonorTolerations, true)
 	defaultBool(&p.HonorDisruptionBudgets, true)
 	defaultDuration(&p.MinWait, DefaultMinWait)
+	p.Maintenance.Default()
 	for i := range p.Levels {
 		l := &p.Levels[i]
 		if l.Mode == "" {
@@ -376,6 +377,7 @@ func (pol *Policy) validate(p *field.Path, agents map[string]bool) field.ErrorLi
 		errs = append(errs, field.Invalid(p.Child("excludeLabel"), pol.ExcludeLabel, strings.Join(errList, "; ")))
 	}
 	errs = append(errs, within(p.Child("minWait"), pol.MinWait, MinCallTimeout, MaxDetection)...)
+	errs = append(errs, pol.Maintenance.validate(p.Child("maintenance"))...)
 	return errs
 }
 

@@ -299,7 +299,11 @@ type Policy struct {
 	Name string `json:"name"`
 	// NodeSelector selects the nodes this policy governs; empty selects all.
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
-	// Action is Off (default) or Reboot.
+	// Action is Off (default) or Reboot. Both power the node off, verify it off and release
+	// its workloads; Reboot then powers it on again, and it rejoins on a new boot. Off keeps
+	// a node that stopped on its own out until a person has looked (planned reboots are
+	// held, not fenced: see Maintenance); Reboot suits nodes whose failures are mostly
+	// software, where capacity matters more.
 	Action FenceAction `json:"action,omitempty"`
 	// Levels are tried in order until one is verified; at most 10.
 	Levels []Level `json:"levels"`
@@ -318,6 +322,9 @@ type Policy struct {
 	// ReadWriteOnce volume attached: fencing it would release nothing that Kubernetes does
 	// not already reschedule by itself. Default false.
 	SkipIfNothingToRelease bool `json:"skipIfNothingToRelease,omitempty"`
+	// Maintenance says when a silent node counts as taken out on purpose (cordoned and
+	// drained, being deleted, under a NodeMaintenance) and how long that holds its fence.
+	Maintenance Maintenance `json:"maintenance,omitempty"`
 	// HonorTolerations shrinks the wait before a node is unhealthy to the smallest
 	// tolerationSeconds its pods set for node.kubernetes.io/unreachable: their authors'
 	// statement of how long they forgive an unreachable node. Only explicit
@@ -338,6 +345,32 @@ type Policy struct {
 	// to 1h.
 	MinWait metav1.Duration `json:"minWait,omitempty"`
 }
+
+// Maintenance is how a policy treats a node that people or the platform took out on
+// purpose: such a node is held, not fenced, while it is silent, for at most MaxWindow.
+type Maintenance struct {
+	// MaxWindow is the longest a node under maintenance may stay silent before it is fenced
+	// anyway, counted from when its evidence turned bad (its last Lease renewal). It covers
+	// a patch reboot with a slow firmware POST; a node still silent after it is treated as
+	// failed. From 1s to 7 days; default 1h.
+	MaxWindow metav1.Duration `json:"maxWindow,omitempty"`
+	// Cordoned says when a cordoned node (spec.unschedulable) counts as under maintenance:
+	// WhenDrained (default: only once it has nothing left to release, no StatefulSet pod
+	// and no ReadWriteOnce volume attached), Always, or Never. A cordon alone is also what
+	// people do first to a node that misbehaves; holding such a node would keep its
+	// StatefulSet pods stuck, so by default a cordon counts only after a drain.
+	Cordoned CordonRule `json:"cordoned,omitempty"`
+}
+
+// CordonRule says when a cordoned node counts as under maintenance.
+type CordonRule string
+
+// The cordon rules.
+const (
+	CordonWhenDrained CordonRule = "WhenDrained"
+	CordonAlways      CordonRule = "Always"
+	CordonNever       CordonRule = "Never"
+)
 
 // Level is one fencing level: a set of agents tried together.
 type Level struct {

@@ -1,0 +1,159 @@
+package maintenance
+
+import (
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The optional kinds Reader follows, each in the versions it reads, newest first: the
+// first one the API server serves is watched. Both keep the node's name at one path.
+var (
+	machineVersions = []schema.GroupVersionResource{
+		{Group: "cluster.x-k8s.io", Version: "v1beta2", Resource: "machines"},
+		{Group: "cluster.x-k8s.io", Version: "v1beta1", Resource: "machines"},
+	}
+	nodeMaintenanceVersions = []schema.GroupVersionResource{
+		{Group: "nodemaintenance.medik8s.io", Version: "v1beta1", Resource: "nodemaintenances"},
+	}
+	// machineNodePath is where a Machine names its Node (Cluster API v1beta1 and v1beta2).
+	machineNodePath = []string{"status", "nodeRef", "name"}
+	// nodeMaintenanceNodePath is where a NodeMaintenance names its Node.
+	nodeMaintenanceNodePath = []string{"spec", "nodeName"}
+)
+
+const byNodeIndex = "byNode"
+
+// Discovery is the part of the discovery client Reader asks which versions are served.
+type Discovery interface {
+	ServerResourcesForGroupVersion(groupVersion string) (*metav1.APIResourceList, error)
+}
+
+// Reader finds the Machines and NodeMaintenances that name a node, from informers of the
+// shared dynamic factory. A kind whose CustomResourceDefinition is not installed when New
+// runs is not watched (installing it later takes a restart of the controller).
+type Reader struct {
+	machines, maintenances cache.Indexer
+}
+
+// New asks discovery which of the optional kinds are served and adds an informer for each
+// to factory, which the caller starts. A nil factory reads nothing.
+func New(disc Discovery, factory dynamicinformer.DynamicSharedInformerFactory) (*Reader, error) {
+	r := &Reader{}
+	if factory == nil {
+		return r, nil
+	}
+	var err error
+	if r.machines, err = follow(disc, factory, machineVersions, machineNodePath); err != nil {
+		return nil, err
+	}
+	if r.maintenances, err = follow(disc, factory, nodeMaintenanceVersions, nodeMaintenanceNodePath); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// follow adds an informer for the first served version of a kind, indexed by the node
+// named at nodePath and trimmed to what Objects reads; nil when none is served.
+func follow(disc Discovery, factory dynamicinformer.DynamicSharedInformerFactory, versions []schema.GroupVersionResource, nodePath []string) (cache.Indexer, error) {
+	gvr, ok, err := served(disc, versions)
+	if err != nil || !ok {
+		return nil, err
+	}
+	inf := factory.ForResource(gvr).Informer()
+	if err := inf.SetTransform(func(obj any) (any, error) { return trim(obj, nodePath), nil }); err != nil {
+		return nil, fmt.Errorf("trim cache of %s: %w", gvr.Resource, err)
+	}
+	byNode := func(obj any) ([]string, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			if n, _, _ := unstructured.NestedString(u.Object, nodePath...); n != "" {
+				return []string{n}, nil
+			}
+		}
+		return nil, nil
+	}
+	if err := inf.AddIndexers(cache.Indexers{byNodeIndex: byNode}); err != nil {
+		return nil, fmt.Errorf("index %s by node: %w", gvr.Resource, err)
+	}
+	return inf.GetIndexer(), nil
+}
+
+// served returns the first of versions the API server serves.
+func served(disc Discovery, versions []schema.GroupVersionResource) (schema.GroupVersionResource, bool, error) {
+	for _, gvr := range versions {
+		list, err := disc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return gvr, false, fmt.Errorf("discover %s: %w", gvr.GroupVersion(), err)
+		}
+		for _, res := range list.APIResources {
+			if res.Name == gvr.Resource {
+				return gvr, true, nil
+			}
+		}
+	}
+	return schema.GroupVersionResource{}, false, nil
+}
+
+// trim keeps of an object only its identity, its deletion timestamp and the node it
+// names: a cluster's Machines carry large specs and statuses that kubefence never reads.
+func trim(obj any, nodePath []string) any {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj // a tombstone
+	}
+	out := &unstructured.Unstructured{Object: map[string]any{}}
+	out.SetAPIVersion(u.GetAPIVersion())
+	out.SetKind(u.GetKind())
+	out.SetNamespace(u.GetNamespace())
+	out.SetName(u.GetName())
+	out.SetUID(u.GetUID())
+	out.SetResourceVersion(u.GetResourceVersion())
+	out.SetDeletionTimestamp(u.GetDeletionTimestamp())
+	if n, _, _ := unstructured.NestedString(u.Object, nodePath...); n != "" {
+		_ = unstructured.SetNestedField(out.Object, n, nodePath...) // a string into a fresh map cannot fail
+	}
+	return out
+}
+
+// Objects are the Machines and NodeMaintenances that say node is under maintenance.
+func (r *Reader) Objects(node string) Objects {
+	var o Objects
+	if r == nil {
+		return o
+	}
+	for _, u := range byNode(r.machines, node) {
+		if u.GetDeletionTimestamp() != nil {
+			o.DeletingMachine = u.GetNamespace() + "/" + u.GetName()
+			break
+		}
+	}
+	if nms := byNode(r.maintenances, node); len(nms) > 0 {
+		o.NodeMaintenance = nms[0].GetName()
+	}
+	return o
+}
+
+func byNode(idx cache.Indexer, node string) []*unstructured.Unstructured {
+	if idx == nil {
+		return nil
+	}
+	objs, err := idx.ByIndex(byNodeIndex, node)
+	if err != nil {
+		return nil // only for an index follow did not add
+	}
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
+}

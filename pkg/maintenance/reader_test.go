@@ -1,0 +1,118 @@
+package maintenance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+)
+
+// discovery serves the resources listed per group version; any other is NotFound.
+type discovery map[string][]string
+
+func (d discovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	names, ok := d[gv]
+	if !ok {
+		return nil, apierrors.NewNotFound(schema.GroupResource{Group: gv}, "")
+	}
+	list := &metav1.APIResourceList{GroupVersion: gv}
+	for _, n := range names {
+		list.APIResources = append(list.APIResources, metav1.APIResource{Name: n})
+	}
+	return list, nil
+}
+
+func object(gvr schema.GroupVersionResource, kind, ns, name string, deleting bool, nodePath []string, node string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"big": "ignored"}}}
+	u.SetAPIVersion(gvr.GroupVersion().String())
+	u.SetKind(kind)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	if deleting {
+		now := metav1.Now()
+		u.SetDeletionTimestamp(&now)
+		u.SetFinalizers([]string{"example.com/hold"})
+	}
+	_ = unstructured.SetNestedField(u.Object, node, nodePath...)
+	return u
+}
+
+func TestReader(t *testing.T) {
+	machines, nms := machineVersions[1], nodeMaintenanceVersions[0] // a Cluster API that serves only v1beta1
+	scheme := runtime.NewScheme()
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme,
+		map[schema.GroupVersionResource]string{machines: "MachineList", nms: "NodeMaintenanceList", machineVersions[0]: "MachineList"},
+		object(machines, "Machine", "capi", "m-1", true, machineNodePath, "node-1"),
+		object(machines, "Machine", "capi", "m-2", false, machineNodePath, "node-2"),
+		object(nms, "NodeMaintenance", "", "nm-3", false, nodeMaintenanceNodePath, "node-3"))
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	r, err := New(discovery{"cluster.x-k8s.io/v1beta1": {"machines", "machines/status"}, "nodemaintenance.medik8s.io/v1beta1": {"nodemaintenances"}}, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	want := map[string]Objects{"node-1": {DeletingMachine: "capi/m-1"}, "node-2": {}, "node-3": {NodeMaintenance: "nm-3"}, "node-4": {}}
+	for node, o := range want {
+		if got := r.Objects(node); got != o {
+			t.Errorf("Objects(%s) = %+v, want %+v", node, got, o)
+		}
+	}
+	// The cache keeps only what Objects reads.
+	cached, _, _ := r.machines.GetByKey("capi/m-1")
+	if _, found, _ := unstructured.NestedMap(cached.(*unstructured.Unstructured).Object, "spec"); found {
+		t.Errorf("the cached Machine keeps its spec: %v", cached)
+	}
+	// A NodeMaintenance made later is seen once the watch brings it.
+	if _, err := client.Resource(nms).Create(ctx, object(nms, "NodeMaintenance", "", "nm-2", false, nodeMaintenanceNodePath, "node-2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return r.Objects("node-2").NodeMaintenance == "nm-2", nil
+	})
+	if err != nil {
+		t.Errorf("NodeMaintenance nm-2 never seen: %v", err)
+	}
+}
+
+func TestReaderWithoutTheKinds(t *testing.T) {
+	client := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	r, err := New(discovery{}, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.machines != nil || r.maintenances != nil {
+		t.Errorf("kinds not served are followed: %+v", r)
+	}
+	if got := r.Objects("node-1"); got != (Objects{}) {
+		t.Errorf("Objects = %+v, want none", got)
+	}
+	var none *Reader
+	if got := none.Objects("node-1"); got != (Objects{}) {
+		t.Errorf("a nil Reader's Objects = %+v", got)
+	}
+}
+
+func TestReaderDiscoveryFails(t *testing.T) {
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), 0)
+	if _, err := New(failing{}, factory); err == nil {
+		t.Error("New succeeded although discovery failed")
+	}
+}
+
+type failing struct{}
+
+func (failing) ServerResourcesForGroupVersion(string) (*metav1.APIResourceList, error) {
+	return nil, apierrors.NewServiceUnavailable("down")
+}
