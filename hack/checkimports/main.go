@@ -49,6 +49,7 @@ var rules = []rule{
 	{Dir: "pkg/requests", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|remediate|plugin|fencer|detector|app)(/|$)`, Why: "the health checkers' requests ask the incident loop; they fence and release nothing themselves"},
 	{Dir: "pkg/orphans", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|plugin|app)(/|$)`, Why: "the orphan repair removes taints and records it; it calls no agent"},
 	{Dir: "pkg/caches", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|incidents|remediate|plugin|fencer|app)(/|$)`, Why: "the shared caches know what they watch, not who reads it"},
+	{Dir: "pkg/oncall", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|remediate|plugin|fencer|app|agent|nodeagent)(/|$)`, Why: "a person's word is decided here and carried out by the incident loop: no agent call, no release, no write"},
 	{Dir: "pkg/controller", Forbidden: `^$MOD/pkg/(devicemonitor|orphans|app)(/|$)`, Why: "the incident loop asks its peers through their methods and never runs the leader's housekeepers; pkg/app wires them"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }

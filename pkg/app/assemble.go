@@ -20,6 +20,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/devicemonitor"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
@@ -82,8 +83,12 @@ func Assemble(a Assembly) (*Controllers, error) {
 			return nil, err
 		}
 	}
+	pauses, err := oncall.NewPauses(set.Pauses.Core().V1().ConfigMaps().Informer(), cfg.Paused, a.Registry)
+	if err != nil {
+		return nil, err
+	}
 	loop, err = controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
-		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests},
+		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Pauses: pauses},
 		Recorder: a.Recorder, Registry: a.Registry, Identity: a.Identity, Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)

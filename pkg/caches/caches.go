@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
@@ -39,6 +40,9 @@ type Set struct {
 	Fencing fencinginformers.SharedInformerFactory
 	// Reports watches the node agents' report Leases in their namespace.
 	Reports informers.SharedInformerFactory
+	// Pauses watches the pause requests: ConfigMaps labelled PauseLabel=true in the
+	// controller's namespace (identityNS).
+	Pauses informers.SharedInformerFactory
 }
 
 // New is the set for client and fencing; identityNS holds the replicas' identity Leases
@@ -52,6 +56,8 @@ func New(client kubernetes.Interface, fencing versioned.Interface, identityNS, r
 				o.LabelSelector = leader.IdentityLabel + "=true," + leader.ComponentLabel + "=controller"
 			})),
 		Fencing: fencinginformers.NewSharedInformerFactory(fencing, resync),
+		Pauses: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(identityNS),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.PauseLabel + "=true" })),
 		Reports: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(reportNS),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = nodeagent.ComponentLabel + "=" + nodeagent.Component
@@ -75,8 +81,10 @@ func (s *Set) Start(ctx context.Context) error {
 	s.Identities.Start(ctx.Done())
 	s.Fencing.Start(ctx.Done())
 	s.Reports.Start(ctx.Done())
+	s.Pauses.Start(ctx.Done())
 	for _, synced := range []map[reflect.Type]bool{s.Kube.WaitForCacheSync(ctx.Done()), s.NodeLeases.WaitForCacheSync(ctx.Done()),
-		s.Identities.WaitForCacheSync(ctx.Done()), s.Fencing.WaitForCacheSync(ctx.Done()), s.Reports.WaitForCacheSync(ctx.Done())} {
+		s.Identities.WaitForCacheSync(ctx.Done()), s.Fencing.WaitForCacheSync(ctx.Done()), s.Reports.WaitForCacheSync(ctx.Done()),
+		s.Pauses.WaitForCacheSync(ctx.Done())} {
 		for kind, ok := range synced {
 			if !ok {
 				return fmt.Errorf("informer cache of %v did not sync", kind)

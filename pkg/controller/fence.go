@@ -62,6 +62,9 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 				return 0, err
 			}
 		case fencer.DoFence:
+			if why := c.peers.pauses.Why(); why != "" {
+				return c.pausedFence(ctx, nf, step, why)
+			}
 			// The call follows a fresh read of the leader Lease and the write of the issued
 			// attempt.
 			if why := c.peers.health.Down(step.Agent); why != "" {

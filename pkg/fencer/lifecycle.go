@@ -329,9 +329,13 @@ func VerifiedAttempts(st *v1alpha1.NodeFenceStatus) []v1alpha1.Attempt {
 	return out
 }
 
-// fenceVerifiedAt is when the last of the incident's verified attempts finished.
+// fenceVerifiedAt is when the last of the incident's verified attempts finished, or
+// when a person's confirm-off was accepted.
 func fenceVerifiedAt(st *v1alpha1.NodeFenceStatus) time.Time {
 	var at time.Time
+	if st.ConfirmedOff != nil {
+		at = st.ConfirmedOff.Time.Time
+	}
 	for _, a := range VerifiedAttempts(st) {
 		if a.Finished != nil && a.Finished.After(at) {
 			at = a.Finished.Time

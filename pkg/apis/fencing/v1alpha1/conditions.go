@@ -113,3 +113,10 @@ const (
 // Pause, exclusion and dry run still apply. Setting it needs permission to create
 // nodefences/force (SubresourceForce), which the chart's ValidatingAdmissionPolicy checks.
 const ForceAnnotation = "fencing.kubefence.io/force"
+
+// PauseLabel, set to "true" on a ConfigMap in the controller's namespace, makes each of
+// its data entries a pause request: its key names the reason, its value says who and
+// why. While any request stands, no new fence is sent (see docs/safety-model.md);
+// removing the last one resumes. The controller watches these ConfigMaps, so a pause
+// takes effect within one sync and restarts nothing.
+const PauseLabel = "fencing.kubefence.io/pause"
