@@ -117,11 +117,17 @@ func (p *Pauses) Why() string {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return whyPaused(p.config, p.requests)
+}
+
+// whyPaused lists the pause requests ("ConfigMap/key" → value) and the configuration's
+// paused, sorted.
+func whyPaused(config bool, requests map[string]string) string {
 	var out []string
-	if p.config {
+	if config {
 		out = append(out, ConfigReason+": true in the configuration")
 	}
-	for key, v := range p.requests {
+	for key, v := range requests {
 		out = append(out, reasonOf(key)+": "+v)
 	}
 	slices.Sort(out)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -195,6 +197,16 @@ func TestPauseHoldsAStormLive(t *testing.T) {
 			}
 		}
 		t.Logf("%s held by the pause %s after the request was created", n, at.Sub(pause.CreationTimestamp.Time))
+	}
+	// explain, as a person runs it against the cluster, says what holds node-3 and why.
+	explain := exec.CommandContext(ctx, filepath.Join(h.bin, "fence-controller"), "explain", "node-3", "--config", h.ConfigPath, "--kubeconfig", c.Kubeconfig)
+	out, err := explain.CombinedOutput()
+	t.Logf("fence-controller explain node-3:\n%s", out)
+	for _, want := range []string{"incident:  " + heldBy("node-3", "paused").Name + ", phase Held", "evidence:  lease last renewed",
+		"rule now:  Hold Paused: fencing is paused cluster-wide: patch-night: alice: rack 3 firmware", "next:      held by Paused"} {
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("explain (%v) printed no %q", err, want)
+		}
 	}
 	nf2 := heldBy("node-2", "paused")
 	if err := say(ctx, oncall, nf2.Name, map[string]any{v1alpha1.ForceAnnotation: "true"}); err != nil {
