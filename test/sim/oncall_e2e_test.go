@@ -22,12 +22,14 @@ import (
 )
 
 // onCallHarness is fastHarness on an API server that authorizes with RBAC, with the
-// chart's people roles and admission policies applied: the words of people with and
-// without the on-call role meet the API server's own checks.
+// chart's people roles and the admission policies of force, confirm-off and cancel
+// applied: the words of people with and without the on-call role meet the API server's
+// own checks. (The controller runs as cluster admin here; the requestedBy policy lets
+// only the chart's ServiceAccount open incidents.)
 func onCallHarness(t *testing.T, ctx context.Context, adjust func(*v1alpha1.Config)) *Harness {
 	t.Helper()
 	h := fastHarnessWith(t, ctx, HarnessOptions{Config: adjust, Cluster: func(o *Options) { o.Authorization = "Node,RBAC" }})
-	applyAdmissionPolicies(t, ctx, h.Cluster)
+	applyAdmissionPolicies(t, ctx, h.Cluster, "requested-by")
 	applyPeopleRoles(t, ctx, h.Cluster)
 	return h
 }
