@@ -52,13 +52,18 @@ type Assembly struct {
 	Tuning   controller.Tuning
 	// TargetInterval is how often the leader reads every fence device.
 	TargetInterval time.Duration
+	// PauseConfigMap names the pause requests' ConfigMap in the controller's namespace.
+	PauseConfigMap string
 }
 
 // Assemble builds every controller of the process on one set of caches; nothing runs
 // until the caches are started (Caches.Start) and the replica leads (Lead).
 func Assemble(a Assembly) (*Controllers, error) {
 	cfg := a.Config
-	set, err := caches.New(a.Kube, a.Fencing, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace)
+	if a.PauseConfigMap == "" {
+		a.PauseConfigMap = oncall.DefaultPauseConfigMap
+	}
+	set, err := caches.New(a.Kube, a.Fencing, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace, a.PauseConfigMap)
 	if err != nil {
 		return nil, err
 	}

@@ -36,7 +36,7 @@ func RunExplain(ctx context.Context, o AppOptions, node string, w io.Writer) err
 	if err != nil {
 		return fmt.Errorf("fencing client: %w", err)
 	}
-	return oncall.Explainer{Config: cfg, Kube: kube, Fencing: fencing, Now: time.Now}.Explain(ctx, node, w)
+	return oncall.Explainer{Config: cfg, Kube: kube, Fencing: fencing, Now: time.Now, PauseConfigMap: o.PauseConfigMap}.Explain(ctx, node, w)
 }
 
 // Subcommand runs "fence-controller check" (every node's fence device read once, as a
@@ -48,6 +48,7 @@ func Subcommand(ctx context.Context, name string, args []string, stdout, stderr 
 	var o AppOptions
 	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
+	fs.StringVar(&o.PauseConfigMap, "pause-configmap", oncall.DefaultPauseConfigMap, "the pause requests' ConfigMap (explain)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -57,7 +58,7 @@ func Subcommand(ctx context.Context, name string, args []string, stdout, stderr 
 		node := fs.Arg(0)
 		if fs.NArg() > 1 {
 			if err := fs.Parse(fs.Args()[1:]); err != nil || fs.NArg() > 0 {
-				fmt.Fprintf(stderr, "usage: fence-controller explain NODE [--config FILE] [--kubeconfig FILE]\n")
+				fmt.Fprintf(stderr, "usage: fence-controller explain NODE [--config FILE] [--kubeconfig FILE] [--pause-configmap NAME]\n")
 				return 2
 			}
 		}

@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
@@ -40,14 +39,14 @@ type Set struct {
 	Fencing fencinginformers.SharedInformerFactory
 	// Reports watches the node agents' report Leases in their namespace.
 	Reports informers.SharedInformerFactory
-	// Pauses watches the pause requests: ConfigMaps labelled PauseLabel=true in the
-	// controller's namespace (identityNS).
+	// Pauses watches the pause requests: the ConfigMap pauseName in the controller's
+	// namespace (identityNS), by name, so that the controller may read that one only.
 	Pauses informers.SharedInformerFactory
 }
 
 // New is the set for client and fencing; identityNS holds the replicas' identity Leases
-// and reportNS the node agents' reports.
-func New(client kubernetes.Interface, fencing versioned.Interface, identityNS, reportNS string) (*Set, error) {
+// and the pause ConfigMap pauseName, reportNS the node agents' reports.
+func New(client kubernetes.Interface, fencing versioned.Interface, identityNS, reportNS, pauseName string) (*Set, error) {
 	s := &Set{
 		Kube:       informers.NewSharedInformerFactory(client, resync),
 		NodeLeases: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(detector.LeaseNamespace)),
@@ -57,7 +56,7 @@ func New(client kubernetes.Interface, fencing versioned.Interface, identityNS, r
 			})),
 		Fencing: fencinginformers.NewSharedInformerFactory(fencing, resync),
 		Pauses: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(identityNS),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = v1alpha1.PauseLabel + "=true" })),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + pauseName })),
 		Reports: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(reportNS),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = nodeagent.ComponentLabel + "=" + nodeagent.Component

@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +34,9 @@ type Explainer struct {
 	Kube    kubernetes.Interface
 	Fencing versioned.Interface
 	Now     func() time.Time
+	// PauseConfigMap names the pause requests' ConfigMap (the controller's
+	// --pause-configmap).
+	PauseConfigMap string
 }
 
 // cluster is what Explain reads once.
@@ -136,12 +140,13 @@ func (e Explainer) read(ctx context.Context) (cluster, error) {
 		return cl, fmt.Errorf("list nodefences: %w", err)
 	}
 	cl.incidents = nfs.Items
-	cms, err := e.Kube.CoreV1().ConfigMaps(e.Config.LeaderElection.Namespace).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.PauseLabel + "=true"})
-	if err != nil {
-		return cl, fmt.Errorf("list pause requests: %w", err)
-	}
 	requests := map[string]string{}
-	for _, cm := range cms.Items {
+	cm, err := e.Kube.CoreV1().ConfigMaps(e.Config.LeaderElection.Namespace).Get(ctx, e.PauseConfigMap, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return cl, fmt.Errorf("read pause requests: %w", err)
+	default:
 		for k, v := range cm.Data {
 			requests[cm.Name+"/"+k] = v
 		}

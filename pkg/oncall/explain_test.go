@@ -48,7 +48,7 @@ func explainCluster(now time.Time, pause bool) Explainer {
 	cfg := &v1alpha1.Config{LeaderElection: v1alpha1.LeaderElection{Namespace: "kubefence"},
 		Policies: []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"ipmi"}}}}}}
 	cfg.Default()
-	return Explainer{Config: cfg, Kube: kubefake.NewClientset(objs...), Fencing: fencingfake.NewSimpleClientset(held), Now: func() time.Time { return now }}
+	return Explainer{PauseConfigMap: DefaultPauseConfigMap, Config: cfg, Kube: kubefake.NewClientset(objs...), Fencing: fencingfake.NewSimpleClientset(held), Now: func() time.Time { return now }}
 }
 
 // TestExplainHeldNode: explain names the evidence, the threshold, the incident the

@@ -61,7 +61,7 @@ var holdHints = map[string]string{
 	policy.ReasonStorm:        "; an on-call person may set " + v1alpha1.ForceAnnotation + "=true on the incident to fence the node anyway",
 	policy.ReasonZoneDark:     "; an on-call person may set " + v1alpha1.ForceAnnotation + "=true on the incident to fence the node anyway",
 	policy.ReasonStormPending: "; an on-call person may set " + v1alpha1.ForceAnnotation + "=true on the incident to fence the node anyway",
-	policy.ReasonPaused:       "; it goes on once every pause request is removed (kubectl get configmaps -A -l " + v1alpha1.PauseLabel + "=true)",
+	policy.ReasonPaused:       "; it goes on once every pause request is removed (the entries of the pause ConfigMap, labelled " + v1alpha1.PauseLabel + "=true)",
 }
 
 // printer writes lines and keeps the first error.

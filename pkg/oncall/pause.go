@@ -9,20 +9,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
 // ConfigReason is the pause reason of the configuration's `paused: true`.
 const ConfigReason = "config.paused"
 
-// Pauses are the standing pause requests: every data entry of a ConfigMap labelled
-// PauseLabel=true in the controller's namespace, like NodeHealthCheck's pauseRequests.
-// A ConfigMap, not a resource of its own: a pause needs no new API, the chart grants the
-// on-call role exactly one ConfigMap to edit (resourceNames), and `kubectl get
-// configmap -l fencing.kubefence.io/pause=true -o yaml` shows every request. Every
-// replica follows them through its informer; no restart, and a change syncs every node
-// at once (Notify).
+// DefaultPauseConfigMap is the pause requests' ConfigMap when the controller's
+// --pause-configmap does not name another (the chart names its release's).
+const DefaultPauseConfigMap = "kubefence-pause"
+
+// Pauses are the standing pause requests: every data entry of one ConfigMap in the
+// controller's namespace (--pause-configmap, the chart's <release>-pause, labelled
+// PauseLabel), like NodeHealthCheck's pauseRequests. A ConfigMap, not a resource of its
+// own: a pause needs no new API, and RBAC names exactly that ConfigMap (resourceNames) for
+// the controller to read and the on-call role to edit. Every replica follows it through
+// its informer, which selects it by name; no restart, and a change syncs every node at
+// once (Notify).
 type Pauses struct {
 	mu       sync.Mutex
 	config   bool
@@ -31,9 +33,9 @@ type Pauses struct {
 	gauge    *prometheus.GaugeVec
 }
 
-// NewPauses follows the pause ConfigMaps of inf (an informer of the controller's
-// namespace, selecting PauseLabel=true); config is the configuration's `paused`. The
-// gauge kubefence_paused{reason} is registered on reg.
+// NewPauses follows the pause ConfigMap of inf (an informer of the controller's
+// namespace that selects it by name); config is the configuration's `paused`. The gauge
+// kubefence_paused{reason} is registered on reg.
 func NewPauses(inf cache.SharedIndexInformer, config bool, reg prometheus.Registerer) (*Pauses, error) {
 	p := &Pauses{config: config, requests: map[string]string{},
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kubefence_paused",
@@ -80,14 +82,14 @@ func (p *Pauses) observe(obj any, deleted bool) {
 	changed := false
 	for key := range p.requests {
 		if name, _, _ := strings.Cut(key, "/"); name == cm.Name {
-			if _, still := cm.Data[strings.TrimPrefix(key, name+"/")]; deleted || !still || cm.Labels[v1alpha1.PauseLabel] != "true" {
+			if _, still := cm.Data[strings.TrimPrefix(key, name+"/")]; deleted || !still {
 				delete(p.requests, key)
 				p.gauge.DeleteLabelValues(reasonOf(key))
 				changed = true
 			}
 		}
 	}
-	if !deleted && cm.Labels[v1alpha1.PauseLabel] == "true" {
+	if !deleted {
 		for k, v := range cm.Data {
 			key := cm.Name + "/" + k
 			if old, ok := p.requests[key]; !ok || old != v {

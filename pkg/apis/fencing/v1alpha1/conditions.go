@@ -114,9 +114,9 @@ const (
 // nodefences/force (SubresourceForce), which the chart's ValidatingAdmissionPolicy checks.
 const ForceAnnotation = "fencing.kubefence.io/force"
 
-// PauseLabel, set to "true" on a ConfigMap in the controller's namespace, makes each of
-// its data entries a pause request: its key names the reason, its value says who and
-// why. While any request stands, no new fence is sent (see docs/safety-model.md);
-// removing the last one resumes. The controller watches these ConfigMaps, so a pause
-// takes effect within one sync and restarts nothing.
+// PauseLabel marks the pause ConfigMap (the controller's --pause-configmap, in its
+// namespace; the chart's <release>-pause): each of its data entries is a pause request,
+// its key the reason, its value who and why. While any request stands, no new fence is
+// sent (see docs/safety-model.md); removing the last one resumes. The controller watches
+// the ConfigMap, so a pause takes effect within one sync and restarts nothing.
 const PauseLabel = "fencing.kubefence.io/pause"
