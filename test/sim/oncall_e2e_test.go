@@ -238,12 +238,13 @@ func TestPauseHoldsAStormLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	fenced := waitIncident(t, ctx, c, "node-2", "Remediated", func(nf *v1alpha1.NodeFence) bool { return nf.Status.Phase == v1alpha1.PhaseRemediated })
-	heldBy("node-3", "unhealthy")
+	nf3 := waitIncident(t, ctx, c, "node-3", "held by a rule other than the pause", func(nf *v1alpha1.NodeFence) bool {
+		return nf.Status.Phase == v1alpha1.PhaseHeld && !strings.Contains(nf.Status.Message, "paused")
+	})
 
 	cancelWord := func(reason string) map[string]any {
 		return map[string]any{v1alpha1.CancelAnnotation: reason, v1alpha1.CancelByAnnotation: personName("oncall")}
 	}
-	nf3 := heldBy("node-3", "unhealthy")
 	if err := say(ctx, oncall, nf3.Name, cancelWord("rack 3 is being retired")); err != nil {
 		t.Fatal(err)
 	}
