@@ -31,7 +31,8 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		nf.Status.Policy = pol.Name
 	}
 	if done, err := c.answerWord(ctx, nf, node, pol); done || err != nil {
-		return 0, err
+		// A held incident is looked at again as after any decision.
+		return fencer.HoldRecheck, err
 	}
 	f := fencer.Facts{Now: c.now(), Obs: obs, Ready: nodeReady(node), Identity: c.opts.Identity, Strategy: pol.Remediation,
 		CreatedHere: ctx.Value(createdKey{}) == nf.Name, Superseded: c.supersededBy(nf)}
