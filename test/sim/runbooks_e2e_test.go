@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -178,9 +179,19 @@ func checkRunbookEffects(t *testing.T, ctx context.Context, c *Cluster) {
 	}
 	// The words: confirm-off refused (the node renews), then the cancel ends the held
 	// incident; the gone node's incident closes as decommissioned.
-	words := waitIncident(t, ctx, c, runbookNode, "answered twice", func(nf *v1alpha1.NodeFence) bool {
-		return nf.Name == runbookIncident && nf.Status.Phase == v1alpha1.PhaseCancelled
+	var words *v1alpha1.NodeFence
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		incs, err := Incidents(ctx, c, runbookNode)
+		for i := range incs {
+			if err == nil && incs[i].Name == runbookIncident && incs[i].Status.Phase == v1alpha1.PhaseCancelled {
+				words = &incs[i]
+			}
+		}
+		return words != nil, nil
 	})
+	if err != nil {
+		t.Fatalf("the runbook's cancel never ended %s", runbookIncident)
+	}
 	if !hasStep(words, v1alpha1.StepWordRefused, "is alive") || words.Status.Verified() {
 		t.Errorf("the runbook's confirm-off of live %s was not refused: %+v", runbookNode, words.Status.Timeline)
 	}
