@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
@@ -20,6 +22,15 @@ func (c *Controller) answerWord(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	w, ok := oncall.Pending(nf)
 	if !ok {
 		return false, nil
+	}
+	if w.Kind == oncall.Cancel && node != nil {
+		// Whether the node is gone decides what a cancel does: asked of the API server, as
+		// a person who just deleted the Node object may be ahead of the cache.
+		if _, err := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			node = nil
+		} else if err != nil {
+			return true, fmt.Errorf("incident %s: read node %s: %w", nf.Name, node.Name, err)
+		}
 	}
 	f := oncall.Facts{NodeGone: node == nil}
 	a := oncall.Decide(nf, w, f)
