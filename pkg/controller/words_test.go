@@ -139,3 +139,46 @@ func TestFixturePauseHoldsTheNextFenceCall(t *testing.T) {
 		t.Errorf("phase %s after the pause was lifted, want Remediated", got.Status.Phase)
 	}
 }
+
+// TestFixtureCancel: a person's cancel ends a held incident, is refused on one that sent
+// a fence, and closes the incident of a node whose Node object the API server no longer
+// has (the cache may still show it) as decommissioned.
+func TestFixtureCancel(t *testing.T) {
+	word := map[string]string{v1alpha1.CancelAnnotation: "not this one", v1alpha1.CancelByAnnotation: "bob"}
+	for name, tc := range map[string]struct {
+		phase   v1alpha1.Phase
+		attempt v1alpha1.AttemptState
+		delete  bool
+		want    v1alpha1.Phase
+		step    string
+	}{
+		"held":            {v1alpha1.PhaseHeld, "", false, v1alpha1.PhaseCancelled, v1alpha1.StepCancelledByPerson},
+		"fence sent":      {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, false, v1alpha1.PhaseRemediated, v1alpha1.StepWordRefused},
+		"node gone, held": {v1alpha1.PhaseHeld, "", true, v1alpha1.PhaseRecovered, v1alpha1.StepDecommissioned},
+		"node gone, sent": {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, true, v1alpha1.PhaseRecovered, v1alpha1.StepDecommissioned},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := fencedIncident(tc.phase, tc.attempt)
+			nf.Annotations = word
+			f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
+			if tc.delete {
+				if err := f.kube.CoreV1().Nodes().Delete(context.Background(), "node-1", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.now = f0.Add(time.Minute)
+			f.renewAllBut("node-1")
+			f.sync("node-1")
+			f.expectCalls()
+			got := f.incident("node-1")
+			if got.Status.Phase != tc.want || len(stepsOf(got, tc.step)) != 1 {
+				t.Errorf("phase %s, timeline %+v: want %s with a %s step", got.Status.Phase, got.Status.Timeline, tc.want, tc.step)
+			}
+			for _, r := range f.requests() {
+				if strings.HasPrefix(r, "update nodes") || strings.HasPrefix(r, "patch nodes") {
+					t.Errorf("a cancel touched the node: %s", r)
+				}
+			}
+		})
+	}
+}
