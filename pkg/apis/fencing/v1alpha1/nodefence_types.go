@@ -157,8 +157,9 @@ type NodeFenceSpec struct {
 }
 
 // NodeFenceStatus is the incident's state and history, written only by the leader. An
-// incident that ended (Recovered, Failed, Cancelled) keeps its phase.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.phase) || !(oldSelf.phase in ['Recovered', 'Failed', 'Cancelled']) || (has(self.phase) && self.phase == oldSelf.phase)",message="an incident that ended (Recovered, Failed, Cancelled) keeps its phase"
+// incident that ended (Recovered, Failed, Cancelled) keeps its phase, but for a person's
+// word on a Failed one: Fenced with confirmedOff recorded, or Recovered (decommissioned).
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.phase) || !(oldSelf.phase in ['Recovered', 'Failed', 'Cancelled']) || (has(self.phase) && self.phase == oldSelf.phase) || (oldSelf.phase == 'Failed' && has(self.phase) && (self.phase == 'Recovered' || (self.phase == 'Fenced' && has(self.confirmedOff))))",message="an incident that ended (Recovered, Failed, Cancelled) keeps its phase; a Failed one moves only to Fenced on a person's confirm-off, or to Recovered"
 type NodeFenceStatus struct {
 	// Phase is where the incident stands.
 	// +kubebuilder:validation:Enum=Pending;Fencing;Fenced;Remediated;Recovered;Held;Failed;Cancelled
