@@ -86,7 +86,7 @@ func (e Explainer) Explain(ctx context.Context, node string, w io.Writer) error 
 	if cl.pausedBy != "" {
 		p.line("paused:    %s", cl.pausedBy)
 	}
-	nf := newest(cl.incidents, node)
+	nf := current(cl.incidents, node)
 	if nf != nil {
 		p.incident(nf)
 	}
@@ -208,14 +208,24 @@ func (e Explainer) decide(det *detector.Detector, pol *v1alpha1.Policy, pn polic
 	return policy.Decide(pol, pn, c, now)
 }
 
-// newest is node's newest incident, or nil.
-func newest(all []v1alpha1.NodeFence, node string) *v1alpha1.NodeFence {
-	var out *v1alpha1.NodeFence
+// current is the node's incident the leader drives (its oldest open one, as
+// incidents.Store.Open), or else its newest; nil when it has none.
+func current(all []v1alpha1.NodeFence, node string) *v1alpha1.NodeFence {
+	var open, newest *v1alpha1.NodeFence
 	for i := range all {
 		nf := &all[i]
-		if nf.Spec.NodeName == node && (out == nil || out.CreationTimestamp.Before(&nf.CreationTimestamp)) {
-			out = nf
+		if nf.Spec.NodeName != node {
+			continue
+		}
+		if nf.Status.Phase.Open() && (open == nil || nf.CreationTimestamp.Before(&open.CreationTimestamp)) {
+			open = nf
+		}
+		if newest == nil || newest.CreationTimestamp.Before(&nf.CreationTimestamp) {
+			newest = nf
 		}
 	}
-	return out
+	if open != nil {
+		return open
+	}
+	return newest
 }

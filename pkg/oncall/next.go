@@ -79,7 +79,11 @@ func (p *printer) line(format string, args ...any) {
 // incident writes what the leader recorded of nf.
 func (p *printer) incident(nf *v1alpha1.NodeFence) {
 	st := &nf.Status
-	p.line("incident:  %s, phase %s, opened %s, requested by %s", nf.Name, st.Phase, nf.CreationTimestamp.UTC().Format(time.RFC3339), nf.Spec.RequestedBy)
+	phase := string(st.Phase)
+	if phase == "" {
+		phase = "not decided yet"
+	}
+	p.line("incident:  %s, phase %s, opened %s, requested by %s", nf.Name, phase, nf.CreationTimestamp.UTC().Format(time.RFC3339), nf.Spec.RequestedBy)
 	if st.Message != "" {
 		p.line("  says:    %s", st.Message)
 	}
