@@ -20,8 +20,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "check" {
-		os.Exit(check(os.Args[2:]))
+	if len(os.Args) > 1 && (os.Args[1] == "check" || os.Args[1] == "explain") {
+		os.Exit(app.Subcommand(context.Background(), os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
 	}
 	var o app.AppOptions
 	f := o.AddFlags(flag.CommandLine)
@@ -69,24 +69,4 @@ func main() {
 		klog.Flush()
 		os.Exit(1)
 	}
-}
-
-// check is "fence-controller check": every node's fence device read once, as a table.
-func check(args []string) int {
-	fs := flag.NewFlagSet("fence-controller check", flag.ContinueOnError)
-	var o app.AppOptions
-	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	ok, err := app.RunCheck(context.Background(), o, os.Stdout)
-	switch {
-	case err != nil:
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	case !ok:
-		return 1
-	}
-	return 0
 }

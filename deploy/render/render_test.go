@@ -195,7 +195,7 @@ func TestRenderEverything(t *testing.T) {
 	byKind := decode(t, out)
 	for kind, n := range map[string]int{
 		"CustomResourceDefinition": 3, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
-		"PrometheusRule": 1, "ConfigMap": 2, "ClusterRole": 7, "ClusterRoleBinding": 4, "Role": 3, "PodDisruptionBudget": 0,
+		"PrometheusRule": 1, "ConfigMap": 3, "ClusterRole": 7, "ClusterRoleBinding": 4, "Role": 4, "PodDisruptionBudget": 0,
 		"DaemonSet": 1, "ValidatingAdmissionPolicy": 5,
 	} {
 		if got := len(byKind[kind]); got != n {

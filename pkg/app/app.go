@@ -49,6 +49,8 @@ type AppOptions struct {
 	PodNamespace, PodName, PodUID string
 	// Workers is how many nodes are synced at once; zero means DefaultWorkers.
 	Workers int
+	// PauseConfigMap names the ConfigMap of pause requests in the controller's namespace.
+	PauseConfigMap string
 	// NodeName is the node this replica runs on; see Options.NodeName.
 	NodeName string
 	// TargetInterval is how often the leader reads every fence device.
@@ -132,7 +134,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	defer stopEvents()
 	registry := newRegistry()
 	ctrls, err := Assemble(Assembly{Config: cfg, Kube: cs.kube, Fencing: cs.fencing, Dynamic: cs.dynamic, Agents: agents,
-		Recorder: recorder, Registry: registry, Identity: identity, TargetInterval: o.TargetInterval,
+		Recorder: recorder, Registry: registry, Identity: identity, TargetInterval: o.TargetInterval, PauseConfigMap: o.PauseConfigMap,
 		Leader: controller.LeaderOptions{Guard: guard, OnDeposed: deposed, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval},
 		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: os.Getenv(controller.PauseAtEnv)}})
 	if err != nil {

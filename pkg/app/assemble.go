@@ -22,6 +22,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
@@ -54,13 +55,18 @@ type Assembly struct {
 	Tuning   controller.Tuning
 	// TargetInterval is how often the leader reads every fence device.
 	TargetInterval time.Duration
+	// PauseConfigMap names the pause requests' ConfigMap in the controller's namespace.
+	PauseConfigMap string
 }
 
 // Assemble builds every controller of the process on one set of caches; nothing runs
 // until the caches are started (Caches.Start) and the replica leads (Lead).
 func Assemble(a Assembly) (*Controllers, error) {
 	cfg := a.Config
-	set, err := caches.New(a.Kube, a.Fencing, a.Dynamic, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace)
+	if a.PauseConfigMap == "" {
+		a.PauseConfigMap = oncall.DefaultPauseConfigMap
+	}
+	set, err := caches.New(a.Kube, a.Fencing, a.Dynamic, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace, a.PauseConfigMap)
 	if err != nil {
 		return nil, err
 	}
@@ -94,8 +100,12 @@ func Assemble(a Assembly) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
+	pauses, err := oncall.NewPauses(set.Pauses.Core().V1().ConfigMaps().Informer(), cfg.Paused, a.Registry)
+	if err != nil {
+		return nil, err
+	}
 	loop, err = controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
-		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents, Maintenance: planned},
+		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents, Maintenance: planned, Pauses: pauses},
 		Recorder: a.Recorder, Registry: a.Registry, Identity: a.Identity, Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)

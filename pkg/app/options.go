@@ -10,6 +10,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/devicemonitor"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/oncall"
 )
 
 // AddFlags registers the controller's flags on fs, with their defaults, as Kubernetes
@@ -25,6 +26,7 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 		" condition on this replica's pod (POD_NAMESPACE, POD_NAME from the downward API); use it as a readiness gate")
 	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
+	fs.StringVar(&o.PauseConfigMap, "pause-configmap", oncall.DefaultPauseConfigMap, "the ConfigMap of pause requests in the controller's namespace (leaderElection.namespace): each data entry pauses fencing while it stands")
 	fs.StringVar(&o.Serving.HealthAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz, plain HTTP without authentication (the kubelet's probes)")
 	fs.StringVar(&o.Serving.MetricsAddress, "metrics-bind-address", ":8443", "address of /metrics; \""+MetricsOff+"\" serves no metrics")
 	fs.BoolVar(&o.Serving.MetricsSecure, "metrics-secure", true, "serve /metrics over HTTPS, only to bearer tokens the API server authenticates (TokenReview) whose identity may get /metrics (SubjectAccessReview); false serves plain HTTP to anyone, for a trusted network")

@@ -51,11 +51,15 @@ type Set struct {
 	// their CustomResourceDefinitions are installed (pkg/maintenance); nil without a
 	// dynamic client.
 	Dynamic dynamicinformer.DynamicSharedInformerFactory
+	// Pauses watches the pause requests: the ConfigMap pauseName in the controller's
+	// namespace (identityNS), by name, so that the controller may read that one only.
+	Pauses informers.SharedInformerFactory
 }
 
 // New is the set for client, fencing and dyn (nil: no dynamic factory); identityNS holds
-// the replicas' identity Leases and reportNS the node agents' reports.
-func New(client kubernetes.Interface, fencing versioned.Interface, dyn dynamic.Interface, identityNS, reportNS string) (*Set, error) {
+// the replicas' identity Leases and the pause ConfigMap pauseName, reportNS the node
+// agents' reports.
+func New(client kubernetes.Interface, fencing versioned.Interface, dyn dynamic.Interface, identityNS, reportNS, pauseName string) (*Set, error) {
 	s := &Set{
 		Kube:       informers.NewSharedInformerFactory(client, resync),
 		NodeLeases: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(detector.LeaseNamespace)),
@@ -64,6 +68,8 @@ func New(client kubernetes.Interface, fencing versioned.Interface, dyn dynamic.I
 				o.LabelSelector = leader.IdentityLabel + "=true," + leader.ComponentLabel + "=controller"
 			})),
 		Fencing: fencinginformers.NewSharedInformerFactory(fencing, resync),
+		Pauses: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(identityNS),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + pauseName })),
 		Reports: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(reportNS),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = nodeagent.ComponentLabel + "=" + nodeagent.Component
@@ -148,6 +154,7 @@ func (s *Set) Start(ctx context.Context) error {
 	s.Identities.Start(ctx.Done())
 	s.Fencing.Start(ctx.Done())
 	s.Reports.Start(ctx.Done())
+	s.Pauses.Start(ctx.Done())
 	if s.Dynamic != nil {
 		s.Dynamic.Start(ctx.Done())
 		for gvr, ok := range s.Dynamic.WaitForCacheSync(ctx.Done()) {
@@ -157,7 +164,8 @@ func (s *Set) Start(ctx context.Context) error {
 		}
 	}
 	for _, synced := range []map[reflect.Type]bool{s.Kube.WaitForCacheSync(ctx.Done()), s.NodeLeases.WaitForCacheSync(ctx.Done()),
-		s.Identities.WaitForCacheSync(ctx.Done()), s.Fencing.WaitForCacheSync(ctx.Done()), s.Reports.WaitForCacheSync(ctx.Done())} {
+		s.Identities.WaitForCacheSync(ctx.Done()), s.Fencing.WaitForCacheSync(ctx.Done()), s.Reports.WaitForCacheSync(ctx.Done()),
+		s.Pauses.WaitForCacheSync(ctx.Done())} {
 		for kind, ok := range synced {
 			if !ok {
 				return fmt.Errorf("informer cache of %v did not sync", kind)

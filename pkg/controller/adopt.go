@@ -12,6 +12,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/oncall"
 )
 
 // liveSignOfLife reads the node's Lease from the API server and compares it with the
@@ -49,8 +50,8 @@ func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 }
 
 // failedUnrecovered returns why no automatic incident may open for node: its newest
-// incident failed, and since then the node showed no sign of life, no new boot, and no
-// person set RetryAnnotation on it. "" when one may.
+// incident failed (or a person cancelled it), and since then the node showed no sign of
+// life, no new boot, and no person set RetryAnnotation on it. "" when one may.
 func (c *Controller) failedUnrecovered(node string, obs detector.Observation) string {
 	incs, err := c.store.ForNode(node)
 	if err != nil || len(incs) == 0 {
@@ -64,12 +65,17 @@ func (c *Controller) failedUnrecovered(node string, obs detector.Observation) st
 			last = nf
 		}
 	}
+	byPerson := oncall.CancelledByPerson(last)
 	switch {
-	case last.Status.Phase != v1alpha1.PhaseFailed,
+	case last.Status.Phase != v1alpha1.PhaseFailed && !byPerson,
 		last.Annotations[v1alpha1.RetryAnnotation] == "true",
 		obs.BootID != "" && last.Status.BootID != "" && obs.BootID != last.Status.BootID,
 		fencer.SignOfLife(last, obs) != "":
 		return ""
+	}
+	if byPerson {
+		return fmt.Sprintf("incident %s was cancelled by a person (%s); no new automatic incident until node %s shows a sign of life or a new boot, or a person sets %s=true on %s",
+			last.Name, last.Status.Message, node, v1alpha1.RetryAnnotation, last.Name)
 	}
 	return fmt.Sprintf("incident %s failed (%s); no new automatic incident until node %s shows a sign of life or a new boot, or a person sets %s=true on %s",
 		last.Name, last.Status.Message, node, v1alpha1.RetryAnnotation, last.Name)

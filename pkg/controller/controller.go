@@ -28,6 +28,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/releasegate"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
@@ -72,6 +73,7 @@ type nodeCaches struct {
 type peers struct {
 	health   *agentcall.Health
 	requests *requests.Requests
+	pauses   *oncall.Pauses
 	replicas *leader.Replicas
 	agents   AgentWatch
 	// maintenance says which nodes were taken out on purpose.
@@ -131,7 +133,7 @@ func New(opts Options) (*Controller, error) {
 	c := &Controller{
 		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, store: opts.Store, detector: opts.Detector, caller: opts.Caller,
 		metrics: newMetrics(opts.Registry),
-		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests, agents: opts.Peers.Agents, maintenance: opts.Peers.Maintenance,
+		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests, agents: opts.Peers.Agents, maintenance: opts.Peers.Maintenance, pauses: opts.Peers.Pauses,
 			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
 		},
 		lead:   leadership{guard: opts.Leader.Guard, pause: &pauser{point: t.PauseAt}},
@@ -147,6 +149,10 @@ func New(opts Options) (*Controller, error) {
 	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
 	if err := c.useCaches(opts); err != nil {
 		return nil, err
+	}
+	if p := opts.Peers.Pauses; p != nil {
+		// A pause, or its end, takes effect at every node's next sync, now.
+		p.Notify(c.enqueueAll)
 	}
 	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn,
 		CachedAttachments: func() []*storagev1.VolumeAttachment {
@@ -224,6 +230,17 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 // Enqueue asks the loop to look at node.
 func (c *Controller) Enqueue(node string) { c.queue.Add(node) }
 
+// enqueueAll asks the loop to look at every node.
+func (c *Controller) enqueueAll() {
+	nodes, err := c.caches.nodes.List(everything())
+	if err != nil {
+		return // a cache read; the periodic round tries again
+	}
+	for _, n := range nodes {
+		c.queue.Add(n.Name)
+	}
+}
+
 // Now is the loop's clock.
 func (c *Controller) Now() time.Time { return c.now() }
 
@@ -289,26 +306,13 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	// replica leads (see Detector.RestartClocks).
 	c.detector.RestartClocks(c.now())
 	klog.FromContext(ctx).Info("Acting as leader", "identity", c.opts.Identity, "epoch", epoch)
-	// A cache read fails only on a selector it cannot use; the resync below enqueues
-	// every node again within seconds anyway.
-	nodes, err := c.caches.nodes.List(everything())
-	if err == nil {
-		for _, n := range nodes {
-			c.queue.Add(n.Name)
-		}
-	}
+	c.enqueueAll()
 	for range c.opts.Tuning.Workers {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)
 	}
 	// Leases that stop changing produce no events: look at every node regularly.
 	go wait.UntilWithContext(ctx, func(context.Context) {
-		nodes, err := c.caches.nodes.List(everything())
-		if err != nil {
-			return // a cache read; the next round tries again
-		}
-		for _, n := range nodes {
-			c.queue.Add(n.Name)
-		}
+		c.enqueueAll()
 		c.refreshUnhealthy(c.now())
 	}, 5*time.Second)
 	<-ctx.Done()

@@ -46,6 +46,9 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 				return 0, err
 			}
 		case fencer.DoFence:
+			if why := c.peers.pauses.Why(); why != "" {
+				return c.pausedFence(ctx, nf, step, why)
+			}
 			sent, err := c.issueFence(ctx, nf, node, plan, step)
 			if err != nil {
 				return 0, err

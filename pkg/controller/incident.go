@@ -31,7 +31,11 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		}
 		nf.Status.Policy = pol.Name
 	}
-	f := fencer.Facts{Now: c.now(), Obs: obs, Ready: nodeReady(node), Identity: c.opts.Identity, Strategy: pol.Remediation,
+	if done, err := c.answerWord(ctx, nf, node, pol); done || err != nil {
+		// A held incident is looked at again as after any decision.
+		return fencer.HoldRecheck, err
+	}
+	f := fencer.Facts{Now: c.now(), Obs: obs, Ready: nodeReady(node), Identity: c.opts.Identity, Strategy: pol.Remediation, DryRun: dryRun(c.cfg, pol),
 		CreatedHere: ctx.Value(createdKey{}) == nf.Name, Superseded: c.supersededBy(nf)}
 	for {
 		a := fencer.Lifecycle(nf, f)

@@ -215,9 +215,14 @@ func TestEnterRefusesIllegalMove(t *testing.T) {
 		{v1alpha1.PhaseFencing, v1alpha1.PhaseRemediated},
 		{v1alpha1.PhaseRecovered, v1alpha1.PhaseRecovered},
 		{v1alpha1.PhasePending, v1alpha1.PhaseFenced},
+		{v1alpha1.PhaseHeld, v1alpha1.PhaseRemediated},
 	} {
 		nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 		nf.Status.Phase = tc.from
+		if tc.to == v1alpha1.PhaseFenced {
+			// Pending → Fenced is a person's confirm-off, and only once it is on record.
+			nf.Status.VerifiedLevel, nf.Status.ConfirmedOff = 0, nil
+		}
 		c := testController(t, nf)
 		err := c.enter(context.Background(), nf, node, transition{to: tc.to, count: true, step: v1alpha1.StepRemediated,
 			event: note{corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "x"}})

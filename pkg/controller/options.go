@@ -17,6 +17,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/kubefence/kubefence/pkg/selffence"
 )
@@ -61,6 +62,8 @@ type Peers struct {
 	// Maintenance finds the Machines and NodeMaintenances that name a node; nil reads
 	// only what the Node says.
 	Maintenance *maintenance.Reader
+	// Pauses are the standing pause requests; nil: only the configuration pauses.
+	Pauses *oncall.Pauses
 }
 
 // AgentWatch is what the loop asks of the watch on the node agents: their heartbeats'

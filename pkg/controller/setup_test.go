@@ -18,6 +18,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
 
@@ -36,7 +37,7 @@ type loopParts struct {
 // newLoop builds the incident loop of p on caches nothing runs: tests fill them.
 func newLoop(t testing.TB, p loopParts) *Controller {
 	t.Helper()
-	set, err := caches.New(p.kube, p.fencing, nil, p.cfg.LeaderElection.Namespace, p.cfg.Watchdog.Namespace)
+	set, err := caches.New(p.kube, p.fencing, nil, p.cfg.LeaderElection.Namespace, p.cfg.Watchdog.Namespace, oncall.DefaultPauseConfigMap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,11 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		obs := c.detector.NodeDeleted(name, now)
 		klog.FromContext(ctx).V(2).Info("Node deleted", "evidence", obs.Evidence)
 		c.forgetDryRun(name)
+		if nf := c.waitingWord(name, true); nf != nil {
+			// A person's cancel closes the incident of a node that is gone for good.
+			_, err := c.answerWord(withLogValues(ctx, "incident", nf.Name), nf, nil, nil)
+			return 0, err
+		}
 		return 0, nil
 	}
 	if err != nil {
@@ -77,6 +82,10 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		}
 	}
 	if inc == nil {
+		if nf := c.waitingWord(name, false); nf != nil && pol != nil {
+			// A person's word on a Failed incident (confirm-off: the BMC died with the node).
+			return c.drive(ctx, nf, node, pn, obs)
+		}
 		if opened, requeue, err := c.openRequested(ctx, node, pol, pn, obs); opened || err != nil {
 			return requeue, err
 		}
@@ -230,7 +239,8 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 	if err != nil {
 		return policy.Cluster{}, err
 	}
-	cl := policy.Cluster{Paused: c.cfg.Paused, DryRun: c.cfg.DryRun, Nodes: make([]policy.Node, 0, len(nodes))}
+	pausedBy := c.peers.pauses.Why()
+	cl := policy.Cluster{Paused: c.cfg.Paused || pausedBy != "", PausedBy: pausedBy, DryRun: c.cfg.DryRun, Nodes: make([]policy.Node, 0, len(nodes))}
 	pdbs, open := c.urgentPDBs(), c.store.OpenNodes()
 	for _, n := range nodes {
 		if !sel.Matches(labels.Set(n.Labels)) {

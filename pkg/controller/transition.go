@@ -33,6 +33,11 @@ func (c *Controller) enter(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 	if from := nf.Status.Phase; !fencer.CanMove(from, t.to) {
 		return fmt.Errorf("incident %s: no move from phase %q to %s", nf.Name, from, t.to)
 	}
+	if t.to == v1alpha1.PhaseFenced && !nf.Status.Verified() {
+		// Fenced leads to the release: only a verified level or a person's accepted
+		// confirm-off gets there (invariant 1).
+		return fmt.Errorf("incident %s: not verified, no move to %s", nf.Name, t.to)
+	}
 	nf.Status.Phase = t.to
 	if t.message != nil {
 		nf.Status.Message = *t.message

@@ -54,9 +54,7 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 // labels and its health with its own thresholds. pdbs are urgentPDBs. A survey
 // (detector.SurveyWith) leaves the observation's evidence in words out.
 func (c *Controller) health(pol *v1alpha1.Policy, n *corev1.Node, pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, now time.Time, survey bool) (policy.Node, detector.Observation) {
-	pn := policy.NewNode(pol, n.Name, n.Labels)
-	pn.MinUnreachableToleration = policy.UnreachableToleration(pods)
-	pn.Urgent, _ = policy.Urgent(pods, pdbs)
+	pn := policy.ForNode(pol, n, pods, pdbs)
 	det := c.cfg.Detection
 	assess := c.detector.AssessWith
 	if survey {

@@ -65,6 +65,10 @@ type Facts struct {
 	Identity string
 	// Strategy is the governing policy's remediation.
 	Strategy v1alpha1.RemediationStrategy
+	// DryRun: the governing policy (or the whole configuration) runs dry. A force then
+	// overrides nothing: a budget rule is checked before dry run, so a storm hold's reason
+	// would otherwise hide that the policy must touch nothing.
+	DryRun bool
 	// Decision is policy's answer for a Pending or Held incident; nil until the machine
 	// asks for it (ActDecide).
 	Decision *policy.Decision
@@ -185,7 +189,7 @@ func decide(nf *v1alpha1.NodeFence, f Facts) Action {
 		d.Verdict = policy.Hold
 	}
 	forced := ""
-	if nf.Annotations[v1alpha1.ForceAnnotation] == "true" && budgetReasons[d.Reason] && d.Verdict != policy.Fence {
+	if nf.Annotations[v1alpha1.ForceAnnotation] == "true" && budgetReasons[d.Reason] && d.Verdict != policy.Fence && !f.DryRun {
 		forced = fmt.Sprintf("%s overridden by %s=true: %s", d.Reason, v1alpha1.ForceAnnotation, d.Message)
 		d = policy.Decision{Verdict: policy.Fence, Message: fmt.Sprintf("forced past %s", d.Reason)}
 	}
@@ -331,9 +335,13 @@ func VerifiedAttempts(st *v1alpha1.NodeFenceStatus) []v1alpha1.Attempt {
 	return out
 }
 
-// fenceVerifiedAt is when the last of the incident's verified attempts finished.
+// fenceVerifiedAt is when the last of the incident's verified attempts finished, or
+// when a person's confirm-off was accepted.
 func fenceVerifiedAt(st *v1alpha1.NodeFenceStatus) time.Time {
 	var at time.Time
+	if st.ConfirmedOff != nil {
+		at = st.ConfirmedOff.Time.Time
+	}
 	for _, a := range VerifiedAttempts(st) {
 		if a.Finished != nil && a.Finished.After(at) {
 			at = a.Finished.Time

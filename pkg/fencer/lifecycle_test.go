@@ -87,6 +87,8 @@ func lifecycleCases() []lifecycleCase {
 			Facts{Obs: unhealthy, Decision: storm}, Action{Kind: ActNotYet, Phase: v1alpha1.PhaseHeld, After: HoldRecheck, Decision: *storm}},
 		{"dry run holds", incidentIn(v1alpha1.PhasePending), Facts{Obs: unhealthy, Decision: decided(policy.WouldFence, policy.ReasonDryRun, "dry")},
 			Action{Kind: ActNotYet, Phase: v1alpha1.PhaseHeld, Record: true, After: HoldRecheck, Decision: *decided(policy.Hold, policy.ReasonDryRun, "dry")}},
+		{"forced in dry run, held by a storm", with(incidentIn(v1alpha1.PhaseHeld), force), Facts{Obs: unhealthy, Identity: "me", Decision: storm, DryRun: true},
+			Action{Kind: ActNotYet, Phase: v1alpha1.PhaseHeld, Decision: *storm, After: HoldRecheck, Record: true}},
 		{"forced past a storm", with(incidentIn(v1alpha1.PhaseHeld), force), Facts{Obs: unhealthy, Identity: "me", Decision: storm},
 			Action{Kind: ActStartFencing, Decision: policy.Decision{Verdict: policy.Fence, Message: "forced past " + policy.ReasonStorm},
 				Forced: policy.ReasonStorm + " overridden by " + v1alpha1.ForceAnnotation + "=true: 3 of 3 unhealthy"}},

@@ -10,16 +10,22 @@ import "github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 //	            └────────┴─▶ Cancelled (a sign of life before any fence)
 //	                                └─▶ Failed (every level failed; nothing released)
 //
-// Pending and Held move to themselves when the reason for not fencing yet changes.
+// Pending and Held move to themselves when the reason for not fencing yet changes. A
+// person's word adds two ways (pkg/oncall): confirm-off moves Pending, Held, Fencing and
+// Failed to Fenced (a person's word stands in for the read back), and a cancel of the
+// incident of a node whose Node object is gone closes it Recovered (decommissioned) from
+// any phase but an ended one. A person's cancel of an incident that sent no fence ends it
+// Cancelled, as a sign of life does.
 var phaseMoves = map[v1alpha1.Phase][]v1alpha1.Phase{
-	"":                    {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled},
-	v1alpha1.PhasePending: {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled},
-	v1alpha1.PhaseHeld:    {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled},
-	v1alpha1.PhaseFencing: {v1alpha1.PhaseFenced, v1alpha1.PhaseFailed},
+	"":                    {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled, v1alpha1.PhaseRecovered},
+	v1alpha1.PhasePending: {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled, v1alpha1.PhaseFenced, v1alpha1.PhaseRecovered},
+	v1alpha1.PhaseHeld:    {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled, v1alpha1.PhaseFenced, v1alpha1.PhaseRecovered},
+	v1alpha1.PhaseFencing: {v1alpha1.PhaseFenced, v1alpha1.PhaseFailed, v1alpha1.PhaseRecovered},
 	// A node that booted anew before its release is not released (remediate.ErrNodeRebooted):
 	// Remediated then records that nothing was.
-	v1alpha1.PhaseFenced:     {v1alpha1.PhaseRemediated},
+	v1alpha1.PhaseFenced:     {v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered},
 	v1alpha1.PhaseRemediated: {v1alpha1.PhaseRecovered},
+	v1alpha1.PhaseFailed:     {v1alpha1.PhaseFenced, v1alpha1.PhaseRecovered},
 }
 
 // CanMove reports whether an incident in phase from may move to phase to.

@@ -142,6 +142,9 @@ type Cluster struct {
 	// runtime override); each policy has its own as well.
 	Paused bool
 	DryRun bool
+	// PausedBy says who paused fencing and why (the pause requests), for the hold's
+	// message; empty when only Paused says so.
+	PausedBy string
 	// FenceStarts are the start times of fences across the cluster within
 	// RateWindow(budget) before now, for the rate limit. Order does not matter.
 	FenceStarts []time.Time

@@ -45,6 +45,8 @@ func targetReadsOff(_ *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Tim
 
 func paused(p *v1alpha1.Policy, _ Node, cluster Cluster, _ view, _ time.Time) (Decision, bool) {
 	switch {
+	case cluster.Paused && cluster.PausedBy != "":
+		return hold(ReasonPaused, "fencing is paused cluster-wide: %s", cluster.PausedBy)
 	case cluster.Paused:
 		return hold(ReasonPaused, "fencing is paused cluster-wide")
 	case p.Paused:

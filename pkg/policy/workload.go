@@ -33,6 +33,17 @@ func Threshold(p *v1alpha1.Policy, node Node, base time.Duration) time.Duration 
 // unreachableTaint is what the node lifecycle controller puts on a node it cannot reach.
 var unreachableTaint = corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute}
 
+// ForNode describes node n with its workloads as policy p sees it: its labels, the
+// smallest unreachable toleration among its pods, and whether a PodDisruptionBudget that
+// allows no disruption now (pdbs) makes it urgent. The detector judges its health with
+// the thresholds Threshold derives from it.
+func ForNode(p *v1alpha1.Policy, n *corev1.Node, pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) Node {
+	pn := NewNode(p, n.Name, n.Labels)
+	pn.MinUnreachableToleration = UnreachableToleration(pods)
+	pn.Urgent, _ = Urgent(pods, pdbs)
+	return pn
+}
+
 // UnreachableToleration is the smallest explicit tolerationSeconds with which a live pod
 // of pods tolerates node.kubernetes.io/unreachable, or nil when none sets one. Pods that
 // tolerate it forever (DaemonSets) or not at all say nothing about how long their authors

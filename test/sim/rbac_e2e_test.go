@@ -329,6 +329,8 @@ func checkAccessReviews(t *testing.T, ctx context.Context, sa kubernetes.Interfa
 		"create VolumeAttachments":       {authorizationv1.ResourceAttributes{Group: "storage.k8s.io", Verb: "create", Resource: "volumeattachments"}, false},
 		"bind roles":                     {authorizationv1.ResourceAttributes{Group: "rbac.authorization.k8s.io", Verb: "create", Resource: "clusterrolebindings"}, false},
 		"read ConfigMaps of its release": {authorizationv1.ResourceAttributes{Namespace: ControllerNamespace, Verb: "get", Resource: "configmaps"}, false},
+		"watch its pause ConfigMap":      {authorizationv1.ResourceAttributes{Namespace: ControllerNamespace, Verb: "watch", Resource: "configmaps", Name: "kubefence-pause"}, true},
+		"read its configuration":         {authorizationv1.ResourceAttributes{Namespace: ControllerNamespace, Verb: "get", Resource: "configmaps", Name: "kubefence-config"}, false},
 		"review tokens (secure metrics)": {authorizationv1.ResourceAttributes{Group: "authentication.k8s.io", Verb: "create", Resource: "tokenreviews"}, true},
 		"review access (secure metrics)": {authorizationv1.ResourceAttributes{Group: "authorization.k8s.io", Verb: "create", Resource: "subjectaccessreviews"}, true},
 	} {

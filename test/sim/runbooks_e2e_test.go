@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -26,6 +27,9 @@ const (
 	runbookNode      = "node-1"
 	runbookNamespace = "fencing-dc2"
 	runbookAgent     = "ipmi-dc2"
+	// A node gone for good and its open incident.
+	runbookGoneNode     = "node-3"
+	runbookGoneIncident = "runbook-gone"
 )
 
 // TestRunbookCommands runs every command of docs/runbooks.md, block by block as an
@@ -60,7 +64,7 @@ func TestRunbookCommands(t *testing.T) {
 	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "HOME="+t.TempDir(),
 		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+h.bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	values := map[string]string{"NAMESPACE": runbookNamespace, "NAME": runbookIncident, "NODE": runbookNode,
-		"CONFIG": h.ConfigPath, "AGENT": runbookAgent}
+		"CONFIG": h.ConfigPath, "AGENT": runbookAgent, "OLDNODE": runbookGoneNode, "OLDNAME": runbookGoneIncident}
 	var all strings.Builder
 	for i, block := range blocks {
 		script := placeholder.ReplaceAllStringFunc(block, func(p string) string { return values[p] })
@@ -78,6 +82,9 @@ func TestRunbookCommands(t *testing.T) {
 		"Caches synced",                   // the leader's own log, through the API server and its kubelet
 		leader,                            // the Lease's holder
 		"kubefence-agent-" + runbookAgent, // describe deploy
+		"incident:  " + runbookIncident,   // fence-controller explain, on the held incident
+		"rule now:  ",                     // the rule that holds it
+		"partition under investigation",   // the pause requests listed
 	} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("the runbook commands printed no %q", want)
@@ -107,9 +114,21 @@ func runbookState(t *testing.T, ctx context.Context, h *Harness, leaderPod strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Resource(v1alpha1.NodeFenceResource).Create(ctx,
-		nodeFenceRequest(runbookIncident, runbookNode, "admin", false), metav1.CreateOptions{}); err != nil {
+	for name, node := range map[string]string{runbookIncident: runbookNode, runbookGoneIncident: runbookGoneNode} {
+		if _, err := admin.Resource(v1alpha1.NodeFenceResource).Create(ctx,
+			nodeFenceRequest(name, node, "admin", false), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The chart's pause ConfigMap, with no request in it.
+	pause := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-pause", Namespace: ns,
+		Labels: map[string]string{v1alpha1.PauseLabel: "true"}}}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, pause, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// The incidents are held (dry run) before the runbooks look at them.
+	for _, node := range []string{runbookNode, runbookGoneNode} {
+		waitIncident(t, ctx, h.Cluster, node, "Held", func(nf *v1alpha1.NodeFence) bool { return nf.Status.Phase == v1alpha1.PhaseHeld })
 	}
 	mark := `{"metadata":{"annotations":{"` + v1alpha1.TargetReadsOffAnnotation + `":"agent ipmi, target 127.0.0.1"}}}`
 	if _, err := cs.CoreV1().Nodes().Patch(ctx, runbookNode, types.MergePatchType, []byte(mark), metav1.PatchOptions{}); err != nil {
@@ -158,6 +177,30 @@ func checkRunbookEffects(t *testing.T, ctx context.Context, c *Cluster) {
 	if a := nf.GetAnnotations(); a[v1alpha1.RetryAnnotation] != "true" || a[v1alpha1.ForceAnnotation] != "true" {
 		t.Errorf("incident annotations %v; want retry and force", a)
 	}
+	// The words: confirm-off refused (the node renews), then the cancel ends the held
+	// incident; the gone node's incident closes as decommissioned.
+	var words *v1alpha1.NodeFence
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		incs, err := Incidents(ctx, c, runbookNode)
+		for i := range incs {
+			if err == nil && incs[i].Name == runbookIncident && incs[i].Status.Phase == v1alpha1.PhaseCancelled {
+				words = &incs[i]
+			}
+		}
+		return words != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the runbook's cancel never ended %s", runbookIncident)
+	}
+	if !hasStep(words, v1alpha1.StepWordRefused, "is alive") || words.Status.Verified() {
+		t.Errorf("the runbook's confirm-off of live %s was not refused: %+v", runbookNode, words.Status.Timeline)
+	}
+	waitIncident(t, ctx, c, runbookGoneNode, "closed as decommissioned", func(nf *v1alpha1.NodeFence) bool {
+		return nf.Status.Phase == v1alpha1.PhaseRecovered && hasStep(nf, v1alpha1.StepDecommissioned, runbookGoneNode+" decommissioned")
+	})
+	if _, err := c.Client.CoreV1().Nodes().Get(ctx, runbookGoneNode, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("%s still there after the runbook deleted it: %v", runbookGoneNode, err)
+	}
 	list, err := admin.Resource(v1alpha1.NodeFenceResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +218,7 @@ func checkRunbookEffects(t *testing.T, ctx context.Context, c *Cluster) {
 
 var (
 	// placeholder is a whole word: $KUBECONFIG stays the shell's.
-	placeholder = regexp.MustCompile(`\b(NAMESPACE|NAME|NODE|CONFIG|AGENT)\b`)
+	placeholder = regexp.MustCompile(`\b(NAMESPACE|NAME|NODE|CONFIG|AGENT|OLDNODE|OLDNAME)\b`)
 	shBlock     = regexp.MustCompile("(?ms)^( *)```sh\n(.*?)^ *```")
 	inlineCode  = regexp.MustCompile("`([^`\n]+)`")
 )

@@ -113,3 +113,10 @@ const (
 // Pause, exclusion and dry run still apply. Setting it needs permission to create
 // nodefences/force (SubresourceForce), which the chart's ValidatingAdmissionPolicy checks.
 const ForceAnnotation = "fencing.kubefence.io/force"
+
+// PauseLabel marks the pause ConfigMap (the controller's --pause-configmap, in its
+// namespace; the chart's <release>-pause): each of its data entries is a pause request,
+// its key the reason, its value who and why. While any request stands, no new fence is
+// sent (see docs/safety-model.md); removing the last one resumes. The controller watches
+// the ConfigMap, so a pause takes effect within one sync and restarts nothing.
+const PauseLabel = "fencing.kubefence.io/pause"

@@ -157,8 +157,9 @@ type NodeFenceSpec struct {
 }
 
 // NodeFenceStatus is the incident's state and history, written only by the leader. An
-// incident that ended (Recovered, Failed, Cancelled) keeps its phase.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.phase) || !(oldSelf.phase in ['Recovered', 'Failed', 'Cancelled']) || (has(self.phase) && self.phase == oldSelf.phase)",message="an incident that ended (Recovered, Failed, Cancelled) keeps its phase"
+// incident that ended (Recovered, Failed, Cancelled) keeps its phase, but for a person's
+// word on a Failed one: Fenced with confirmedOff recorded, or Recovered (decommissioned).
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.phase) || !(oldSelf.phase in ['Recovered', 'Failed', 'Cancelled']) || (has(self.phase) && self.phase == oldSelf.phase) || (oldSelf.phase == 'Failed' && has(self.phase) && (self.phase == 'Recovered' || (self.phase == 'Fenced' && has(self.confirmedOff))))",message="an incident that ended (Recovered, Failed, Cancelled) keeps its phase; a Failed one moves only to Fenced on a person's confirm-off, or to Recovered"
 type NodeFenceStatus struct {
 	// Phase is where the incident stands.
 	// +kubebuilder:validation:Enum=Pending;Fencing;Fenced;Remediated;Recovered;Held;Failed;Cancelled
@@ -194,6 +195,11 @@ type NodeFenceStatus struct {
 	// new leader's restarted clocks, leaves the recorded evidence standing.
 	// +optional
 	LeaseRenewTime *metav1.MicroTime `json:"leaseRenewTime,omitempty"`
+	// ConfirmedOff records a person's word that the node is off (ConfirmOffAnnotation),
+	// accepted after a live read of the node's Lease showed it silent: it stands in for a
+	// verified level, so the node's workloads are released with no level read back.
+	// +optional
+	ConfirmedOff *PersonWord `json:"confirmedOff,omitempty"`
 	// Attempts lists every agent call, oldest first.
 	// +kubebuilder:validation:MaxItems=5000
 	// +optional
@@ -317,8 +323,23 @@ type NodeFenceList struct {
 	Items           []NodeFence `json:"items"`
 }
 
-// Verified reports whether a fencing level was read back as complete.
-func (s *NodeFenceStatus) Verified() bool { return s.VerifiedLevel > 0 }
+// Verified reports whether a fencing level was read back as complete, or a person
+// confirmed the node off (ConfirmedOff): the only ways to a release (safety invariant 1).
+func (s *NodeFenceStatus) Verified() bool { return s.VerifiedLevel > 0 || s.ConfirmedOff != nil }
+
+// PersonWord is what a person said to an incident through an annotation: who, why, and
+// when the controller accepted it.
+type PersonWord struct {
+	// By is the user name of the person (the annotation's -by companion, held to the
+	// user's name by the chart's admission policy).
+	// +kubebuilder:validation:MaxLength=512
+	By string `json:"by"`
+	// Reason is the annotation's value.
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason"`
+	// Time is when the controller accepted the word.
+	Time metav1.MicroTime `json:"time"`
+}
 
 // LabelValue is v as a label value: v itself when it fits (63 characters), otherwise its
 // first 54 characters and a hash of the whole, so that a node name of up to 253

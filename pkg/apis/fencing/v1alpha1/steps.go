@@ -89,6 +89,21 @@ const (
 	StepTaintsRemoved = "TaintsRemoved"
 	// StepRecovered: the node is back with a new boot; the incident closed.
 	StepRecovered = "Recovered"
+	// StepConfirmedOff: a person's confirm-off was accepted (the node's Lease, read live,
+	// showed it silent); it stands in for a verified level.
+	StepConfirmedOff = "ConfirmedOff"
+	// StepCancelledByPerson: a person's cancel ended an incident that sent no fence. Not
+	// a sign of life: the node gets no new automatic incident until it shows one.
+	StepCancelledByPerson = "CancelledByPerson"
+	// StepDecommissioned: a person's cancel closed the incident of a node whose Node
+	// object is gone; whatever the incident did stays as it is.
+	StepDecommissioned = "Decommissioned"
+	// StepWordRefused: a person's confirm-off or cancel was refused, with why; the same
+	// word (by and reason) is not considered again.
+	StepWordRefused = "WordRefused"
+	// StepFencePaused: a Fence call was due while fencing is paused; it is sent once the
+	// pause ends.
+	StepFencePaused = "FencePaused"
 )
 
 // StepOrphanPrefix prefixes the release steps of a repair on a closed incident that

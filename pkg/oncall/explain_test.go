@@ -1,0 +1,90 @@
+package oncall
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
+)
+
+// explainCluster is three nodes, two of them silent for a minute, node-2's incident held
+// by the storm rule, as the leader recorded it.
+func explainCluster(now time.Time, pause bool) Explainer {
+	var objs []runtime.Object
+	for i, silent := range []bool{false, true, true} {
+		name := []string{"node-1", "node-2", "node-3"}[i]
+		renew := now.Add(-time.Second)
+		ready := corev1.ConditionTrue
+		if silent {
+			renew, ready = now.Add(-time.Minute), corev1.ConditionUnknown
+		}
+		objs = append(objs,
+			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeReady, Status: ready, LastTransitionTime: metav1.NewTime(renew)}}}},
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-node-lease"},
+				Spec: coordinationv1.LeaseSpec{RenewTime: ptr.To(metav1.NewMicroTime(renew)), LeaseDurationSeconds: ptr.To[int32](40)}})
+	}
+	if pause {
+		objs = append(objs, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-pause", Namespace: "kubefence",
+			Labels: map[string]string{v1alpha1.PauseLabel: "true"}}, Data: map[string]string{"patch-night": "alice: rack 3"}})
+	}
+	held := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-2-x", CreationTimestamp: metav1.NewTime(now.Add(-30 * time.Second))},
+		Spec: v1alpha1.NodeFenceSpec{NodeName: "node-2", RequestedBy: v1alpha1.RequestedByController},
+		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseHeld, Policy: "default",
+			Message: "2 of 3 nodes governed by policy default unhealthy (max 1)",
+			Timeline: []v1alpha1.Step{{Type: v1alpha1.StepDetected, Time: metav1.NewMicroTime(now.Add(-30 * time.Second)),
+				Message: "unhealthy for longer than the threshold: lease last renewed at ..."}}}}
+	cfg := &v1alpha1.Config{LeaderElection: v1alpha1.LeaderElection{Namespace: "kubefence"},
+		Policies: []v1alpha1.Policy{{Name: "default", Levels: []v1alpha1.Level{{Agents: []string{"ipmi"}}}}}}
+	cfg.Default()
+	return Explainer{PauseConfigMap: DefaultPauseConfigMap, Config: cfg, Kube: kubefake.NewClientset(objs...), Fencing: fencingfake.NewSimpleClientset(held), Now: func() time.Time { return now }}
+}
+
+// TestExplainHeldNode: explain names the evidence, the threshold, the incident the
+// leader recorded, the rule that holds it now and what would let it go on.
+func TestExplainHeldNode(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		pause bool
+		want  []string
+	}{
+		"storm": {false, []string{"node node-2, policy default", "evidence:  lease last renewed at", "threshold: Lease silent",
+			"incident:  node-2-x, phase Held", "rule now:  Hold UnhealthyBudgetExceeded", "next:      held by UnhealthyBudgetExceeded; an on-call person may set fencing.kubefence.io/force=true"}},
+		"paused": {true, []string{"paused:    patch-night: alice: rack 3", "rule now:  Hold Paused: fencing is paused cluster-wide: patch-night: alice: rack 3",
+			"it goes on once every pause request is removed"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := explainCluster(now, tc.pause).Explain(context.Background(), "node-2", &out); err != nil {
+				t.Fatal(err)
+			}
+			t.Log("\n" + out.String())
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("explain printed no %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+	var out bytes.Buffer
+	if err := explainCluster(now, false).Explain(context.Background(), "node-1", &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "next:      nothing: the evidence does not say the node is dead") {
+		t.Errorf("explain of a healthy node:\n%s", out.String())
+	}
+	if err := explainCluster(now, false).Explain(context.Background(), "node-9", &out); err == nil || !strings.Contains(err.Error(), "node-9") {
+		t.Errorf("explain of a node that does not exist: %v", err)
+	}
+}
