@@ -25,6 +25,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/kubemetrics"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
 // ExitDeposed is the exit code of a replica that lost its Lease or met a newer epoch.
@@ -136,7 +137,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	ctrls, err := Assemble(Assembly{Config: cfg, Kube: cs.kube, Fencing: cs.fencing, Dynamic: cs.dynamic, Agents: agents,
 		Recorder: recorder, Registry: registry, Identity: identity, TargetInterval: o.TargetInterval, PauseConfigMap: o.PauseConfigMap,
 		Leader: controller.LeaderOptions{Guard: guard, OnDeposed: deposed, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval},
-		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: os.Getenv(controller.PauseAtEnv)}})
+		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: os.Getenv(testpoint.Env)}})
 	if err != nil {
 		return err
 	}

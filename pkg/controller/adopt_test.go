@@ -130,7 +130,7 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.refreshUnhealthy(detected)
-	if got := testutil.ToFloat64(c.metrics.unhealthy); got != 1 {
+	if got := testutil.ToFloat64(c.metrics.Unhealthy); got != 1 {
 		t.Fatalf("gauge %v with one open incident, want 1", got)
 	}
 	nf.Status.Phase = v1alpha1.PhaseCancelled
@@ -138,7 +138,7 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.refreshUnhealthy(detected)
-	if got := testutil.ToFloat64(c.metrics.unhealthy); got != 0 {
+	if got := testutil.ToFloat64(c.metrics.Unhealthy); got != 0 {
 		t.Errorf("gauge %v after the incident was cancelled, want 0", got)
 	}
 }

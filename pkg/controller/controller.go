@@ -27,11 +27,13 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/releasegate"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
 // NodeLeaseNamespace is where kubelets keep their heartbeat Leases.
@@ -51,7 +53,7 @@ type Controller struct {
 	caller   *agentcall.Caller
 	remedy   *remediate.Remediator
 	queue    workqueue.TypedRateLimitingInterface[string]
-	metrics  *metrics
+	metrics  *loopmetrics.Metrics
 	now      func() time.Time
 	peers    peers
 	lead     leadership
@@ -84,7 +86,7 @@ type peers struct {
 // at.
 type leadership struct {
 	guard *leader.LeaseGuard
-	pause *pauser
+	pause *testpoint.Pauser
 	mu    sync.Mutex
 	epoch int64
 	// apiUnreachable is set when a read of a node Lease failed: the API server may be
@@ -132,11 +134,11 @@ func New(opts Options) (*Controller, error) {
 	cfg := opts.Config
 	c := &Controller{
 		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, store: opts.Store, detector: opts.Detector, caller: opts.Caller,
-		metrics: newMetrics(opts.Registry),
+		metrics: loopmetrics.New(opts.Registry),
 		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests, agents: opts.Peers.Agents, maintenance: opts.Peers.Maintenance, pauses: opts.Peers.Pauses,
 			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
 		},
-		lead:   leadership{guard: opts.Leader.Guard, pause: &pauser{point: t.PauseAt}},
+		lead:   leadership{guard: opts.Leader.Guard, pause: testpoint.New(t.PauseAt)},
 		events: eventLog{recorder: opts.Recorder},
 		decide: decisions{dryRunSeen: map[string]map[string]bool{}},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
@@ -145,8 +147,8 @@ func New(opts Options) (*Controller, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
 	}
-	c.metrics.initCounters()
-	c.metrics.identity.WithLabelValues(opts.Identity).Set(1)
+	c.metrics.InitCounters()
+	c.metrics.Identity.WithLabelValues(opts.Identity).Set(1)
 	if err := c.useCaches(opts); err != nil {
 		return nil, err
 	}
@@ -301,7 +303,7 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	c.lead.mu.Lock()
 	c.lead.epoch = epoch
 	c.lead.mu.Unlock()
-	c.metrics.leader.Set(1)
+	c.metrics.Leader.Set(1)
 	// Open incidents resume from their status; new ones need evidence gathered while this
 	// replica leads (see Detector.RestartClocks).
 	c.detector.RestartClocks(c.now())

@@ -162,7 +162,7 @@ func TestCountersStartAtZero(t *testing.T) {
 		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindAgentDied, agentcall.MethodFence):  false,
 		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindPermanent, agentcall.MethodStatus): false,
 	}
-	families, err := c.metrics.registry.Gather()
+	families, err := c.metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,9 @@ import (
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
 // fence runs the fencer state machine until it must wait, is done or gives up.
@@ -125,7 +127,7 @@ func (c *Controller) issueFence(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	if err := <-checked; err != nil {
 		return false, err
 	}
-	c.lead.pause.at(PauseBeforeFenceCall)
+	c.lead.pause.At(testpoint.BeforeFenceCall)
 	// The fresh check vouches for this replica for one renew deadline. A replica
 	// paused since (SIGSTOP, a frozen VM) may have been replaced while it slept, and
 	// its power-off would be a deposed leader's: past the deadline it reads the Lease
@@ -148,7 +150,7 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 	}
 	ev := c.callStep(ctx, nf, node, step, a.Deadline.Time)
 	if step.Kind == fencer.DoFence {
-		c.lead.pause.at(PauseAfterFenceCall)
+		c.lead.pause.At(testpoint.AfterFenceCall)
 	}
 	prev := a.State
 	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {
@@ -246,7 +248,7 @@ func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		return 0, err
 	}
 	if a := lastAttempt(nf); a != nil {
-		c.metrics.phaseDuration.WithLabelValues(durationFence).Observe(c.now().Sub(a.Started.Time).Seconds())
+		c.metrics.PhaseDuration.WithLabelValues(loopmetrics.DurationFence).Observe(c.now().Sub(a.Started.Time).Seconds())
 	}
 	// Written with the release's end (Remediated), or with what it did if it fails.
 	return c.release(ctx, nf, node, pol)

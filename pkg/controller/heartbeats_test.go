@@ -76,7 +76,7 @@ func heartbeatFixture(t *testing.T, kubelet string, change ...func(*v1alpha1.Hea
 // kubeletProbes is kubefence_kubelet_probes_total of node and result in the loop's registry.
 func (f *fixture) kubeletProbes(node, result string) float64 {
 	f.t.Helper()
-	mfs, err := f.c.metrics.registry.Gather()
+	mfs, err := f.c.metrics.Registry.Gather()
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func (c *Controller) notYet(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		// The step is named after the verdict: v1alpha1.StepWait or StepHold (TestVerdictStepTypes).
 		step: string(d.Verdict), detail: d.Reason + ": " + d.Message}
 	if d.Verdict == policy.Hold {
-		c.metrics.holds.WithLabelValues(d.Reason).Inc()
+		c.metrics.Holds.WithLabelValues(d.Reason).Inc()
 		t.event = note{corev1.EventTypeWarning, d.Reason, fmt.Sprintf("Fencing of node %s held: %s", node.Name, d.Message)}
 	}
 	if err := c.enter(ctx, nf, node, t); err != nil {

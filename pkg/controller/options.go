@@ -99,7 +99,7 @@ type Tuning struct {
 	Workers int
 	// PollInterval is how often a fenced state is read back while verifying.
 	PollInterval time.Duration
-	// PauseAt names a test pause point (PauseAtEnv); empty in production.
+	// PauseAt names a test pause point (testpoint.Env); empty in production.
 	PauseAt string
 }
 

@@ -417,7 +417,7 @@ func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
 // orphansCounted is kubefence_orphans_total{outcome} as the registry exports it.
 func orphansCounted(t *testing.T, f *fixture, outcome string) float64 {
 	t.Helper()
-	families, err := f.c.metrics.registry.Gather()
+	families, err := f.c.metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func orphansCounted(t *testing.T, f *fixture, outcome string) float64 {
 // orphanSeries is how many series kubefence_orphans_total has.
 func orphanSeries(t *testing.T, f *fixture) int {
 	t.Helper()
-	n, err := testutil.GatherAndCount(f.c.metrics.registry, "kubefence_orphans_total")
+	n, err := testutil.GatherAndCount(f.c.metrics.Registry, "kubefence_orphans_total")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -450,7 +450,7 @@ func orphanSeries(t *testing.T, f *fixture) int {
 func (f *fixture) repair() *orphans.Repair {
 	if f.orphans == nil {
 		f.orphans = orphans.New(orphans.Repair{Nodes: f.c.caches.nodes, Incidents: f.c.store, Remedy: f.c.remedy, Record: f.c.Record(),
-			Check: f.c.checkLease, Confirmed: f.c.leaseConfirmed}, f.c.metrics.registry)
+			Check: f.c.checkLease, Confirmed: f.c.leaseConfirmed}, f.c.metrics.Registry)
 	}
 	return f.orphans
 }

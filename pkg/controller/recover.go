@@ -109,7 +109,7 @@ func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, 
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionContradiction, Status: metav1.ConditionTrue,
 		Reason: conditionReasonSameBoot, Message: msg, ObservedGeneration: nf.Generation})
 	c.step(ctx, nf, c.now(), v1alpha1.StepContradiction, msg)
-	c.metrics.contradictions.Inc()
+	c.metrics.Contradictions.Inc()
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceContradicted, "%s", msg)
 	klog.FromContext(ctx).Error(nil, "Fence contradicted", "bootID", nf.Status.BootID)
 	return c.save(ctx, nf)

@@ -15,8 +15,10 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/policy"
 	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
 // remediator acts for nf: its steps go to nf's timeline.
@@ -24,7 +26,7 @@ func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) rem
 	r := *c.remedy
 	r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), step, msg) }
 	r.Before = func(ctx context.Context, action string) error {
-		c.lead.pause.at(action)
+		c.lead.pause.At(action)
 		return c.leaseConfirmed(ctx)
 	}
 	return r
@@ -37,7 +39,7 @@ func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) rem
 func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	start := c.now()
 	if nf.Status.Phase == v1alpha1.PhaseFenced {
-		c.lead.pause.at(PauseAfterFenced)
+		c.lead.pause.At(testpoint.AfterFenced)
 	}
 	r := c.remediator(ctx, nf)
 	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
@@ -62,8 +64,8 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		event: note{corev1.EventTypeNormal, v1alpha1.ReasonRemediated, fmt.Sprintf("Released workloads of node %s", node.Name)}}); err != nil {
 		return 0, err
 	}
-	c.metrics.phaseDuration.WithLabelValues(durationRemediate).Observe(c.now().Sub(start).Seconds())
-	c.lead.pause.at(PauseBeforeRecord)
+	c.metrics.PhaseDuration.WithLabelValues(loopmetrics.DurationRemediate).Observe(c.now().Sub(start).Seconds())
+	c.lead.pause.At(testpoint.BeforeRecord)
 	c.yieldToReleases(ctx)
 	if err := c.save(ctx, nf); err != nil {
 		return 0, err

@@ -69,7 +69,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 		return false, 0, err
 	}
 	c.peers.requests.Done(node.Name, key)
-	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
+	c.metrics.Incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
 	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "%s; incident %s opened", req.Spec.Reason, created.Name)
 	ctx = withLogValues(ctx, "incident", created.Name)
 	klog.FromContext(ctx).Info("Incident opened for a remediation request", "request", key, "caller", healthcheck.Caller(kr))

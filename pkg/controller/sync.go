@@ -15,7 +15,9 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/policy"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
 func everything() labels.Selector { return labels.Everything() }
@@ -155,9 +157,9 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	if err != nil {
 		return 0, err
 	}
-	c.lead.pause.at(PauseAfterCreate)
-	c.metrics.incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
-	c.metrics.phaseDuration.WithLabelValues(durationDetect).Observe(now.Sub(obs.Since).Seconds())
+	c.lead.pause.At(testpoint.AfterCreate)
+	c.metrics.Incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
+	c.metrics.PhaseDuration.WithLabelValues(loopmetrics.DurationDetect).Observe(now.Sub(obs.Since).Seconds())
 	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
 	ctx = context.WithValue(withLogValues(ctx, "incident", created.Name), createdKey{}, created.Name)
 	klog.FromContext(ctx).Info("Incident opened", "evidence", obs.Evidence)
@@ -283,8 +285,8 @@ func (c *Controller) refreshUnhealthy(now time.Time) {
 			failed++
 		}
 	}
-	c.metrics.unhealthy.Set(float64(unhealthy))
-	c.metrics.failedNodes.Set(float64(failed))
+	c.metrics.Unhealthy.Set(float64(unhealthy))
+	c.metrics.FailedNodes.Set(float64(failed))
 }
 
 // withLogValues returns ctx with its logger carrying keysAndValues: what a sync logs

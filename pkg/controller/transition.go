@@ -44,7 +44,7 @@ func (c *Controller) enter(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 	}
 	c.step(ctx, nf, c.now(), t.step, t.detail)
 	if t.count {
-		c.metrics.incidents.WithLabelValues(string(t.to)).Inc()
+		c.metrics.Incidents.WithLabelValues(string(t.to)).Inc()
 	}
 	if t.event.reason != "" {
 		c.event(node, nf, t.event.typ, t.event.reason, "%s", t.event.message)

@@ -11,6 +11,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/plugin"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
 // What an undo call does, for its record and its pause point.
@@ -50,11 +51,11 @@ func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *cor
 	if err := c.checkLease(ctx); err != nil {
 		return notCalled, fmt.Errorf("agent %s %s %w: %w", at.Agent, what, errNotSent, err)
 	}
-	point := PauseBeforeUnfence
+	point := testpoint.BeforeUnfence
 	if what == undoPowerOn {
-		point = PauseBeforePowerOn
+		point = testpoint.BeforePowerOn
 	}
-	c.lead.pause.at(point)
+	c.lead.pause.At(point)
 	if err := c.leaseConfirmed(ctx); err != nil {
 		return notCalled, fmt.Errorf("agent %s %s %w: %w", at.Agent, what, errNotSent, err)
 	}

@@ -125,7 +125,7 @@ func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs dete
 	if seen {
 		return
 	}
-	c.metrics.wouldFence.Inc()
+	c.metrics.WouldFence.Inc()
 	if c.events.recorder != nil && c.checkLease(ctx) == nil {
 		c.events.recorder.Eventf(node, corev1.EventTypeWarning, v1alpha1.ReasonWouldFence, "Dry run: would fence node %s: %s (%s)",
 			node.Name, obs.Evidence, d.Message)

@@ -56,7 +56,7 @@ func TestDryRunSeenIsForgotten(t *testing.T) {
 			for range 2 {
 				c.wouldFence(ctx, node, obs, policy.Decision{Verdict: policy.WouldFence, Message: "within budget"})
 			}
-			if got := testutil.ToFloat64(c.metrics.wouldFence); got != 1 {
+			if got := testutil.ToFloat64(c.metrics.WouldFence); got != 1 {
 				t.Fatalf("one episode reported %v times, want once", got)
 			}
 			tc.end(t, c, node, lease)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
@@ -60,7 +60,7 @@ func GenerateChaos(seed uint64) *Scenario {
 	switch rng.IntN(6) {
 	case 0:
 		if final == v1alpha1.PhaseRecovered {
-			sc.Controllers, sc.PauseAt = 2, controller.PauseBeforeUnfence
+			sc.Controllers, sc.PauseAt = 2, testpoint.BeforeUnfence
 			sc.Steps = append(sc.Steps, Step{Action: ActResumePaused, Until: &Condition{Node: "@web-0", Phase: string(final)}})
 		}
 	case 1:
@@ -85,7 +85,7 @@ func GenerateChaos(seed uint64) *Scenario {
 // the stopped replica is resumed. Its late Unfence must not give the node its storage
 // back on the boot the new incident fenced (the checker's restore rule).
 func refence(sc *Scenario) {
-	sc.Storage, sc.Controllers, sc.PauseAt = "iscsi", 2, controller.PauseBeforeUnfence
+	sc.Storage, sc.Controllers, sc.PauseAt = "iscsi", 2, testpoint.BeforeUnfence
 	sc.BMC.OffDelay = Duration{}
 	if sc.Policy == nil {
 		sc.Policy = map[string]any{}

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
@@ -67,7 +67,7 @@ func TestAPIServerDownDuringPowerOff(t *testing.T) {
 		c.LeaderElection.RenewDeadline = metav1.Duration{Duration: 45 * time.Second}
 	})
 	victim := deployWeb(t, ctx, h.Cluster)
-	leader, err := h.StartControllerWithEnv("controller", []string{controller.PauseAtEnv + "=" + controller.PauseAfterFenceCall})
+	leader, err := h.StartControllerWithEnv("controller", []string{testpoint.Env + "=" + testpoint.AfterFenceCall})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestAPIServerDownDuringPowerOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Cluster.Node(victim).Crash()
-	pollLog(t, ctx, leader, `"Pausing at test point" point="`+controller.PauseAfterFenceCall+`"`)
+	pollLog(t, ctx, leader, `"Pausing at test point" point="`+testpoint.AfterFenceCall+`"`)
 	err = h.Cluster.RestartAPIServer(ctx, func(ctx context.Context) error {
 		if err := leader.Signal(syscall.SIGCONT); err != nil {
 			return err

@@ -15,8 +15,8 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/app"
-	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
 // TestLeaderPausedAtEachStep: the leader stops itself (SIGSTOP, through the
@@ -27,8 +27,8 @@ import (
 // the fence finishes within the lease duration + retry period + the agent's time.
 func TestLeaderPausedAtEachStep(t *testing.T) {
 	t.Parallel()
-	for _, point := range []string{controller.PauseAfterCreate, controller.PauseBeforeFenceCall, controller.PauseAfterFenced,
-		controller.PauseDeletePod, controller.PauseDeleteVolumeAttachment} {
+	for _, point := range []string{testpoint.AfterCreate, testpoint.BeforeFenceCall, testpoint.AfterFenced,
+		testpoint.DeletePod, testpoint.DeleteVolumeAttachment} {
 		t.Run(point, func(t *testing.T) { pausedLeader(t, point) })
 	}
 }
@@ -46,7 +46,7 @@ func pausedLeader(t *testing.T, point string) {
 		c.LeaderElection.RetryPeriod = metav1.Duration{Duration: haRetryPeriod}
 	}})
 	victim := deployWeb(t, ctx, h.Cluster)
-	leader, err := h.StartControllerWithEnv("leader", []string{controller.PauseAtEnv + "=" + point})
+	leader, err := h.StartControllerWithEnv("leader", []string{testpoint.Env + "=" + point})
 	if err != nil {
 		t.Fatal(err)
 	}

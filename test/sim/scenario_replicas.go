@@ -11,9 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/testpoint"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/kubefence/kubefence/pkg/controller"
 )
 
 // scenarioReplica is one fence-controller process and the identity it logged.
@@ -67,7 +66,7 @@ func (r *runner) startReplica(ctx context.Context, name string) (*scenarioReplic
 	}
 	var env []string
 	if r.sc.PauseAt != "" && len(r.replicas) == 0 {
-		env = append(env, controller.PauseAtEnv+"="+r.sc.PauseAt)
+		env = append(env, testpoint.Env+"="+r.sc.PauseAt)
 	}
 	rp, err := r.h.StartControllerWithEnv(name, env, args...)
 	r.mu.Unlock()

@@ -17,9 +17,9 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/app"
-	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/netfence"
 	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
@@ -104,7 +104,7 @@ func TestDeposedLeadersLateUnfenceLiftsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	cidr := storageIP(index) + "/32"
-	leader, err := h.StartControllerWithEnv("leader", []string{controller.PauseAtEnv + "=" + controller.PauseBeforeUnfence})
+	leader, err := h.StartControllerWithEnv("leader", []string{testpoint.Env + "=" + testpoint.BeforeUnfence})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestDeposedLeadersLateUnfenceLiftsNothing(t *testing.T) {
 	h.Cluster.Node(victim).Crash()
 	first := waitReleased(t, ctx, h, victim)
 	h.Cluster.Node(victim).Restart()
-	pollLog(t, ctx, leader, `"Pausing at test point" point="`+controller.PauseBeforeUnfence+`"`)
+	pollLog(t, ctx, leader, `"Pausing at test point" point="`+testpoint.BeforeUnfence+`"`)
 	waitHolder(t, ctx, h, newID)
 	waitIncidentN(t, ctx, h, victim, 1, phaseIs(v1alpha1.PhaseRecovered), "the successor's recovery")
 	if _, blocked := addons.Driver.Blocked()[cidr]; blocked {
@@ -185,7 +185,7 @@ func TestLeaderKilledBeforeItsReleaseRecord(t *testing.T) {
 	defer cancel()
 	h := fastHarnessWith(t, ctx, HarnessOptions{Config: haTimings})
 	victim := deployWeb(t, ctx, h.Cluster)
-	leader, err := h.StartControllerWithEnv("leader", []string{controller.PauseAtEnv + "=" + controller.PauseBeforeRecord})
+	leader, err := h.StartControllerWithEnv("leader", []string{testpoint.Env + "=" + testpoint.BeforeRecord})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestLeaderKilledBeforeItsReleaseRecord(t *testing.T) {
 	newID := identityOf(t, ctx, standby)
 
 	h.Cluster.Node(victim).Crash()
-	pollLog(t, ctx, leader, `"Pausing at test point" point="`+controller.PauseBeforeRecord+`"`)
+	pollLog(t, ctx, leader, `"Pausing at test point" point="`+testpoint.BeforeRecord+`"`)
 	if err := h.BMCs[victim].Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,6 @@
-package controller
+// Package loopmetrics are the incident loop's Prometheus metrics: their names, labels and
+// help, which the chart's alerts and the runbooks select on.
+package loopmetrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,67 +15,67 @@ import (
 // have constants of their own.
 const (
 	// Steps timed by kubefence_phase_duration_seconds.
-	durationDetect    = "detect"
-	durationFence     = "fence"
-	durationRemediate = "remediate"
+	DurationDetect    = "detect"
+	DurationFence     = "fence"
+	DurationRemediate = "remediate"
 )
 
-// metrics are kubefence's Prometheus metrics, on a registry of their own.
-type metrics struct {
-	registry      *prometheus.Registry
-	incidents     *prometheus.CounterVec
-	phaseDuration *prometheus.HistogramVec
-	unhealthy     prometheus.Gauge
-	failedNodes   prometheus.Gauge
-	holds         *prometheus.CounterVec
-	leader        prometheus.Gauge
-	identity      *prometheus.GaugeVec
-	wouldFence    prometheus.Counter
+// Metrics are the incident loop's Prometheus metrics.
+type Metrics struct {
+	Registry      *prometheus.Registry
+	Incidents     *prometheus.CounterVec
+	PhaseDuration *prometheus.HistogramVec
+	Unhealthy     prometheus.Gauge
+	FailedNodes   prometheus.Gauge
+	Holds         *prometheus.CounterVec
+	Leader        prometheus.Gauge
+	Identity      *prometheus.GaugeVec
+	WouldFence    prometheus.Counter
 	// contradictions counts nodes back with the same boot after a verified fence.
-	contradictions prometheus.Counter
+	Contradictions prometheus.Counter
 }
 
-// newMetrics makes the incident loop's metrics on reg (nil: a registry of their own).
-func newMetrics(reg *prometheus.Registry) *metrics {
+// New makes the incident loop's metrics on reg (nil: a registry of their own).
+func New(reg *prometheus.Registry) *Metrics {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m := &metrics{
-		registry: reg,
-		incidents: prometheus.NewCounterVec(prometheus.CounterOpts{
+	m := &Metrics{
+		Registry: reg,
+		Incidents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubefence_incidents_total",
 			Help: "Incidents that entered each phase.",
 		}, []string{"phase"}),
-		phaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		PhaseDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "kubefence_phase_duration_seconds",
 			Help:    "Time spent per incident step: detect (bad evidence to incident), fence (start to verified), remediate.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}, []string{"phase"}),
-		unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{
+		Unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_nodes_unhealthy",
 			Help: "Nodes the detector currently finds unhealthy, and nodes with an open incident (down until they are back); refreshed every 5s.",
 		}),
-		failedNodes: prometheus.NewGauge(prometheus.GaugeOpts{
+		FailedNodes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_nodes_fence_failed",
 			Help: "Nodes whose last incident failed and that get no new automatic incident until they recover or a person sets fencing.kubefence.io/retry=true on it; refreshed every 5s.",
 		}),
-		holds: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Holds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubefence_holds_total",
 			Help: "Fencing decisions held by policy, by reason.",
 		}, []string{"reason"}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_leader",
 			Help: "1 while this replica is the leader.",
 		}),
-		identity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Identity: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kubefence_identity",
 			Help: "Constant 1, labelled with this replica's identity.",
 		}, []string{"id"}),
-		wouldFence: prometheus.NewCounter(prometheus.CounterOpts{
+		WouldFence: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kubefence_would_fence_total",
 			Help: "Dry-run decisions to fence (shadow mode: nothing was done).",
 		}),
-		contradictions: prometheus.NewCounter(prometheus.CounterOpts{
+		Contradictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kubefence_fence_contradictions_total",
 			Help: "Nodes that reported Ready with the same boot ID after a verified fence.",
 		}),
@@ -83,22 +85,22 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 }
 
 // register adds every metric to the registry.
-func (m *metrics) register() {
-	m.registry.MustRegister(m.wouldFence, m.contradictions, m.failedNodes, m.incidents, m.phaseDuration,
-		m.unhealthy, m.holds, m.leader, m.identity)
+func (m *Metrics) register() {
+	m.Registry.MustRegister(m.WouldFence, m.Contradictions, m.FailedNodes, m.Incidents, m.PhaseDuration,
+		m.Unhealthy, m.Holds, m.Leader, m.Identity)
 }
 
-// initCounters sets every counter an alert reads to 0 for each label value known at
+// InitCounters sets every counter an alert reads to 0 for each label value known at
 // start, so that the first increment is an increase Prometheus can see: a counter that
 // appears at 1 has no increase, and the alert on the first failure would never fire.
-func (m *metrics) initCounters() {
+func (m *Metrics) InitCounters() {
 	for _, p := range []v1alpha1.Phase{v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseFenced,
 		v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered, v1alpha1.PhaseFailed, v1alpha1.PhaseCancelled} {
-		m.incidents.WithLabelValues(string(p))
+		m.Incidents.WithLabelValues(string(p))
 	}
 	for _, r := range []string{policy.ReasonStorm, policy.ReasonZoneDark, policy.ReasonPaused, policy.ReasonExcluded, policy.ReasonMaintenance,
 		policy.ReasonNothingToRelease, policy.ReasonCooldown, policy.ReasonControlPlane, policy.ReasonMaxConcurrent,
 		policy.ReasonRateLimited, policy.ReasonControllerHere, policy.ReasonTargetReadsOff, fencer.ReasonOutlived} {
-		m.holds.WithLabelValues(r)
+		m.Holds.WithLabelValues(r)
 	}
 }
