@@ -56,7 +56,7 @@ var rules = []rule{
 	{Dir: "pkg/controller", Forbidden: `^$MOD/pkg/(devicemonitor|orphans|agentwatch|app)(/|$)`, Why: "the incident loop asks its peers through their methods and never runs the leader's housekeepers; pkg/app wires them"},
 	{Dir: "pkg/oncall", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|remediate|plugin|fencer|app|agent|nodeagent)(/|$)`, Why: "a person's word is decided here and carried out by the incident loop: no agent call, no release, no write"},
 	{Dir: "pkg/testpoint", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/remediate(/|$)`, Why: "the tests' pause points stop the process and know nothing else"},
-	{Dir: "pkg/loopmetrics", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|incidents|remediate|plugin|app|agentwatch|oncall|maintenance)(/|$)`, Why: "the loop's metrics are names and labels; they observe nothing themselves"},
+	{Dir: "pkg/loopmetrics", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|incidents|remediate|app|agentwatch|oncall|maintenance)(/|$)`, Why: "the loop's metrics are names and labels; they observe nothing themselves"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }
 
