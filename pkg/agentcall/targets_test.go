@@ -75,7 +75,7 @@ func templateCaller(t *testing.T, agent plugin.Agent, nodes []*corev1.Node, temp
 	return a, cfg
 }
 
-// TestTargetTemplateAtScale (issue 23): a naming template maps 1,000 nodes to their BMCs
+// TestTargetTemplateAtScale: a naming template maps 1,000 nodes to their BMCs
 // without an annotation on each. The target monitor reads all 1,000 through it, each
 // node's own address once; a template that drops what sets the nodes apart (the slot)
 // maps ten nodes to each address, and every one of them is refused, naming the others.

@@ -38,7 +38,7 @@ func pendingIncident(detected time.Time, renewed *time.Time) *v1alpha1.NodeFence
 }
 
 // TestSignOfLife: an open incident's evidence stands until the kubelet itself says
-// otherwise (issue 19: a new leader cancelled a dead node's incident because its own
+// otherwise (a new leader cancelled a dead node's incident because its own
 // restarted clocks made the node look healthy, then opened a second one).
 func TestSignOfLife(t *testing.T) {
 	detected := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
@@ -113,7 +113,7 @@ func TestAdoptedIncidentIsNotCancelledOnFreshClocks(t *testing.T) {
 }
 
 // TestUnhealthyGaugeFollowsIncidents: kubefence_nodes_unhealthy counts a node with an open
-// incident, and stops counting it once the incident is cancelled (issue 19: the gauge
+// incident, and stops counting it once the incident is cancelled (the gauge
 // stayed at 2 after both incidents it counted were cancelled).
 func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 	detected := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)
@@ -145,7 +145,7 @@ func TestUnhealthyGaugeFollowsIncidents(t *testing.T) {
 
 // TestFailedIncidentBlocksNewOnes: after an incident ends Failed, no automatic incident
 // opens for its node until the node shows a sign of life or a new boot, or a person
-// asks for a retry (issue 18: a new incident opened 2 s after a Failed one, held back
+// asks for a retry (a new incident opened 2 s after a Failed one, held back
 // only by a cooldown that claimed the node "was fenced").
 func TestFailedIncidentBlocksNewOnes(t *testing.T) {
 	detected := time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC)

@@ -18,7 +18,7 @@ import (
 )
 
 // TestEventsWaitForTheSave: an incident's events go out only after the save that checks
-// the leader Lease (issue 19: a paused leader's "Detected" and "verified fenced" events
+// the leader Lease (a paused leader's "Detected" and "verified fenced" events
 // landed after the standby took over, because they were sent before the save).
 func TestEventsWaitForTheSave(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
@@ -44,7 +44,7 @@ func TestEventsWaitForTheSave(t *testing.T) {
 	}
 }
 
-// TestEventOnNodeOnly: an incident's Event goes on its node, once (issue 24: a copy on the
+// TestEventOnNodeOnly: an incident's Event goes on its node, once (a copy on the
 // incident as well doubled the Events per incident, and its timeline holds the same
 // steps); on the incident only when the node is gone.
 func TestEventOnNodeOnly(t *testing.T) {
@@ -152,7 +152,7 @@ func TestEventsFoldInAStorm(t *testing.T) {
 // process is paused; on waking it goes out only if a Lease check passed within the renew
 
 // TestCountersStartAtZero: a fresh controller exports every counter an alert reads at
-// 0, so that the first failure is an increase (issue 23: KubefenceFencingFailed missed
+// 0, so that the first failure is an increase (KubefenceFencingFailed missed
 // the first failed incident).
 func TestCountersStartAtZero(t *testing.T) {
 	c := fixtureController(t, fixtureConfig(), nil, pendingIncident(time.Date(2026, 11, 23, 6, 0, 0, 0, time.UTC), nil))

@@ -116,7 +116,7 @@ func (c *Controller) issueFence(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	// the act a deposed replica must never send, so it does not ride on an
 	// earlier confirmation. It goes out together with the write of the issued
 	// attempt (a write of its own epoch, after a confirmation within the renew
-	// deadline); the call waits for both (issue 24).
+	// deadline); the call waits for both.
 	checked := make(chan error, 1)
 	go func() { checked <- c.checkLease(ctx) }()
 	if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try,

@@ -433,7 +433,7 @@ func TestFixtureHold(t *testing.T) {
 }
 
 // TestCreateSendsNoStatus: an incident is created without its status, which the API
-// server would drop after decoding it (issue 24); the detection the controller kept goes
+// server would drop after decoding it; the detection the controller kept goes
 // out with the first decision's status write.
 func TestCreateSendsNoStatus(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), threeNodes()...)

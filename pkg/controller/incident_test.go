@@ -164,7 +164,7 @@ func TestVerdictStepTypes(t *testing.T) {
 	}
 }
 
-// TestLogsNameNodeAndIncident (issue 23): what a sync logs carries the node and the
+// TestLogsNameNodeAndIncident: what a sync logs carries the node and the
 // incident as keys, and every timeline step is logged with them.
 func TestLogsNameNodeAndIncident(t *testing.T) {
 	verified := time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)

@@ -123,7 +123,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		return fencer.HoldRecheck, nil
 	}
 	// The node's Lease and its open incidents are both read live before an incident
-	// opens; the two reads go out together, not one after the other (issue 24).
+	// opens; the two reads go out together, not one after the other.
 	type openRead struct {
 		live []*v1alpha1.NodeFence
 		err  error
@@ -304,7 +304,7 @@ func (c *Controller) step(ctx context.Context, nf *v1alpha1.NodeFence, at time.T
 
 // event records an event on the node, or on the incident when the node is gone. Not on
 // both: the incident's timeline already holds every step with its time and detail, and a
-// second copy of each Event doubled the controller's requests per incident (issue 24).
+// second copy of each Event doubled the controller's requests per incident.
 // Operators find them where they look first, on the node (`kubectl describe node`,
 // `kubectl get events --field-selector involvedObject.kind=Node`).
 //
@@ -319,7 +319,7 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 		c.emit(e)
 		return
 	}
-	// In a storm the start of a fence is told with its end (issue 24).
+	// In a storm the start of a fence is told with its end.
 	e.HoldWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.decide.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
 	c.events.held.Hold(e)
 }

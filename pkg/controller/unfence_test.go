@@ -68,7 +68,7 @@ func stepsOf(nf *v1alpha1.NodeFence, typ string) []string {
 	return out
 }
 
-// TestFailedUnfenceIsReadBack (issue 18): an Unfence that times out or fails has an
+// TestFailedUnfenceIsReadBack: an Unfence that times out or fails has an
 // unknown outcome. The state is read back at once and recorded; recovery releases nothing
 // (the taint stays) until an Unfence succeeds, and a retry that reads back the same state
 // adds no new step.

@@ -25,7 +25,7 @@ const leaseListAt = 8
 const leaseReadTimeout = 30 * time.Second
 
 // LeaseReads reads node Leases live for the incidents about to open (confirmStale),
-// sharing one read among those that ask together (issue 24): a read sent after each of
+// sharing one read among those that ask together: a read sent after each of
 // them asked, GETs for a few, one LIST of the namespace for many. A Lease the read did
 // not find is missing from the map.
 func LeaseReads(client kubernetes.Interface) *coalesce.Batch[string, *coordinationv1.Lease] {

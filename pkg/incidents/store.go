@@ -159,7 +159,7 @@ func (s *Store) ForNode(node string) ([]*v1alpha1.NodeFence, error) {
 
 // OpenLive lists the node's open incidents from the API server itself, so that a cache
 // that has not yet seen a fresh incident cannot lead to a second one (invariant 3).
-// Incidents opened at once share one read, sent after each of them asked (issue 24): it
+// Incidents opened at once share one read, sent after each of them asked: it
 // selects the open incidents of every node by status.phase, a selectable field of the
 // CRD, and each caller keeps its node's. An API server that refuses the selector (a
 // CRD from before status.phase was selectable, or Kubernetes before 1.31) gets a list of
@@ -204,7 +204,7 @@ func sharedOpenReads(client fencingclient.NodeFenceInterface) *coalesce.Read[[]v
 // status, which the first decision on the incident writes (saving a request per
 // incident); until then the incident reads as a fresh request, and is decided as one.
 // The status is not sent either: the API server drops a new object's status (the status
-// subresource) only after decoding, pruning and tracking its fields (issue 24).
+// subresource) only after decoding, pruning and tracking its fields.
 func (s *Store) Create(ctx context.Context, nf *v1alpha1.NodeFence) (*v1alpha1.NodeFence, error) {
 	req := *nf
 	req.Status = v1alpha1.NodeFenceStatus{}

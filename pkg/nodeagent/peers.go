@@ -243,7 +243,7 @@ func askMargin(n int) int { return max(1, (n+9)/10) }
 // probe's does). It returns how many it asked.
 //
 // Asking every member every round cost N² questions a round in an API server outage, and
-// at 100 agents on two cores their answers came too late for some (issue 25). Asking only
+// at 100 agents on two cores their answers came too late for some. Asking only
 // what a majority needs, and again only once an answer is half-way to its limit, makes it
 // about (N/2 + N/10) questions per agent per fresh period.
 func (p *Peers) Ask(members []string, fresh, pending time.Duration) int {

@@ -20,7 +20,7 @@ import (
 // renderedMetricsReader is the chart's ClusterRole for scrapers (release kubefence).
 const renderedMetricsReader = "kubefence-metrics-reader"
 
-// TestMetricsAuthentication (issues 23 and 43): with --metrics-secure=true /metrics is
+// TestMetricsAuthentication: with --metrics-secure=true /metrics is
 // served over TLS only to a bearer token the apiserver authenticates, whose identity RBAC
 // lets get /metrics: a ServiceAccount bound to the chart's rendered metrics-reader
 // ClusterRole reads kubefence_build_info and client-go's workqueue, REST client and

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// TestValidateConfigAsksTheAgents (issues 22 and 43): fence-controller --validate-config,
+// TestValidateConfigAsksTheAgents: fence-controller --validate-config,
 // with the real agent binaries in its plugin directory, refuses parameters the agents
 // refuse, each at its field path (agents[0].params.cipherSuite) and naming the agent, and
 // an agent that requires credentials (its Describe says so) without a secretRef; the

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestVersionStamped (issue 23): one -ldflags stamp (as make build and make images
+// TestVersionStamped: one -ldflags stamp (as make build and make images
 // give it) reaches the controller's --version and every agent's -version.
 func TestVersionStamped(t *testing.T) {
 	t.Parallel()
