@@ -46,19 +46,8 @@ func pausedLeader(t *testing.T, point string) {
 		c.LeaderElection.RetryPeriod = metav1.Duration{Duration: haRetryPeriod}
 	}})
 	victim := deployWeb(t, ctx, h.Cluster)
-	leader, err := h.StartControllerWithEnv("leader", []string{testpoint.Env + "=" + point})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
+	leader, newID := leaderAndStandby(t, ctx, h, point)
 	oldID := identityOf(t, ctx, leader)
-	standby, err := h.StartController("standby")
-	if err != nil {
-		t.Fatal(err)
-	}
-	newID := identityOf(t, ctx, standby)
 	h.Cluster.Node(victim).Crash()
 	pollLog(t, ctx, leader, `"Pausing at test point" point="`+point+`"`)
 	paused := time.Now()

@@ -104,18 +104,7 @@ func TestDeposedLeadersLateUnfenceLiftsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	cidr := storageIP(index) + "/32"
-	leader, err := h.StartControllerWithEnv("leader", []string{testpoint.Env + "=" + testpoint.BeforeUnfence})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	standby, err := h.StartController("standby")
-	if err != nil {
-		t.Fatal(err)
-	}
-	newID := identityOf(t, ctx, standby)
+	leader, newID := leaderAndStandby(t, ctx, h, testpoint.BeforeUnfence)
 
 	h.Cluster.Node(victim).Crash()
 	first := waitReleased(t, ctx, h, victim)
@@ -185,18 +174,7 @@ func TestLeaderKilledBeforeItsReleaseRecord(t *testing.T) {
 	defer cancel()
 	h := fastHarnessWith(t, ctx, HarnessOptions{Config: haTimings})
 	victim := deployWeb(t, ctx, h.Cluster)
-	leader, err := h.StartControllerWithEnv("leader", []string{testpoint.Env + "=" + testpoint.BeforeRecord})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.WaitLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	standby, err := h.StartController("standby")
-	if err != nil {
-		t.Fatal(err)
-	}
-	newID := identityOf(t, ctx, standby)
+	leader, newID := leaderAndStandby(t, ctx, h, testpoint.BeforeRecord)
 
 	h.Cluster.Node(victim).Crash()
 	pollLog(t, ctx, leader, `"Pausing at test point" point="`+testpoint.BeforeRecord+`"`)
@@ -306,4 +284,22 @@ func setAnnotation(t *testing.T, ctx context.Context, h *Harness, node, key, val
 	if _, err := h.Cluster.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// leaderAndStandby starts a replica that pauses at point and, once it leads, a standby;
+// it returns the leader and the standby's identity.
+func leaderAndStandby(t *testing.T, ctx context.Context, h *Harness, point string) (*Replica, string) {
+	t.Helper()
+	leader, err := h.StartControllerWithEnv("leader", []string{testpoint.Env + "=" + point})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	standby, err := h.StartController("standby")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leader, identityOf(t, ctx, standby)
 }
