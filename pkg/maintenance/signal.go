@@ -17,6 +17,11 @@ const (
 	AutoscalerTaint = "ToBeDeletedByClusterAutoscaler"
 	// ExcludeLabel is medik8s' label for a node that NodeHealthCheck must not remediate.
 	ExcludeLabel = "remediation.medik8s.io/exclude-from-remediation"
+	// KuredRebootAnnotation is the annotation kured (run with --annotate-nodes) puts on a
+	// node while it cordons, drains and reboots it; its value is when that began. kured
+	// removes it once the node is back and uncordoned. Its cluster-wide lock names one
+	// node too, but on kured's own DaemonSet, which kubefence does not read.
+	KuredRebootAnnotation = "weave.works/kured-reboot-in-progress"
 )
 
 // Objects are the other objects that say a node is under maintenance: names of the
@@ -42,6 +47,9 @@ func Signal(node *corev1.Node, rule v1alpha1.CordonRule, drained bool, o Objects
 		return fmt.Sprintf("its Cluster API Machine %s is being deleted", o.DeletingMachine)
 	case hasTaint(node, AutoscalerTaint):
 		return fmt.Sprintf("the Cluster Autoscaler is deleting it (taint %s)", AutoscalerTaint)
+	}
+	if since, ok := node.Annotations[KuredRebootAnnotation]; ok {
+		return fmt.Sprintf("kured is rebooting it (annotation %s: %q)", KuredRebootAnnotation, since)
 	}
 	if _, ok := node.Labels[ExcludeLabel]; ok {
 		return fmt.Sprintf("label %s", ExcludeLabel)

@@ -35,6 +35,14 @@ func TestSignal(t *testing.T) {
 			}},
 		"medik8s' exclude label": {rule: v1alpha1.CordonNever, want: ExcludeLabel,
 			node: func(n *corev1.Node) { n.Labels = map[string]string{ExcludeLabel: ""} }},
+		"kured rebooting it, not yet cordoned": {rule: v1alpha1.CordonNever, want: KuredRebootAnnotation,
+			node: func(n *corev1.Node) {
+				n.Annotations = map[string]string{KuredRebootAnnotation: "2026-11-27T03:00:00Z"}
+			}},
+		"kured's other annotation": {rule: v1alpha1.CordonNever,
+			node: func(n *corev1.Node) {
+				n.Annotations = map[string]string{"weave.works/kured-most-recent-reboot-needed": "2026-11-27T03:00:00Z"}
+			}},
 		"a deleting Machine":  {rule: v1alpha1.CordonNever, objects: Objects{DeletingMachine: "ns/m-1"}, want: "Cluster API Machine ns/m-1 is being deleted"},
 		"a NodeMaintenance":   {rule: v1alpha1.CordonNever, objects: Objects{NodeMaintenance: "nm-1"}, want: "NodeMaintenance nm-1"},
 		"the object is named": {node: cordoned, rule: v1alpha1.CordonAlways, objects: Objects{NodeMaintenance: "nm-2"}, want: "NodeMaintenance nm-2"},
