@@ -243,3 +243,33 @@ func TestFixtureNotYetRecheck(t *testing.T) {
 		t.Errorf("asks again in %s, want 30s, when the rate limit lets the next fence start (%s)", after, nf.Status.Message)
 	}
 }
+
+// TestFixtureFailureToReleasedPerPolicy: the SLO's histogram counts from the failure
+// (node-1's last Lease renewal, at f0), not from the incident or the fence, to the
+// release (f0 + 1m), under the incident's policy.
+func TestFixtureFailureToReleasedPerPolicy(t *testing.T) {
+	f := newFixture(t, fixtureConfig(), append(threeNodes(), webPod("node-1"))...)
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	f.sync("node-1")
+	if nf := f.incident("node-1"); nf.Status.Phase != v1alpha1.PhaseRemediated {
+		t.Fatalf("phase %s, want Remediated (%s)", nf.Status.Phase, nf.Status.Message)
+	}
+	mfs, err := f.c.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		if mf.GetName() != "kubefence_failure_to_released_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got = append(got, fmt.Sprintf("policy=%s count=%d sum=%gs", m.GetLabel()[0].GetValue(),
+				m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()))
+		}
+	}
+	if want := []string{"policy=default count=1 sum=60s"}; !slices.Equal(got, want) {
+		t.Errorf("kubefence_failure_to_released_seconds: %v, want %v", got, want)
+	}
+}

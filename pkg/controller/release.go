@@ -15,6 +15,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/policy"
 	"github.com/kubefence/kubefence/pkg/remediate"
@@ -65,6 +66,7 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		return 0, err
 	}
 	c.metrics.PhaseDuration.WithLabelValues(loopmetrics.DurationRemediate).Observe(c.now().Sub(start).Seconds())
+	c.metrics.FailureToReleased.WithLabelValues(pol.Name).Observe(c.now().Sub(failedAt(nf)).Seconds())
 	c.lead.pause.At(testpoint.BeforeRecord)
 	c.yieldToReleases(ctx)
 	if err := c.save(ctx, nf); err != nil {
@@ -76,6 +78,15 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		c.powerOn(ctx, nf, node)
 	}
 	return 0, nil
+}
+
+// failedAt is when nf's node failed: when the evidence the incident opened on turned bad,
+// or, for a request that recorded none (a person's, a health checker's), its creation.
+func failedAt(nf *v1alpha1.NodeFence) time.Time {
+	if at := incidents.FactsOf(nf).EvidenceStart; !at.IsZero() {
+		return at
+	}
+	return nf.CreationTimestamp.Time
 }
 
 func action(nf *v1alpha1.NodeFence, pol *v1alpha1.Policy) v1alpha1.FenceAction {

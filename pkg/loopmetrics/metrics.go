@@ -25,12 +25,15 @@ type Metrics struct {
 	Registry      *prometheus.Registry
 	Incidents     *prometheus.CounterVec
 	PhaseDuration *prometheus.HistogramVec
-	Unhealthy     prometheus.Gauge
-	FailedNodes   prometheus.Gauge
-	Holds         *prometheus.CounterVec
-	Leader        prometheus.Gauge
-	Identity      *prometheus.GaugeVec
-	WouldFence    prometheus.Counter
+	// FailureToReleased is the figure an SLO is written on: from the failure (the bad
+	// evidence the incident opened on) to the node's workloads released, per policy.
+	FailureToReleased *prometheus.HistogramVec
+	Unhealthy         prometheus.Gauge
+	FailedNodes       prometheus.Gauge
+	Holds             *prometheus.CounterVec
+	Leader            prometheus.Gauge
+	Identity          *prometheus.GaugeVec
+	WouldFence        prometheus.Counter
 	// contradictions counts nodes back with the same boot after a verified fence.
 	Contradictions prometheus.Counter
 }
@@ -51,6 +54,12 @@ func New(reg *prometheus.Registry) *Metrics {
 			Help:    "Time spent per incident step: detect (bad evidence to incident), fence (start to verified), remediate.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
 		}, []string{"phase"}),
+		FailureToReleased: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "kubefence_failure_to_released_seconds",
+			Help: "From the failure (the bad evidence an incident opened on; a request's creation when it has none) to the node's workloads released, by policy.",
+			// The profiles' targets (6, 12 and 35 seconds) fall on bucket bounds.
+			Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 35, 45, 60, 90, 120, 300, 600, 1800, 3600},
+		}, []string{"policy"}),
 		Unhealthy: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubefence_nodes_unhealthy",
 			Help: "Nodes the detector currently finds unhealthy, and nodes with an open incident (down until they are back); refreshed every 5s.",
@@ -87,7 +96,7 @@ func New(reg *prometheus.Registry) *Metrics {
 // register adds every metric to the registry.
 func (m *Metrics) register() {
 	m.Registry.MustRegister(m.WouldFence, m.Contradictions, m.FailedNodes, m.Incidents, m.PhaseDuration,
-		m.Unhealthy, m.Holds, m.Leader, m.Identity)
+		m.FailureToReleased, m.Unhealthy, m.Holds, m.Leader, m.Identity)
 }
 
 // InitCounters sets every counter an alert reads to 0 for each label value known at
