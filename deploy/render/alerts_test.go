@@ -14,14 +14,18 @@ import (
 // alert fires on its first failure and stays quiet while all is well.
 const alertTests = "testdata/alerts_test.yaml"
 
-// TestAlertsFire renders the chart's PrometheusRule (window 15m), writes its rule groups
+// TestAlertsFire renders the chart's PrometheusRule (window 15m) with node agents, writes its rule groups
 // as a Prometheus rules file and runs `promtool test rules` on alertTests.
 func TestAlertsFire(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatalf("promtool not found: run hack/deps.sh (apt-get install prometheus): %v", err)
 	}
-	out, err := Render(chartDir, map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"enabled": true}}})
+	// The node agents' alerts render only with node agents that feed a watchdog device and
+	// answer their peers.
+	out, err := Render(chartDir, map[string]any{"metrics": map[string]any{"prometheusRule": map[string]any{"enabled": true}},
+		"nodeAgent": map[string]any{"enabled": true, "watchdog": map[string]any{"path": "/dev/watchdog"},
+			"peers": map[string]any{"enabled": true, "keySecret": "kubefence-peer-key"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,7 +251,7 @@ func TestDecodeNamesTheField(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	f := newFixture(t, true, fence("b", v1alpha1.PhaseFencing))
 	f.reportWhere(t, "the watchdog is armed and b held", func(r Report) bool { return r.Watchdog.Armed && len(r.Holds) == 1 })
-	want := map[string]float64{"watchdog_armed": 1, "watchdog_feeding": 1, "read_failing": 0, "holds": 1, "peers_answering": 0, "peer_questions_total": 0}
+	want := map[string]float64{"watchdog_armed": 1, "watchdog_feeding": 1, "read_failing": 0, "holds": 1, "peers_answering": 0, "peers_alive": 0, "peer_questions_total": 0}
 	got := gather(t, f.agent)
 	for name, v := range want {
 		if got[name] != v {

@@ -63,6 +63,17 @@ func (a *Agent) Metrics() *prometheus.Registry {
 		}
 		return float64(n)
 	})
+	gauge("members", "How many nodes the agent's latest read of the members listed, its own included: the count a majority of peers' answers is taken of.", func() float64 {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return float64(len(a.members))
+	})
+	gauge("peers_alive", "How many agents (this one included) and controller seats memberlist counts alive, from its probes and its members' gossip; 0 without peers.", func() float64 {
+		if _, peers := a.started(); peers != nil {
+			return float64(peers.ml.NumMembers())
+		}
+		return 0
+	})
 	gauge("relayed", "How many NodeFences the peers' answers carried that no read of this agent has dropped yet.", func() float64 {
 		if _, peers := a.started(); peers != nil {
 			return float64(len(peers.Relayed()))

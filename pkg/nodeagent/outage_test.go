@@ -90,6 +90,16 @@ func TestOutageKeepsEveryNodeAliveAtABoundedCost(t *testing.T) {
 		}
 		return true
 	})
+	// What the chart's KubefencePeersNotAnswering alert compares: every agent counts all
+	// 25 alive, out of the 25 members its read listed.
+	pollFor(t, "every agent's metrics to count 25 members, 25 alive", func() bool {
+		for _, a := range agents {
+			if m := gather(t, a); m["members"] != float64(n) || m["peers_alive"] != float64(n) {
+				return false
+			}
+		}
+		return true
+	})
 	questions := func() (q []uint64) {
 		for _, a := range agents {
 			_, p := a.started()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/nodeagent"
 )
 
 // The placeholders of docs/runbooks.md, and what the test puts in their place.
@@ -30,6 +32,9 @@ const (
 	// A node gone for good and its open incident.
 	runbookGoneNode     = "node-3"
 	runbookGoneIncident = "runbook-gone"
+	// runbookWatchdogStopped is why the report of runbookNode's agent says its watchdog
+	// is not armed.
+	runbookWatchdogStopped = "open /dev/watchdog: device or resource busy"
 )
 
 // TestRunbookCommands runs every command of docs/runbooks.md, block by block as an
@@ -85,6 +90,7 @@ func TestRunbookCommands(t *testing.T) {
 		"incident:  " + runbookIncident,   // fence-controller explain, on the held incident
 		"rule now:  ",                     // the rule that holds it
 		"partition under investigation",   // the pause requests listed
+		runbookWatchdogStopped,            // the node agent's report
 	} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("the runbook commands printed no %q", want)
@@ -136,6 +142,15 @@ func runbookState(t *testing.T, ctx context.Context, h *Harness, leaderPod strin
 	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: runbookNamespace}},
 		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The report of a node agent whose watchdog device is not armed (the node-agent alerts).
+	report := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: nodeagent.LeaseName(runbookNode), Namespace: ns}}
+	if err := (nodeagent.Report{BootID: "boot-1", Isolation: "10s", ReportInterval: "30s",
+		Watchdog: nodeagent.WatchdogReport{Kind: "device", Stopped: runbookWatchdogStopped}}).Encode(report, runbookNode); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoordinationV1().Leases(ns).Create(ctx, report, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	labels := map[string]string{"app.kubernetes.io/name": "kubefence-agent", "app.kubernetes.io/instance": runbookAgent}
