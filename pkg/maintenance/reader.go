@@ -2,13 +2,16 @@ package maintenance
 
 import (
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 )
 
 // The optional kinds Reader follows, each in the versions it reads, newest first: the
@@ -28,6 +31,12 @@ var (
 )
 
 const byNodeIndex = "byNode"
+
+// discoveryBackoff paces the tries of a discovery request that failed: an API server too
+// busy to answer in time when the controller starts (a control plane under load) delays
+// the start by up to 15 s of waits, rather than failing it. A refusal (not authorized,
+// forbidden) is not tried again.
+var discoveryBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Steps: 5}
 
 // Discovery is the part of the discovery client Reader asks which versions are served.
 type Discovery interface {
@@ -86,7 +95,7 @@ func follow(disc Discovery, factory dynamicinformer.DynamicSharedInformerFactory
 // served returns the first of versions the API server serves.
 func served(disc Discovery, versions []schema.GroupVersionResource) (schema.GroupVersionResource, bool, error) {
 	for _, gvr := range versions {
-		list, err := disc.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		list, err := discover(disc, gvr.GroupVersion().String())
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -100,6 +109,18 @@ func served(disc Discovery, versions []schema.GroupVersionResource) (schema.Grou
 		}
 	}
 	return schema.GroupVersionResource{}, false, nil
+}
+
+// discover asks which resources of gv are served, again on a failure that may pass.
+func discover(disc Discovery, gv string) (list *metav1.APIResourceList, err error) {
+	mayPass := func(err error) bool {
+		return !apierrors.IsNotFound(err) && !apierrors.IsUnauthorized(err) && !apierrors.IsForbidden(err)
+	}
+	err = retry.OnError(discoveryBackoff, mayPass, func() error {
+		list, err = disc.ServerResourcesForGroupVersion(gv)
+		return err
+	})
+	return list, err
 }
 
 // trim keeps of an object only its identity, its deletion timestamp and the node it

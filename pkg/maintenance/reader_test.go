@@ -104,15 +104,45 @@ func TestReaderWithoutTheKinds(t *testing.T) {
 	}
 }
 
+// TestReaderDiscoveryFails: discovery that keeps failing fails New, after its tries; a
+// refusal fails it at once; a busy API server that answers on a later try does not.
 func TestReaderDiscoveryFails(t *testing.T) {
-	factory := dynamicinformer.NewDynamicSharedInformerFactory(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), 0)
-	if _, err := New(failing{}, factory); err == nil {
+	defer func(b wait.Backoff) { discoveryBackoff = b }(discoveryBackoff)
+	discoveryBackoff = wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 4}
+	factory := func() dynamicinformer.DynamicSharedInformerFactory {
+		return dynamicinformer.NewDynamicSharedInformerFactory(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), 0)
+	}
+	down := &failing{err: apierrors.NewServiceUnavailable("down")}
+	if _, err := New(down, factory()); err == nil {
 		t.Error("New succeeded although discovery failed")
+	}
+	if down.calls != 4 {
+		t.Errorf("discovery asked %d times, want 4 (the backoff's steps)", down.calls)
+	}
+	refused := &failing{err: apierrors.NewForbidden(schema.GroupResource{}, "", nil)}
+	if _, err := New(refused, factory()); err == nil || refused.calls != 1 {
+		t.Errorf("a refused discovery: err %v after %d calls, want an error after 1", err, refused.calls)
+	}
+	busy := &failing{err: apierrors.NewTimeoutError("busy", 1), failures: 2,
+		then: discovery{"cluster.x-k8s.io/v1beta2": {"machines"}}}
+	r, err := New(busy, factory())
+	if err != nil || r.machines == nil {
+		t.Errorf("discovery that answers on its third try: err %v, Machines followed %t", err, r != nil && r.machines != nil)
 	}
 }
 
-type failing struct{}
+// failing fails its first failures calls with err (all, when failures is 0), then asks then.
+type failing struct {
+	err      error
+	failures int
+	then     discovery
+	calls    int
+}
 
-func (failing) ServerResourcesForGroupVersion(string) (*metav1.APIResourceList, error) {
-	return nil, apierrors.NewServiceUnavailable("down")
+func (f *failing) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	f.calls++
+	if f.failures == 0 || f.calls <= f.failures {
+		return nil, f.err
+	}
+	return f.then.ServerResourcesForGroupVersion(gv)
 }
