@@ -21,16 +21,17 @@ func main() {
 	bin := flag.String("bin", "", "directory holding fence-controller and fence-agent-ipmi (default: build them)")
 	nodes := flag.Int("nodes", 3, "number of simulated nodes")
 	verbose := flag.Bool("v", false, "print the simulation's progress messages")
+	etcd := flag.String("etcd", "", "the etcd executable (default: the one hack/controlplane.sh builds into .cache)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *bin, *nodes, *verbose); err != nil {
+	if err := run(ctx, *bin, *etcd, *nodes, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, bin string, nodes int, verbose bool) error {
+func run(ctx context.Context, bin, etcd string, nodes int, verbose bool) error {
 	dir, err := os.MkdirTemp("", "kubefence-demo-")
 	if err != nil {
 		return err
@@ -40,7 +41,8 @@ func run(ctx context.Context, bin string, nodes int, verbose bool) error {
 		logf = func(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) }
 	}
 	say("starting %d-node cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, simulated kubelets, one ipmi_sim BMC per node", nodes)
-	h, err := sim.StartHarness(ctx, sim.HarnessOptions{Dir: dir, Nodes: nodes, BinDir: bin, Logf: logf})
+	h, err := sim.StartHarness(ctx, sim.HarnessOptions{Dir: dir, Nodes: nodes, BinDir: bin, Logf: logf,
+		Cluster: func(o *sim.Options) { o.EtcdBin = etcd }})
 	if err != nil {
 		return fmt.Errorf("%w (work files kept in %s)", err, dir)
 	}
