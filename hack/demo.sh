@@ -20,7 +20,7 @@ shift
 # shellcheck source=hack/progress.sh
 source "$root/hack/progress.sh"
 progress_begin
-say "make demo: a first run builds the control plane from source (about 10 minutes on 2 cores); later runs start in seconds"
+say "make demo: a first run builds the control plane from source (about 11 minutes on 2 cores); later runs start in seconds"
 
 kubefence() {
   local began
