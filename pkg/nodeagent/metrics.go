@@ -50,6 +50,25 @@ func (a *Agent) Metrics() *prometheus.Registry {
 		defer a.mu.Unlock()
 		return float64(len(a.holds))
 	})
+	a.peerGauges(gauge)
+	counter := func(name, help string, f func(*Peers) uint64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kubefence_node_agent_" + name, Help: help}, func() float64 {
+			if _, peers := a.started(); peers != nil {
+				return float64(f(peers))
+			}
+			return 0
+		}))
+	}
+	counter("peer_questions_total", "Questions this agent sent its peers for answers outside the probes' turn, while its own read of the NodeFences was older than half of isolation.",
+		func(p *Peers) uint64 { return p.questions.Load() })
+	counter("peer_questions_answered_total", "Questions from peers this agent answered.", func(p *Peers) uint64 { return p.answered.Load() })
+	return reg
+}
+
+// peerGauges registers, through gauge, what the agent knows of its peers: the answers
+// within isolation, the members its read listed, those memberlist counts alive, and the
+// NodeFences their answers carried.
+func (a *Agent) peerGauges(gauge func(name, help string, f func() float64)) {
 	gauge("peers_answering", "How many peers answered a probe sent within the isolation limit.", func() float64 {
 		_, peers := a.started()
 		if peers == nil {
@@ -80,18 +99,6 @@ func (a *Agent) Metrics() *prometheus.Registry {
 		}
 		return 0
 	})
-	counter := func(name, help string, f func(*Peers) uint64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kubefence_node_agent_" + name, Help: help}, func() float64 {
-			if _, peers := a.started(); peers != nil {
-				return float64(f(peers))
-			}
-			return 0
-		}))
-	}
-	counter("peer_questions_total", "Questions this agent sent its peers for answers outside the probes' turn, while its own read of the NodeFences was older than half of isolation.",
-		func(p *Peers) uint64 { return p.questions.Load() })
-	counter("peer_questions_answered_total", "Questions from peers this agent answered.", func(p *Peers) uint64 { return p.answered.Load() })
-	return reg
 }
 
 // started returns the feeder and the peers once Run started them.
