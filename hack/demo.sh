@@ -39,12 +39,10 @@ debian_etcd() {
   began=$(kf_now)
   say "etcd: unpacking Debian's etcd-server"
   tmp=$(mktemp -d)
+  [ "$(id -u)" = 0 ] && sudo= || sudo=sudo
   # A machine whose package lists were never fetched has none to download from.
-  if ! (cd "$tmp" && apt-get download etcd-server) >"$tmp/log" 2>&1; then
-    [ "$(id -u)" = 0 ] && sudo= || sudo=sudo
-    $sudo apt-get update -qq >>"$tmp/log" 2>&1 || true
-  fi
-  if ! (cd "$tmp" && { ls etcd-server_*.deb >/dev/null 2>&1 || apt-get download etcd-server; } && dpkg-deb -x etcd-server_*.deb x) >>"$tmp/log" 2>&1; then
+  if ! (cd "$tmp" && { apt-get download etcd-server || { $sudo apt-get update -qq && apt-get download etcd-server; }; } &&
+    dpkg-deb -x etcd-server_*.deb x) >"$tmp/log" 2>&1; then
     say "etcd: apt-get download etcd-server failed:"
     tail -n 20 "$tmp/log" >>"$KF_PROGRESS/events"
     rm -rf "$tmp"
