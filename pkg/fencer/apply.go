@@ -56,7 +56,8 @@ type Event struct {
 	Evidence string
 	Err      error
 	// ErrKind classifies Err: an agent's kind (plugin.KindOf), or the caller's
-	// plugin.KindAgentDied, KindAgentDown or KindTimeout.
+	// plugin.KindAgentDied, KindAgentDown or KindTimeout. A Fence call that timed out or
+	// whose agent died has an unknown outcome (unknownOutcome).
 	ErrKind plugin.ErrorKind
 }
 
@@ -123,7 +124,7 @@ func keepFenceEvidence(a *v1alpha1.Attempt, evidence string) {
 }
 
 func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {
-	if ev.Kind == FenceReturned && ev.Err != nil && ev.ErrKind == plugin.KindTimeout {
+	if ev.Kind == FenceReturned && ev.Err != nil && lostOutcome(ev.ErrKind) {
 		unknownOutcome(a, ev, now, readBack)
 		return
 	}
@@ -179,12 +180,23 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 	}
 }
 
-// unknownOutcome records a Fence call that timed out. Its outcome is unknown, not failed:
-// the command may have landed just before, or after, the deadline (a real BMC was
-// seen to act 8 ms after the call returned). The attempt goes on verifying for at least
-// readBack, so the target's state is read back before anything retries, escalates or
-// gives up: read back off, the fence holds; read back on, the try failed; nothing read,
-// the agent gives up its level (plugin.KindUnknown).
+// lostOutcome reports whether a Fence call that ended with kind may have sent its
+// command without anyone seeing what became of it: the call timed out, or the agent
+// process (or a remote agent's connection) died during it.
+func lostOutcome(kind plugin.ErrorKind) bool {
+	return kind == plugin.KindTimeout || kind == plugin.KindAgentDied
+}
+
+// unknownOutcome records a Fence call whose outcome was lost (lostOutcome). It is
+// unknown, not failed: the command may have landed just before, or after, the call ended
+// (a real BMC was seen to act 8 ms after the call returned; a slow one acts seconds after
+// it acknowledged), and may still be pending in the device. The attempt goes on verifying
+// until its deadline and for at least readBack, so the target's state is read back before
+// anything retries, escalates or gives up, and no other Fence call of the agent is sent
+// while the lost one may still land: read back off, the fence holds; read back on, the
+// try failed; nothing read, the agent gives up its level (plugin.KindUnknown). A second
+// off sent while the first was pending would land after the first was verified and the
+// node released, and could power off a node that was back on a new boot.
 func unknownOutcome(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {
 	a.State, a.ErrorKind = v1alpha1.AttemptVerifying, string(plugin.KindUnknown)
 	a.Error = "outcome unknown: " + ev.Err.Error()

@@ -29,6 +29,10 @@ type agentBehaviour struct {
 	// readErr fails every Status call.
 	readErr error
 	hang    bool
+	// offAfterReads: the first Fence call's off is pending in the device, which reads on
+	// for that many Status calls and off from then on (a slow BMC that acts seconds
+	// after it acknowledged).
+	offAfterReads int
 }
 
 // run drives the machine the way the controller does, with a fake clock, and returns
@@ -38,6 +42,7 @@ func run(t *testing.T, plan Plan, agents map[string]agentBehaviour) (*v1alpha1.N
 	st := &v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending}
 	now := t0
 	var calls []string
+	reads := map[string]int{}
 	for range 5000 {
 		step := Next(st, plan, now)
 		var ev *Event
@@ -69,6 +74,12 @@ func run(t *testing.T, plan Plan, agents map[string]agentBehaviour) (*v1alpha1.N
 			calls = append(calls, "status:"+step.Agent)
 			b := agents[step.Agent]
 			ev = &Event{Kind: StateRead, State: b.state, Err: b.readErr}
+			if reads[step.Agent]++; b.offAfterReads > 0 {
+				ev.State = "on"
+				if reads[step.Agent] > b.offAfterReads {
+					ev.State = "off"
+				}
+			}
 			if b.readErr != nil {
 				ev.State, ev.ErrKind = "", plugin.KindRetryable
 			}
@@ -174,12 +185,20 @@ func TestMachine(t *testing.T) {
 	}
 }
 
-// TestUnknownOutcome: a Fence call that timed out may have landed (a real BMC was seen
-// to act 8 ms after the call returned). The machine reads the state back before it
-// retries, escalates or gives up, and records what it read.
+// TestUnknownOutcome: a Fence call that timed out, or whose agent died, may have landed
+// (a real BMC was seen to act 8 ms after the call returned) or be pending still. The
+// machine reads the state back before it retries, escalates or gives up, and records
+// what it read.
 func TestUnknownOutcome(t *testing.T) {
 	timedOut := func(state string, readErr error) agentBehaviour {
 		return agentBehaviour{fenceErr: context.DeadlineExceeded, errKind: plugin.KindTimeout, state: state, readErr: readErr}
+	}
+	died := func(state string, offAfterReads int) agentBehaviour {
+		b := agentBehaviour{fenceErr: plugin.ErrAgentDied, errKind: plugin.KindAgentDied, state: state, offAfterReads: offAfterReads}
+		if state == "" {
+			b.readErr = errors.New("agent process died")
+		}
+		return b
 	}
 	for name, tc := range map[string]struct {
 		ipmi         agentBehaviour
@@ -190,6 +209,12 @@ func TestUnknownOutcome(t *testing.T) {
 		"timed out, read back off: verified off":           {timedOut("off", nil), 1, 1, plugin.KindUnknown},
 		"timed out, read back on: retried, then escalated": {timedOut("on", nil), 2, 2, plugin.KindTimeout},
 		"timed out, read-back fails: escalated at once":    {timedOut("", errors.New("connection refused")), 2, 1, plugin.KindUnknown},
+		// The agent process killed mid-call, its off pending in a slow BMC for 3 s: the
+		// earlier off is read back, and no second off is sent that could land after the
+		// node was released and back on.
+		"agent died, its off lands 3 s later: verified, no second off": {died("on", 30), 1, 1, plugin.KindUnknown},
+		"agent died, read back on until the deadline: then retried":    {died("on", 0), 2, 2, plugin.KindTimeout},
+		"agent died, read-back fails: escalated at once":               {died("", 0), 2, 1, plugin.KindUnknown},
 	} {
 		t.Run(name, func(t *testing.T) {
 			plan := twoLevels(v1alpha1.ModeAll)
