@@ -128,15 +128,17 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 
 	identity := leader.NewIdentity()
 	var guard *leader.LeaseGuard
+	var reach *leader.Reach
 	if *cfg.LeaderElection.Enabled {
 		guard = &leader.LeaseGuard{Client: client, Config: cfg.LeaderElection, Identity: identity}
+		reach = &leader.Reach{MaxGap: leader.ReachGap(cfg.LeaderElection)}
 	}
 	recorder, stopEvents := leader.NewEventRecorder(ctx, client, guard, identity)
 	defer stopEvents()
 	registry := newRegistry()
 	ctrls, err := Assemble(Assembly{Config: cfg, Kube: cs.kube, Fencing: cs.fencing, Dynamic: cs.dynamic, Agents: agents,
 		Recorder: recorder, Registry: registry, Identity: identity, TargetInterval: o.TargetInterval, PauseConfigMap: o.PauseConfigMap,
-		Leader: controller.LeaderOptions{Guard: guard, OnDeposed: deposed, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval},
+		Leader: controller.LeaderOptions{Guard: guard, Reach: reach, OnDeposed: deposed, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval},
 		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: os.Getenv(testpoint.Env)}})
 	if err != nil {
 		return err
@@ -161,7 +163,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 
 	ids := announce(ctx, o, client, cfg.LeaderElection.Namespace, identity, registry)
 	lead := leading(o, client, health, ids, host, ctrls)
-	elected := campaign(ctx, client, cfg.LeaderElection, identity, lead, deposed, errc)
+	elected := campaign(ctx, client, cfg.LeaderElection, identity, reach, lead, deposed, errc)
 	return awaitEnd(ctx, cfg.LeaderElection, elected, errc)
 }
 

@@ -35,8 +35,8 @@ func announce(ctx context.Context, o AppOptions, client kubernetes.Interface, na
 // campaign runs for leader, and leads while elected; without leader election it leads
 // at once, at epoch 0. The channel it returns closes once the election is over; an
 // election that fails sends its error on errc.
-func campaign(ctx context.Context, client kubernetes.Interface, le v1alpha1.LeaderElection, identity string, lead func(context.Context, int64),
-	deposed func(error), errc chan<- error) <-chan struct{} {
+func campaign(ctx context.Context, client kubernetes.Interface, le v1alpha1.LeaderElection, identity string, reach *leader.Reach,
+	lead func(context.Context, int64), deposed func(error), errc chan<- error) <-chan struct{} {
 	elected := make(chan struct{})
 	if !*le.Enabled {
 		close(elected)
@@ -45,7 +45,7 @@ func campaign(ctx context.Context, client kubernetes.Interface, le v1alpha1.Lead
 	}
 	go func() {
 		defer close(elected)
-		err := leader.Elect(ctx, client, le, identity, lead, func() {
+		err := leader.Elect(ctx, client, le, identity, reach, lead, func() {
 			deposed(errors.New("leader lease lost"))
 		})
 		if err != nil {

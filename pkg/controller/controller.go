@@ -304,10 +304,10 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	c.lead.epoch = epoch
 	c.lead.mu.Unlock()
 	c.metrics.Leader.Set(1)
-	// Open incidents resume from their status; new ones need evidence gathered while this
-	// replica leads (see Detector.RestartClocks).
-	c.detector.RestartClocks(c.now())
-	klog.FromContext(ctx).Info("Acting as leader", "identity", c.opts.Identity, "epoch", epoch)
+	// Open incidents resume from their status; new ones need evidence this replica
+	// gathered itself, while it led or stood by with the API server in reach.
+	from := c.takeOver(c.now())
+	klog.FromContext(ctx).Info("Acting as leader", "identity", c.opts.Identity, "epoch", epoch, "leaseSilenceCountsFrom", from)
 	c.enqueueAll()
 	for range c.opts.Tuning.Workers {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)
@@ -318,6 +318,23 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 		c.refreshUnhealthy(c.now())
 	}, 5*time.Second)
 	<-ctx.Done()
+}
+
+// takeOver restarts the detector's Lease clocks as this replica takes the lead at now,
+// and returns the time they count from: the start of this replica's unbroken reach of
+// the API server (leader.Reach), during which it watched the node Leases as a standby,
+// or now when it has none. A standby that watched a node go silent judges it on the
+// silence it saw, not on a fresh one: the leader's own node is judged as soon as any
+// node would be. The floor: no silence is counted across a break in this replica's own
+// reach of the API server (a failed or unanswered call, or MaxGap without an answer),
+// nor from anything the old leader saw or wrote.
+func (c *Controller) takeOver(now time.Time) time.Time {
+	from := c.opts.Leader.Reach.Since(now)
+	if from.IsZero() || from.After(now) {
+		from = now
+	}
+	c.detector.RestartClocks(from)
+	return from
 }
 
 func (c *Controller) currentEpoch() int64 {

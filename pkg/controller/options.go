@@ -82,6 +82,11 @@ type LeaderOptions struct {
 	// Guard checks the leader Lease before every write and irreversible action; nil
 	// without leader election.
 	Guard *leader.LeaseGuard
+	// Reach is this replica's record of reaching the API server (leader.Reach): on
+	// takeover, the Lease silences it watched while it stood by count from the start of
+	// its unbroken reach. Nil (no leader election, or unknown) counts them from the
+	// takeover.
+	Reach *leader.Reach
 	// OnDeposed is called when a newer leader's epoch is found on an incident: the
 	// replica must stop at once (main exits with code 2).
 	OnDeposed func(error)

@@ -41,12 +41,16 @@ func NewIdentity() string {
 // Elect runs leader election on the configured Lease. lead runs while this replica
 // leads, with the fencing epoch (the Lease's transition count when it was acquired).
 // onLost is called the moment leadership is lost; it must not return (main exits 2).
-func Elect(ctx context.Context, client kubernetes.Interface, cfg v1alpha1.LeaderElection, identity string,
+// reach, when not nil, records how every call to the leader Lease ended.
+func Elect(ctx context.Context, client kubernetes.Interface, cfg v1alpha1.LeaderElection, identity string, reach *Reach,
 	lead func(ctx context.Context, epoch int64), onLost func()) error {
-	lock := &resourcelock.LeaseLock{
+	var lock resourcelock.Interface = &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 		Client:     client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	if reach != nil {
+		lock = reachLock{Interface: lock, reach: reach, now: time.Now}
 	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
