@@ -27,21 +27,25 @@ import (
 
 func main() {
 	runs := flag.Int("runs", 1, "failures per profile, one after another on the same cluster")
+	leaderRuns := flag.Int("leader-runs", 0, "failures of the leader's own node per profile, after the others")
 	profiles := flag.String("profiles", profileDefault, "comma-separated profiles: default (kubelet and kubefence defaults), fast (Lease renewed every 2s, thresholds 10s)")
 	report := flag.String("report", "", "write the p50/p99 tables into this Markdown file's real-node section")
 	verbose := flag.Bool("v", false, "print the cluster's progress messages")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *runs, strings.Split(*profiles, ","), *report, *verbose); err != nil {
+	if err := run(ctx, *runs, *leaderRuns, strings.Split(*profiles, ","), *report, *verbose); err != nil {
 		fmt.Fprintln(os.Stderr, "demo-cluster failed:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, runs int, profiles []string, report string, verbose bool) error {
+func run(ctx context.Context, runs, leaderRuns int, profiles []string, report string, verbose bool) error {
 	if runs < 1 {
 		return fmt.Errorf("-runs %d: want at least 1", runs)
+	}
+	if leaderRuns < 0 || (leaderRuns > 0 && runs == 1) {
+		return fmt.Errorf("-leader-runs %d: want 0, or more with -runs above 1", leaderRuns)
 	}
 	var results []*result
 	for _, p := range profiles {
@@ -51,7 +55,7 @@ func run(ctx context.Context, runs int, profiles []string, report string, verbos
 	}
 	began := time.Now()
 	for _, p := range profiles {
-		r, err := runProfile(ctx, p, runs, verbose)
+		r, err := runProfile(ctx, p, runs, leaderRuns, verbose)
 		if err != nil {
 			return fmt.Errorf("profile %s: %w", p, err)
 		}
@@ -60,7 +64,7 @@ func run(ctx context.Context, runs int, profiles []string, report string, verbos
 	if runs == 1 {
 		return nil
 	}
-	doc := reportSection(results, runs, profiles, time.Since(began))
+	doc := reportSection(results, runs, leaderRuns, profiles, time.Since(began))
 	fmt.Println("\n" + doc)
 	if report != "" {
 		if err := writeSection(report, doc); err != nil {

@@ -54,8 +54,10 @@ var settings = map[string]profile{
 func (p profile) renewal() time.Duration { return cmp.Or(p.leaseDuration, 40*time.Second) / 4 }
 
 // repeatValues lets one node be fenced again within minutes: the default cooldown (10m)
-// rightly holds a second fence for a person. It changes no timing of a fence.
-const repeatValues = "policies:\n- name: default\n  budget: {cooldown: 30s}\n  levels:\n  - agents: [ipmi]\n"
+// rightly holds a second fence for a person, and the default flapWindow (10m) rightly
+// reports a node that came back three times in it as Flapping. Neither changes any timing
+// of a fence.
+const repeatValues = "policies:\n- name: default\n  budget: {cooldown: 30s}\n  levels:\n  - agents: [ipmi]\nconfig:\n  detection: {flapWindow: 2m}\n"
 
 // run is one failure's measurements.
 type outcome struct {
@@ -69,11 +71,14 @@ type result struct {
 	profile string
 	startup time.Duration
 	runs    []outcome
+	// leaderRuns fail the node of the replica that leads: the standby takes over and
+	// fences the node its predecessor ran on.
+	leaderRuns []outcome
 }
 
 // runProfile starts a cluster set up for profile, installs kubefence and fails nodes one
 // after another. The cluster's files are removed unless something failed.
-func runProfile(ctx context.Context, name string, runs int, verbose bool) (*result, error) {
+func runProfile(ctx context.Context, name string, runs, leaderRuns int, verbose bool) (*result, error) {
 	p := settings[name]
 	dir, err := os.MkdirTemp("", "kfrn") // short: socket paths under it stay within 108 bytes
 	if err != nil {
@@ -90,7 +95,7 @@ func runProfile(ctx context.Context, name string, runs int, verbose bool) (*resu
 	if err != nil {
 		return nil, fmt.Errorf("%w (files kept in %s)", err, dir)
 	}
-	res, err := story(ctx, c, name, p, runs, dir, began)
+	res, err := story(ctx, c, name, p, runs, leaderRuns, dir, began)
 	if serr := c.Stop(); serr != nil {
 		err = errors.Join(err, serr)
 	}
@@ -102,7 +107,7 @@ func runProfile(ctx context.Context, name string, runs int, verbose bool) (*resu
 	return res, os.RemoveAll(dir)
 }
 
-func story(ctx context.Context, c *realnode.Cluster, name string, p profile, runs int, dir string, began time.Time) (*result, error) {
+func story(ctx context.Context, c *realnode.Cluster, name string, p profile, runs, leaderRuns int, dir string, began time.Time) (*result, error) {
 	docs := []string{p.values}
 	if runs > 1 {
 		docs = append(docs, repeatValues)
@@ -159,6 +164,19 @@ func story(ctx context.Context, c *realnode.Cluster, name string, p profile, run
 			r.failure.MovedTo, r.recovery.Total.Seconds(), r.failure.Node, r.failure.Off.Sub(r.failure.Began).Round(100*time.Millisecond),
 			r.failure.Node, r.released.Round(100*time.Millisecond))
 		res.runs = append(res.runs, *r)
+	}
+	for i := range leaderRuns {
+		leader, err := c.LeaderNode(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r, err := failOnce(ctx, c, rec, leader, time.Duration(rng.Int64N(int64(p.renewal()))), false)
+		if err != nil {
+			return nil, fmt.Errorf("leader's node run %d: %w", i+1, err)
+		}
+		say("leader's node run %d/%d: web-0 running on %s %.1fs after %s, the leader's node, died (BMC off at %s); released %s after", i+1, leaderRuns,
+			r.failure.MovedTo, r.recovery.Total.Seconds(), leader, r.failure.Off.Sub(r.failure.Began).Round(100*time.Millisecond), r.released.Round(100*time.Millisecond))
+		res.leaderRuns = append(res.leaderRuns, *r)
 	}
 	return res, nil
 }
