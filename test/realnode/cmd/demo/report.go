@@ -39,13 +39,16 @@ attached elsewhere, before its BMC logged the power-off; no other node was touch
 BMC and volume columns come from the BMC's and the CSI driver's own logs; "node released"
 is when the node, powered on again as soon as the pod ran elsewhere, was Ready with a new
 boot ID and no taint. All times are from the failure.
-
+`, runs, time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second), runs, leaderRuns, strings.Join(profiles, ","),
+		sim.MachineInfo(), nodeCount(runs), sim.KubeVersion)
+	if leaderRuns > 0 {
+		fmt.Fprintf(&b, `
 Then, in each profile, the node of the replica that leads fails, %d times: every process
 of it, the leader's with them, so that the standby takes over and fences the node its
 predecessor ran on (the pod is moved there first). The chart's values let a node be
 fenced again within minutes (cooldown 30s, flapWindow 2m); nothing else changes.
-`, runs, time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second), runs, leaderRuns, strings.Join(profiles, ","),
-		sim.MachineInfo(), nodeCount(runs), sim.KubeVersion, leaderRuns)
+`, leaderRuns)
+	}
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n### %s profile\n\nSettings: %s. The cluster with kubefence installed was up in %s.\n\n",
 			r.profile, settings[r.profile].describe, r.startup.Round(time.Second))
