@@ -97,6 +97,16 @@ func controllerLease(t *testing.T, ctx context.Context, h *Harness) *coordinatio
 	return l
 }
 
+// takenOver is the leader Lease, which must have left old's holder (a killed leader).
+func takenOver(t *testing.T, ctx context.Context, h *Harness, old *coordinationv1.Lease) *coordinationv1.Lease {
+	t.Helper()
+	lease := controllerLease(t, ctx, h)
+	if *lease.Spec.HolderIdentity == *old.Spec.HolderIdentity {
+		t.Fatalf("lease still held by the killed leader %s", *old.Spec.HolderIdentity)
+	}
+	return lease
+}
+
 // waitReleased waits until the victim's incident is remediated and web-0 runs elsewhere.
 func waitReleased(t *testing.T, ctx context.Context, h *Harness, victim string) v1alpha1.NodeFence {
 	t.Helper()
@@ -137,10 +147,7 @@ func TestLeaderKilledMidFence(t *testing.T) {
 	<-leader.Done()
 
 	nf := waitReleased(t, ctx, h, victim)
-	lease := controllerLease(t, ctx, h)
-	if *lease.Spec.HolderIdentity == *old.Spec.HolderIdentity {
-		t.Fatalf("lease still held by the killed leader %s", *old.Spec.HolderIdentity)
-	}
+	lease := takenOver(t, ctx, h, old)
 	acquired := lease.Spec.AcquireTime.Time
 	t.Logf("takeover: new leader acquired %.2fs after the kill (%.2fs after the old leader's last renewal)",
 		acquired.Sub(killedAt).Seconds(), acquired.Sub(lastRenew).Seconds())

@@ -31,10 +31,7 @@ func TestStandbyJudgesOnItsOwnEvidence(t *testing.T) {
 	}
 	<-leader.Done()
 	nf := waitReleased(t, ctx, h, victim)
-	lease := controllerLease(t, ctx, h)
-	if *lease.Spec.HolderIdentity == *old.Spec.HolderIdentity {
-		t.Fatalf("lease still held by the killed leader %s", *old.Spec.HolderIdentity)
-	}
+	lease := takenOver(t, ctx, h, old)
 	if nf.Status.Epoch < 2 {
 		t.Fatalf("incident opened at epoch %d, want one opened by the new leader", nf.Status.Epoch)
 	}
