@@ -57,12 +57,12 @@ demo:
 demo-cluster: deps build
 	$(GO) run ./test/realnode/cmd/demo
 
-# Recovery on real nodes, RUNS failures per profile (default and fast), then LEADER_RUNS
+# Recovery on real nodes, RUNS failures per profile (default, fast and heartbeats), then LEADER_RUNS
 # of the leader's own node, p50 and p99; writes docs/benchmarks.md's real-node section.
 RUNS ?= 5
 LEADER_RUNS ?= 3
 bench-realnode: deps build
-	$(GO) run ./test/realnode/cmd/demo -runs $(RUNS) -leader-runs $(LEADER_RUNS) -profiles default,fast -report docs/benchmarks.md
+	$(GO) run ./test/realnode/cmd/demo -runs $(RUNS) -leader-runs $(LEADER_RUNS) -profiles default,fast,heartbeats -report docs/benchmarks.md
 
 # Benchmarks with the iteration counts that keep each under a few minutes here; each says
 # how long it took. Figures are recorded in docs/benchmarks.md with the command that

@@ -338,6 +338,19 @@ func TestRenderHeartbeats(t *testing.T) {
 			t.Errorf("rendered with heartbeats: no %q", want)
 		}
 	}
+	if bytes.Contains(out, []byte("probeInterval:")) {
+		t.Errorf("rendered with heartbeats and no nodeAgent.peers.probeInterval: the seat's probeInterval is set, want its default")
+	}
+	// The seat probes the agents as often as they probe each other.
+	values["nodeAgent"].(map[string]any)["peers"].(map[string]any)["probeInterval"] = "200ms"
+	if out, err = Render(chartDir, values); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--peer-probe-interval=200ms", "probeInterval: 200ms"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("rendered with nodeAgent.peers.probeInterval 200ms: no %q", want)
+		}
+	}
 	_, err = Render(chartDir, map[string]any{"nodeAgent": map[string]any{"enabled": true}, "heartbeats": map[string]any{"enabled": true}})
 	if err == nil || !strings.Contains(err.Error(), "heartbeats.enabled needs nodeAgent.enabled and nodeAgent.peers.enabled") {
 		t.Errorf("heartbeats without peers: err = %v", err)

@@ -161,7 +161,10 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- $_ := set $cfg "watchdog" $wd -}}
 {{- if .Values.heartbeats.enabled -}}
 {{- if not (and .Values.nodeAgent.enabled .Values.nodeAgent.peers.enabled) }}{{ fail "heartbeats.enabled needs nodeAgent.enabled and nodeAgent.peers.enabled: the controller sits among the agents' peers" }}{{ end -}}
-{{- $_ := set $cfg "heartbeats" (dict "keyFile" "/etc/kubefence/peer/key" "bindAddress" (printf "0.0.0.0:%v" .Values.heartbeats.port) "kubeletTimeout" .Values.heartbeats.kubeletTimeout "kubeletCheckInterval" .Values.heartbeats.kubeletCheckInterval "leaveGrace" .Values.heartbeats.leaveGrace) -}}
+{{- $hb := dict "keyFile" "/etc/kubefence/peer/key" "bindAddress" (printf "0.0.0.0:%v" .Values.heartbeats.port) "kubeletTimeout" .Values.heartbeats.kubeletTimeout "kubeletCheckInterval" .Values.heartbeats.kubeletCheckInterval "leaveGrace" .Values.heartbeats.leaveGrace -}}
+{{- /* The seat probes the agents as often as they probe each other. */ -}}
+{{- with .Values.nodeAgent.peers.probeInterval }}{{ $_ := set $hb "probeInterval" . }}{{ end -}}
+{{- $_ := set $cfg "heartbeats" $hb -}}
 {{- end -}}
 {{- if .Values.externalRemediation.enabled }}{{ $_ := set $cfg "externalRemediation" (dict "enabled" true) }}{{ end -}}
 {{- if .Values.config.paused }}{{ $_ := set $cfg "paused" true }}{{ end -}}

@@ -28,19 +28,21 @@ import (
 func main() {
 	runs := flag.Int("runs", 1, "failures per profile, one after another on the same cluster")
 	leaderRuns := flag.Int("leader-runs", 0, "failures of the leader's own node per profile, after the others")
-	profiles := flag.String("profiles", profileDefault, "comma-separated profiles: default (kubelet and kubefence defaults), fast (Lease renewed every 2s, thresholds 10s)")
+	profiles := flag.String("profiles", profileDefault, "comma-separated profiles: default (kubelet and kubefence defaults), fast (Lease renewed every 2s, thresholds 10s), heartbeats (fast, with the node agents and heartbeats)")
 	report := flag.String("report", "", "write the p50/p99 tables into this Markdown file's real-node section")
 	verbose := flag.Bool("v", false, "print the cluster's progress messages")
+	keep := flag.Bool("keep", false, "keep each cluster's files (logs of the kubelets, the control plane and the BMCs) and print where")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *runs, *leaderRuns, strings.Split(*profiles, ","), *report, *verbose); err != nil {
+	if err := run(ctx, options{runs: *runs, leaderRuns: *leaderRuns, verbose: *verbose, keep: *keep}, strings.Split(*profiles, ","), *report); err != nil {
 		fmt.Fprintln(os.Stderr, "demo-cluster failed:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, runs, leaderRuns int, profiles []string, report string, verbose bool) error {
+func run(ctx context.Context, o options, profiles []string, report string) error {
+	runs, leaderRuns := o.runs, o.leaderRuns
 	if runs < 1 {
 		return fmt.Errorf("-runs %d: want at least 1", runs)
 	}
@@ -50,12 +52,12 @@ func run(ctx context.Context, runs, leaderRuns int, profiles []string, report st
 	var results []*result
 	for _, p := range profiles {
 		if _, ok := settings[p]; !ok {
-			return fmt.Errorf("-profiles: unknown profile %q (want default or fast)", p)
+			return fmt.Errorf("-profiles: unknown profile %q (want default, fast or heartbeats)", p)
 		}
 	}
 	began := time.Now()
 	for _, p := range profiles {
-		r, err := runProfile(ctx, p, runs, leaderRuns, verbose)
+		r, err := runProfile(ctx, p, o)
 		if err != nil {
 			return fmt.Errorf("profile %s: %w", p, err)
 		}

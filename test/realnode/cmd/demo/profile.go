@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -21,8 +24,9 @@ import (
 )
 
 const (
-	profileDefault = "default"
-	profileFast    = "fast"
+	profileDefault    = "default"
+	profileFast       = "fast"
+	profileHeartbeats = "heartbeats"
 )
 
 // nodeCount is how many nodes a run of runs failures needs: with three, the two that do
@@ -41,6 +45,7 @@ type profile struct {
 	leaseDuration, statusUpdate time.Duration // the kubelets'; zero: their defaults
 	values                      string        // chart values beyond its defaults
 	describe                    string
+	peerKey                     bool // the node agents' shared key Secret is made before the install
 }
 
 var settings = map[string]profile{
@@ -48,7 +53,15 @@ var settings = map[string]profile{
 	profileFast: {leaseDuration: 8 * time.Second, statusUpdate: 2 * time.Second,
 		values:   "config:\n  detection: {leaseStaleAfter: 10s, notReadyAfter: 10s}\ncontroller:\n  identityRenewInterval: 2s\n",
 		describe: "kubelets renew their Lease every 2s (nodeLeaseDurationSeconds 8) and report status every 2s; the chart with leaseStaleAfter 10s, notReadyAfter 10s and identityRenewInterval 2s (a node counts as alive while a controller replica on it renewed its identity Lease within three intervals), its defaults otherwise"},
+	profileHeartbeats: {leaseDuration: 8 * time.Second, statusUpdate: 2 * time.Second, peerKey: true,
+		values: "config:\n  detection: {leaseStaleAfter: 10s, notReadyAfter: 10s}\ncontroller:\n  identityRenewInterval: 1s\n" +
+			"nodeAgent:\n  enabled: true\n  bootIDFile: /proc/sys/kernel/random/boot_id\n  peers:\n    enabled: true\n    keySecret: " + peerKeySecret + "\n    probeInterval: 200ms\n" +
+			"heartbeats:\n  enabled: true\n  kubeletTimeout: 500ms\n  kubeletCheckInterval: 10s\n",
+		describe: "the fast profile's kubelets and detection, with the node agents (nodeAgent.enabled, no watchdog) answering each other (nodeAgent.peers, probeInterval 200ms) and heartbeats (heartbeats.enabled, kubeletTimeout 500ms, kubeletCheckInterval 10s): a node whose agent its peers declare gone, whose kubelet does not answer and whose Lease has been silent for one and a half renewal periods (3s) is unhealthy without waiting for leaseStaleAfter. identityRenewInterval 1s: a node whose controller replica renewed its identity Lease within three intervals is held as alive, and with 2s that hold (6s) outlasted the heartbeats' 3s on the node of the standby"},
 }
+
+// peerKeySecret holds the node agents' shared key in the heartbeats profile.
+const peerKeySecret = "kubefence-peer-key"
 
 // renewal is how often the kubelets renew their Lease: a quarter of its duration.
 func (p profile) renewal() time.Duration { return cmp.Or(p.leaseDuration, 40*time.Second) / 4 }
@@ -76,16 +89,24 @@ type result struct {
 	leaderRuns []outcome
 }
 
+// options are the command's flags that shape a profile's runs.
+type options struct {
+	runs, leaderRuns int
+	verbose          bool // print the cluster's progress messages
+	keep             bool // keep the cluster's files (the kubelets' and control plane's logs)
+}
+
 // runProfile starts a cluster set up for profile, installs kubefence and fails nodes one
-// after another. The cluster's files are removed unless something failed.
-func runProfile(ctx context.Context, name string, runs, leaderRuns int, verbose bool) (*result, error) {
+// after another. The cluster's files are removed unless something failed or o.keep.
+func runProfile(ctx context.Context, name string, o options) (*result, error) {
+	runs, leaderRuns := o.runs, o.leaderRuns
 	p := settings[name]
 	dir, err := os.MkdirTemp("", "kfrn") // short: socket paths under it stay within 108 bytes
 	if err != nil {
 		return nil, err
 	}
 	logf := func(string, ...any) {}
-	if verbose {
+	if o.verbose {
 		logf = func(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) }
 	}
 	say("profile %s: %s", name, p.describe)
@@ -104,6 +125,10 @@ func runProfile(ctx context.Context, name string, runs, leaderRuns int, verbose 
 		return nil, fmt.Errorf("%w (files kept in %s)", err, dir)
 	}
 	say("stopped the cluster; every node process, BMC and control plane process gone")
+	if o.keep {
+		say("the cluster's files are kept in %s", dir)
+		return res, nil
+	}
 	return res, os.RemoveAll(dir)
 }
 
@@ -122,6 +147,11 @@ func story(ctx context.Context, c *realnode.Cluster, name string, p profile, run
 			return nil, err
 		}
 		values = append(values, f)
+	}
+	if p.peerKey {
+		if err := createPeerKey(ctx, c); err != nil {
+			return nil, err
+		}
 	}
 	say("building the kubefence image, pushing it to the local registry, helm install with the chart's defaults and %d values file(s)", len(values))
 	if _, err := c.Install(ctx, values...); err != nil {
@@ -179,6 +209,23 @@ func story(ctx context.Context, c *realnode.Cluster, name string, p profile, run
 		res.leaderRuns = append(res.leaderRuns, *r)
 	}
 	return res, nil
+}
+
+// createPeerKey makes the Secret with the node agents' shared key in the release
+// namespace, as the chart's values tell an operator to (kubectl create secret generic
+// kubefence-peer-key --from-literal=key=$(openssl rand -hex 16)).
+func createPeerKey(ctx context.Context, c *realnode.Cluster) error {
+	if err := c.PrepareBMCAccess(ctx); err != nil { // the release namespace
+		return err
+	}
+	key := make([]byte, 16)
+	if _, err := crand.Read(key); err != nil {
+		return err
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peerKeySecret, Namespace: realnode.Namespace},
+		StringData: map[string]string{"key": hex.EncodeToString(key)}}
+	_, err := c.Client.CoreV1().Secrets(realnode.Namespace).Create(ctx, s, metav1.CreateOptions{})
+	return err
 }
 
 // failOnce kills node with web-0 on it and follows the fence, the move and the recovery.
