@@ -39,7 +39,7 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "the node this replica runs on (default $NODE_NAME, from the downward API's spec.nodeName); it is never fenced, nor is any node whose replica renews its identity Lease")
 	fs.BoolVar(&o.ReadyOnlyWhenLeader, "ready-only-when-leader", false, "report ready only while leader")
 	fs.DurationVar(&o.IdentityLeaseDuration, "identity-lease-duration", time.Hour, "how long an unrenewed replica identity Lease lives before the leader collects it")
-	fs.DurationVar(&o.IdentityRenewInterval, "identity-renew-interval", 10*time.Second, "how often each replica renews its identity Lease")
+	fs.DurationVar(&o.IdentityRenewInterval, "identity-renew-interval", 5*time.Second, "how often each replica renews its identity Lease")
 	fs.DurationVar(&o.TargetInterval, "target-check-interval", devicemonitor.DefaultInterval, "how often the leader reads every node's first-level fence device (kubefence_target_up)")
 	fs.Func("kube-api-qps", "requests per second to the API server, sustained (default 500)", func(s string) error {
 		return parseQPS(s, &o.QPS)

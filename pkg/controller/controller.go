@@ -126,7 +126,7 @@ func New(opts Options) (*Controller, error) {
 		opts.Now = time.Now
 	}
 	if opts.Leader.IdentityRenewInterval <= 0 {
-		opts.Leader.IdentityRenewInterval = 10 * time.Second
+		opts.Leader.IdentityRenewInterval = 5 * time.Second
 	}
 	if opts.Peers.Agents == nil {
 		return nil, fmt.Errorf("options: Peers.Agents is required")

@@ -119,3 +119,32 @@ func TestMarkedNodeHeld(t *testing.T) {
 		t.Errorf("hold steps %q, want %s", holds, policy.ReasonTargetReadsOff)
 	}
 }
+
+// TestReplicaHoldLiftsWhenItsRenewalsLapse: a dead node on which a standby replica renewed
+// its identity Lease is held until three renewal intervals (15s by default) have passed
+// since this replica saw that renewal, and not a moment less; then it is fenced at once,
+// not up to a hold's recheck (2s) later.
+func TestReplicaHoldLiftsWhenItsRenewalsLapse(t *testing.T) {
+	f := newFixture(t, fixtureConfig(), threeNodes()...)
+	window := 3 * f.c.opts.Leader.IdentityRenewInterval
+	seen := f0.Add(time.Minute - window + 700*time.Millisecond)
+	f.now = seen
+	f.c.onIdentityLease(identityLease("replica-b", "node-1", seen))
+	f.now = f0.Add(time.Minute)
+	f.renewAllBut("node-1")
+	if after := f.sync("node-1"); after != 700*time.Millisecond {
+		t.Errorf("held, looked at again after %s; want 700ms, when the replica's window ends", after)
+	}
+	f.expectCalls()
+	if nf := f.incident("node-1"); nf.Status.Phase != v1alpha1.PhaseHeld || !strings.Contains(nf.Status.Message, "replica-b") {
+		t.Fatalf("incident %s (%q), want Held by replica-b", nf.Status.Phase, nf.Status.Message)
+	}
+	f.now = seen.Add(window - time.Millisecond)
+	if after := f.sync("node-1"); after != time.Millisecond {
+		t.Errorf("a millisecond before the window ends: looked at again after %s, want 1ms", after)
+	}
+	f.expectCalls()
+	f.now = seen.Add(window)
+	f.sync("node-1")
+	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
+}

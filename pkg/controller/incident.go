@@ -155,7 +155,7 @@ func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1
 	if pn.Name == "" {
 		pn, _ = c.view(pol, node, now)
 	}
-	pn.ControllerHere = c.peers.replicas.On(node.Name, now)
+	pn.ControllerHere, pn.ControllerHereUntil = c.peers.replicas.On(node.Name, now)
 	pn.Unhealthy = true
 	if !maintenance.Holds(nf) {
 		pn.Maintenance = ""

@@ -94,7 +94,7 @@ type LeaderOptions struct {
 	// empty outside a pod. It is never fenced by this replica.
 	NodeName string
 	// IdentityRenewInterval is how often replicas renew their identity Leases; a node
-	// whose replica renewed within three of them is alive and never fenced. Default 10s.
+	// whose replica renewed within three of them is alive and never fenced. Default 5s.
 	IdentityRenewInterval time.Duration
 }
 

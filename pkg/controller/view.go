@@ -28,7 +28,7 @@ func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (
 	pods := c.podsOn(n.Name)
 	pn, obs := c.health(pol, n, pods, c.urgentPDBs(), now, false)
 	pn.NothingToRelease = policy.NothingToRelease(pods, c.attachmentsOf(n.Name))
-	pn.ControllerHere = c.peers.replicas.On(n.Name, now)
+	pn.ControllerHere, pn.ControllerHereUntil = c.peers.replicas.On(n.Name, now)
 	pn.TargetReadsOff = n.Annotations[v1alpha1.TargetReadsOffAnnotation]
 	pn.Maintenance = maintenance.Signal(n, pol.Maintenance.Cordoned, pn.NothingToRelease, c.peers.maintenance.Objects(n.Name))
 	pn.SilentSince = obs.Since

@@ -200,8 +200,11 @@ func decide(nf *v1alpha1.NodeFence, f Facts) Action {
 		}
 		// Leader is empty until a controller first writes the status (a fresh incident).
 		a.Record = st.Phase != a.Phase || st.Message != d.Message || st.Leader == ""
-		if d.Verdict == policy.Wait && d.Until.After(f.Now) {
-			a.After = d.Until.Sub(f.Now)
+		if left := d.Until.Sub(f.Now); left > 0 && (d.Verdict == policy.Wait || left < a.After) {
+			// A wait ends at its time; a hold that lifts by itself sooner than the
+			// recheck (a standby replica's renewals lapsing) is looked at again right
+			// then, not up to HoldRecheck later.
+			a.After = left
 		}
 		return a
 	}

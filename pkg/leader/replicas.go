@@ -71,23 +71,31 @@ func (r *Replicas) Forget(name string) {
 	r.mu.Unlock()
 }
 
-// On returns the evidence that a live replica runs on node at now, or "".
-func (r *Replicas) On(node string, now time.Time) string {
+// On returns the evidence that a live replica runs on node at now, or "", and when that
+// evidence lapses unless the replica renews again: the end of the window after the
+// latest renewal seen, zero for this replica's own node (which never lapses) and for a
+// node with no live replica. A hold on it can be looked at again right then.
+func (r *Replicas) On(node string, now time.Time) (evidence string, until time.Time) {
 	if r == nil {
-		return ""
+		return "", time.Time{}
 	}
 	if r.self != "" && node == r.self {
-		return "this replica runs on it"
+		return "this replica runs on it", time.Time{}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var latest *replicaSeen
 	for _, s := range r.seen {
-		if s.node == node && now.Sub(s.at) < r.window {
-			// When, not how long ago: the evidence is the hold's message, and a message
-			// that changed at every sync would record the hold again at every sync (a
-			// status write, an Event and a metric each time).
-			return fmt.Sprintf("replica %s was last seen renewing its identity Lease at %s", s.holder, s.at.UTC().Format(time.RFC3339Nano))
+		if s.node == node && now.Sub(s.at) < r.window && (latest == nil || s.at.After(latest.at)) {
+			latest = &s
 		}
 	}
-	return ""
+	if latest == nil {
+		return "", time.Time{}
+	}
+	// When, not how long ago: the evidence is the hold's message, and a message that
+	// changed at every sync would record the hold again at every sync (a status write,
+	// an Event and a metric each time).
+	return fmt.Sprintf("replica %s was last seen renewing its identity Lease at %s", latest.holder, latest.at.UTC().Format(time.RFC3339Nano)),
+		latest.at.Add(r.window)
 }

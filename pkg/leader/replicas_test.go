@@ -30,22 +30,32 @@ func TestReplicasOn(t *testing.T) {
 		"a node with no replica":            {"node-3", 0, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := r.On(tc.node, t0.Add(tc.at)); (got != "") != tc.alive {
+			if got, _ := r.On(tc.node, t0.Add(tc.at)); (got != "") != tc.alive {
 				t.Errorf("on(%s) = %q, want alive %v", tc.node, got, tc.alive)
 			}
 		})
 	}
 	// The evidence of one renewal reads the same at every look: a held incident records
 	// its hold once, not at every sync (a demo-cluster run wrote 76 Hold steps in 1.7s).
-	if a, b := r.On("node-2", t0.Add(time.Second)), r.On("node-2", t0.Add(2*time.Second)); a != b {
+	a, until := r.On("node-2", t0.Add(time.Second))
+	if b, _ := r.On("node-2", t0.Add(2*time.Second)); a != b {
 		t.Errorf("the same renewal reads %q, then %q", a, b)
 	}
+	// The evidence lapses three intervals after the renewal was first seen (t0; the same
+	// renewal seen again at +20s is not a new one), and says so: a hold on it is looked
+	// at again right then.
+	if want := t0.Add(30 * time.Second); !until.Equal(want) {
+		t.Errorf("replica on node-2 lapses at %s, want %s", until, want)
+	}
+	if _, u := r.On("node-self", t0); !u.IsZero() {
+		t.Errorf("this replica's own node lapses at %s, want never (zero)", u)
+	}
 	r.Observe(lease("node-2", t0.Add(time.Minute)), t0.Add(time.Minute))
-	if r.On("node-2", t0.Add(70*time.Second)) == "" {
+	if e, _ := r.On("node-2", t0.Add(70*time.Second)); e == "" {
 		t.Errorf("a renewal seen again makes the replica alive again")
 	}
 	r.Forget("kubefence-controller-1")
-	if r.On("node-2", t0.Add(70*time.Second)) != "" {
+	if e, _ := r.On("node-2", t0.Add(70*time.Second)); e != "" {
 		t.Errorf("a deleted identity Lease still counts")
 	}
 }

@@ -150,6 +150,15 @@ func TestDecide(t *testing.T) {
 			}(),
 			verdict: Hold, reason: ReasonControllerHere, message: "this replica runs on it",
 		},
+		"a standby replica renewing on the node: hold, lifting when its renewals lapse": {
+			policy: testPolicy(),
+			nodes: func() []Node {
+				ns := dead(nodes("n", 10, nil), 0)
+				ns[0].ControllerHere, ns[0].ControllerHereUntil = "replica b was last seen renewing", t0.Add(2500*time.Millisecond)
+				return ns
+			}(),
+			verdict: Hold, reason: ReasonControllerHere, message: "replica b was last seen renewing", until: t0.Add(2500 * time.Millisecond),
+		},
 		"its fence device read off while it lived: hold": {
 			policy: testPolicy(),
 			nodes: func() []Node {

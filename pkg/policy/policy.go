@@ -99,6 +99,9 @@ type Node struct {
 	// controller runs on this node (this replica, or one whose identity Lease this replica
 	// saw renewed lately). Such a node is alive and is never fenced.
 	ControllerHere string
+	// ControllerHereUntil is when that evidence lapses unless the replica renews again;
+	// zero when it does not lapse by itself (this replica's own node).
+	ControllerHereUntil time.Time
 	// TargetReadsOff, when not empty, says that the node's fence device read off while
 	// the node lived (the controller's mark, v1alpha1.TargetReadsOffAnnotation): a fence
 	// through it would verify without touching the node.

@@ -28,8 +28,11 @@ func wait(until time.Time, reason, format string, args ...any) (Decision, bool) 
 // annotation overrides it.
 func controllerHere(_ *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Time) (Decision, bool) {
 	if node.ControllerHere != "" {
-		return hold(ReasonControllerHere, "node %s runs a live kubefence controller replica (%s): it is alive, not fenced",
+		d, _ := hold(ReasonControllerHere, "node %s runs a live kubefence controller replica (%s): it is alive, not fenced",
 			node.Name, node.ControllerHere)
+		// The hold lifts by itself when the replica's renewals stop: looked at again then.
+		d.Until = node.ControllerHereUntil
+		return d, true
 	}
 	return Decision{}, false
 }
