@@ -54,10 +54,10 @@ var settings = map[string]profile{
 		values:   "config:\n  detection: {leaseStaleAfter: 10s, notReadyAfter: 10s}\ncontroller:\n  identityRenewInterval: 2s\n",
 		describe: "kubelets renew their Lease every 2s (nodeLeaseDurationSeconds 8) and report status every 2s; the chart with leaseStaleAfter 10s, notReadyAfter 10s and identityRenewInterval 2s (a node counts as alive while a controller replica on it renewed its identity Lease within three intervals), its defaults otherwise"},
 	profileHeartbeats: {leaseDuration: 8 * time.Second, statusUpdate: 2 * time.Second, peerKey: true,
-		values: "config:\n  detection: {leaseStaleAfter: 10s, notReadyAfter: 10s}\ncontroller:\n  identityRenewInterval: 1s\n" +
+		values: "config:\n  detection: {leaseStaleAfter: 10s, notReadyAfter: 10s}\ncontroller:\n  identityRenewInterval: 500ms\n" +
 			"nodeAgent:\n  enabled: true\n  bootIDFile: /proc/sys/kernel/random/boot_id\n  peers:\n    enabled: true\n    keySecret: " + peerKeySecret + "\n    probeInterval: 200ms\n" +
 			"heartbeats:\n  enabled: true\n  kubeletTimeout: 500ms\n  kubeletCheckInterval: 10s\n",
-		describe: "the fast profile's kubelets and detection, with the node agents (nodeAgent.enabled, no watchdog) answering each other (nodeAgent.peers, probeInterval 200ms) and heartbeats (heartbeats.enabled, kubeletTimeout 500ms, kubeletCheckInterval 10s): a node whose agent its peers declare gone, whose kubelet does not answer and whose Lease has been silent for one and a half renewal periods (3s) is unhealthy without waiting for leaseStaleAfter. identityRenewInterval 1s: a node whose controller replica renewed its identity Lease within three intervals is held as alive, and with 2s that hold (6s) outlasted the heartbeats' 3s on the node of the standby"},
+		describe: "the fast profile's kubelets and detection, with the node agents (nodeAgent.enabled, no watchdog) answering each other (nodeAgent.peers, probeInterval 200ms) and heartbeats (heartbeats.enabled, kubeletTimeout 500ms, kubeletCheckInterval 10s): a node whose agent its peers declare gone, whose kubelet does not answer and whose Lease has been silent for one and a half renewal periods (3s) is unhealthy without waiting for leaseStaleAfter. identityRenewInterval 500ms: a node whose controller replica renewed its identity Lease within three intervals is held as alive, and that hold (1.5s) ends before heartbeats judge the node"},
 }
 
 // peerKeySecret holds the node agents' shared key in the heartbeats profile.
