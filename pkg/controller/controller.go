@@ -156,7 +156,11 @@ func New(opts Options) (*Controller, error) {
 		// A pause, or its end, takes effect at every node's next sync, now.
 		p.Notify(c.enqueueAll)
 	}
-	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn,
+	evictionWait := opts.Tuning.EvictionWait
+	if evictionWait == 0 {
+		evictionWait = remediate.DefaultEvictionWait
+	}
+	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn, EvictionWait: evictionWait,
 		CachedAttachments: func() []*storagev1.VolumeAttachment {
 			vas, _ := c.caches.attachments.List(everything()) // a cache read fails only on a selector it cannot use
 			return vas

@@ -72,7 +72,9 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 		t.Fatal(err)
 	}
 	c, err = New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
-		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Recorder: p.recorder, Registry: reg, Identity: "me"})
+		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Recorder: p.recorder, Registry: reg, Identity: "me",
+		// No kube-controller-manager here: no taint eviction to wait for.
+		Tuning: Tuning{EvictionWait: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

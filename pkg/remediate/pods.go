@@ -117,12 +117,12 @@ func SharedAttachments(client kubernetes.Interface) *coalesce.Read[[]storagev1.V
 const attachmentsTimeout = 30 * time.Second
 
 // volumeAttachments lists every VolumeAttachment: from the cache when the caller has
-// one and the out-of-service taint follows (kube-controller-manager's attach-detach
+// one and the node has the out-of-service taint (kube-controller-manager's attach-detach
 // controller force-detaches what the cache missed from an out-of-service node), else
 // with a read sent after the call (the API server cannot select them by node), shared
 // with the releases asking at once.
-func (r *Remediator) volumeAttachments(ctx context.Context, taintFollows bool) ([]*storagev1.VolumeAttachment, error) {
-	if taintFollows && r.CachedAttachments != nil {
+func (r *Remediator) volumeAttachments(ctx context.Context, outOfService bool) ([]*storagev1.VolumeAttachment, error) {
+	if outOfService && r.CachedAttachments != nil {
 		return r.CachedAttachments(), nil
 	}
 	reads := r.Attachments
@@ -141,8 +141,8 @@ func (r *Remediator) volumeAttachments(ctx context.Context, taintFollows bool) (
 }
 
 // deleteVolumeAttachments deletes every VolumeAttachment of the node.
-func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName string, rem *v1alpha1.Remediation, taintFollows bool) error {
-	vas, err := r.volumeAttachments(ctx, taintFollows)
+func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName string, rem *v1alpha1.Remediation, outOfService bool) error {
+	vas, err := r.volumeAttachments(ctx, outOfService)
 	if err != nil {
 		return fmt.Errorf("list volume attachments of node %s: %w", nodeName, err)
 	}
