@@ -156,11 +156,11 @@ func New(opts Options) (*Controller, error) {
 		// A pause, or its end, takes effect at every node's next sync, now.
 		p.Notify(c.enqueueAll)
 	}
-	evictionWait := opts.Tuning.EvictionWait
-	if evictionWait == 0 {
-		evictionWait = remediate.DefaultEvictionWait
+	replacementWait := opts.Tuning.ReplacementWait
+	if replacementWait == 0 {
+		replacementWait = remediate.DefaultReplacementWait
 	}
-	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn, EvictionWait: evictionWait,
+	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn, ReplacementWait: replacementWait,
 		CachedAttachments: func() []*storagev1.VolumeAttachment {
 			vas, _ := c.caches.attachments.List(everything()) // a cache read fails only on a selector it cannot use
 			return vas

@@ -295,7 +295,7 @@ func fixturePodAndAttachment() (*corev1.Pod, *storagev1.VolumeAttachment) {
 // opens, the open-incident check, the create, a status write before the agent call and
 // after each step, the pod's condition, the taints, the pod and attachment deletions.
 // The pods and attachments released come from the caches: the out-of-service taint
-// on the node makes kube-controller-manager clean up what a cache missed.
+// that follows makes kube-controller-manager clean up what a cache missed.
 func TestFixtureFence(t *testing.T) {
 	pod, va := fixturePodAndAttachment()
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), pod, va)...)
@@ -304,10 +304,10 @@ func TestFixtureFence(t *testing.T) {
 	f.sync("node-1")
 	f.expectRequests(
 		// kube: the pod's NodeUnreachable condition, the live Lease read before opening,
-		// the release (fenced taint, out-of-service taint, pods, attachments)
+		// the release (fenced taint, pods, attachments, out-of-service taint)
 		"patch pods/status web-0", "get leases node-1",
-		"update nodes", "update nodes", "update pods/status", "delete pods web-0",
-		"delete volumeattachments va-1",
+		"update nodes", "update pods/status", "delete pods web-0",
+		"delete volumeattachments va-1", "update nodes",
 		// NodeFences: no open incident live, the create, the status before the Fence
 		// call, and Remediated (each taint's owner goes on the node with it)
 		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status")
@@ -522,8 +522,8 @@ func TestFixtureLateRelease(t *testing.T) {
 	f.sync("node-1")
 	f.expectRequests("patch pods/status late-0", "get pods late-0",
 		// the release again: this incident recorded no taints, so both are added
-		"update nodes", "update nodes", "update pods/status", "delete pods late-0",
-		"update nodefences/status")
+		"update nodes", "update pods/status", "delete pods late-0",
+		"update nodes", "update nodefences/status")
 	f.expectCalls("Status bmc-node-1")
 	if nf := f.incident("node-1"); len(stepsOf(nf, v1alpha1.StepLateRelease)) == 0 {
 		t.Errorf("no %s step in %+v", v1alpha1.StepLateRelease, nf.Status.Timeline)

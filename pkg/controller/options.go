@@ -106,10 +106,11 @@ type Tuning struct {
 	PollInterval time.Duration
 	// PauseAt names a test pause point (testpoint.Env); empty in production.
 	PauseAt string
-	// EvictionWait bounds how long a release with the out-of-service taint waits for
-	// kube-controller-manager's taint eviction (remediate.Remediator.EvictionWait); zero
-	// means remediate.DefaultEvictionWait, below zero no wait (a cluster without one).
-	EvictionWait time.Duration
+	// ReplacementWait bounds how long a release waits for the StatefulSets' replacements
+	// of the pods it deleted before it adds the out-of-service taint
+	// (remediate.Remediator.ReplacementWait); zero means remediate.DefaultReplacementWait,
+	// below zero no wait.
+	ReplacementWait time.Duration
 }
 
 // DefaultWorkers is how many nodes are synced at once by default. A worker stays with an

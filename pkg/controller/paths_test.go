@@ -117,7 +117,7 @@ func TestFixturePersonsRequestFencesLiveNode(t *testing.T) {
 
 // TestFixtureReleaseResumesAfterFailure: a release that fails halfway (the API server
 // refuses a pod deletion) records what it did and leaves the incident Fenced; the next
-// sync resumes from the record, and adds neither taint a second time.
+// sync resumes from the record, and does not add the fenced taint a second time.
 func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), webPod("node-1"))...)
 	refuse := true
@@ -133,15 +133,15 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 		t.Fatalf("sync: %v, want the refused deletion", err)
 	}
 	f.expectRequests("patch pods/status web-0", "get leases node-1",
-		"update nodes", "update nodes", "update pods/status", "delete pods web-0",
-		// before the Fence call, and the partial release on record (each taint's owner
-		// went on the node with it); no stale write of the detection follows (it would
-		// be refused on its resourceVersion)
+		"update nodes", "update pods/status", "delete pods web-0",
+		// before the Fence call, and the partial release on record (the fenced taint's
+		// owner went on the node with it); no stale write of the detection follows (it
+		// would be refused on its resourceVersion)
 		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
 	nf := f.incident("node-1")
-	if nf.Status.Phase != v1alpha1.PhaseFenced || !slices.Equal(nf.Status.Remediation.TaintsAdded, []string{remediate.FencedTaint.Key, remediate.OutOfServiceTaint.Key}) {
-		t.Fatalf("phase %s, taints %v: want Fenced with both taints recorded; timeline %+v", nf.Status.Phase, nf.Status.Remediation.TaintsAdded, nf.Status.Timeline)
+	if nf.Status.Phase != v1alpha1.PhaseFenced || !slices.Equal(nf.Status.Remediation.TaintsAdded, []string{remediate.FencedTaint.Key}) {
+		t.Fatalf("phase %s, taints %v: want Fenced with the fenced taint recorded; timeline %+v", nf.Status.Phase, nf.Status.Remediation.TaintsAdded, nf.Status.Timeline)
 	}
 	// The informer brings the written incident and the tainted node back.
 	if err := nfIndexer(f.c).Update(nf); err != nil {
@@ -159,12 +159,12 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 	f.expectRequests(
 		// the pod's NodeUnreachable condition (the cached pod predates the first try)
 		"patch pods/status web-0",
-		// the release from where it stopped: both taints were added by the first try
-		// (so the cached node, which has them, is read live, and neither is added
-		// again); the cached pod predates the first try's DisruptionTarget condition, so
-		// it is written again (refused on its resourceVersion by a real API server, which
-		// the release ignores); Remediated is saved
-		"get nodes node-1", "update pods/status", "delete pods web-0",
+		// the release from where it stopped: the fenced taint was added by the first try
+		// (so the cached node, which has it, is read live); the cached pod predates the
+		// first try's DisruptionTarget condition, so it is written again (refused on its
+		// resourceVersion by a real API server, which the release ignores); one node
+		// update adds out-of-service with its owner; Remediated is saved
+		"get nodes node-1", "update pods/status", "delete pods web-0", "update nodes",
 		"update nodefences/status")
 	f.expectCalls()
 	if got := f.incident("node-1"); got.Status.Phase != v1alpha1.PhaseRemediated || len(got.Status.Remediation.PodsDeleted) != 1 {

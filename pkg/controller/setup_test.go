@@ -73,8 +73,8 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 	}
 	c, err = New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
 		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Recorder: p.recorder, Registry: reg, Identity: "me",
-		// No kube-controller-manager here: no taint eviction to wait for.
-		Tuning: Tuning{EvictionWait: -1}})
+		// No StatefulSet controller here: no replacement to wait for.
+		Tuning: Tuning{ReplacementWait: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

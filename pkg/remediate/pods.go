@@ -18,12 +18,14 @@ import (
 )
 
 // deletePods marks each pod of the node with a DisruptionTarget condition and phase
-// Failed, as PodGC does for out-of-service nodes, then deletes it with grace period 0.
-func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) error {
+// Failed, as PodGC does for out-of-service nodes, then deletes it with grace period 0. It
+// returns the deleted pods whose StatefulSet recreates them under the same name.
+func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alpha1.Remediation) ([]*corev1.Pod, error) {
 	pods, err := r.podsOn(ctx, nodeName)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var reused []*corev1.Pod
 	deleted := 0
 	for _, pod := range pods {
 		if pod.Spec.NodeName != nodeName {
@@ -35,17 +37,20 @@ func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alp
 			continue
 		}
 		if err := r.before(ctx, ActionDeletePod); err != nil {
-			return fmt.Errorf("delete pod %s/%s of node %s: %w", pod.Namespace, pod.Name, nodeName, err)
+			return nil, fmt.Errorf("delete pod %s/%s of node %s: %w", pod.Namespace, pod.Name, nodeName, err)
 		}
 		if err := r.markFailed(ctx, pod); err != nil {
-			return err
+			return nil, err
 		}
 		err := r.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: new(int64),
 			Preconditions:      &metav1.Preconditions{UID: &pod.UID},
 		})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("delete pod %s/%s of node %s: %w", pod.Namespace, pod.Name, nodeName, err)
+			return nil, fmt.Errorf("delete pod %s/%s of node %s: %w", pod.Namespace, pod.Name, nodeName, err)
+		}
+		if err == nil && reusesName(pod) {
+			reused = append(reused, pod)
 		}
 		key := pod.Namespace + "/" + pod.Name
 		if !slices.Contains(rem.PodsDeleted, key) {
@@ -56,7 +61,7 @@ func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alp
 	if deleted > 0 {
 		r.step(v1alpha1.StepPodsDeleted, fmt.Sprintf("force-deleted %d pods", deleted))
 	}
-	return nil
+	return reused, nil
 }
 
 func (r *Remediator) markFailed(ctx context.Context, pod *corev1.Pod) error {
@@ -117,12 +122,12 @@ func SharedAttachments(client kubernetes.Interface) *coalesce.Read[[]storagev1.V
 const attachmentsTimeout = 30 * time.Second
 
 // volumeAttachments lists every VolumeAttachment: from the cache when the caller has
-// one and the node has the out-of-service taint (kube-controller-manager's attach-detach
+// one and the out-of-service taint follows (kube-controller-manager's attach-detach
 // controller force-detaches what the cache missed from an out-of-service node), else
 // with a read sent after the call (the API server cannot select them by node), shared
 // with the releases asking at once.
-func (r *Remediator) volumeAttachments(ctx context.Context, outOfService bool) ([]*storagev1.VolumeAttachment, error) {
-	if outOfService && r.CachedAttachments != nil {
+func (r *Remediator) volumeAttachments(ctx context.Context, taintFollows bool) ([]*storagev1.VolumeAttachment, error) {
+	if taintFollows && r.CachedAttachments != nil {
 		return r.CachedAttachments(), nil
 	}
 	reads := r.Attachments
@@ -141,8 +146,8 @@ func (r *Remediator) volumeAttachments(ctx context.Context, outOfService bool) (
 }
 
 // deleteVolumeAttachments deletes every VolumeAttachment of the node.
-func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName string, rem *v1alpha1.Remediation, outOfService bool) error {
-	vas, err := r.volumeAttachments(ctx, outOfService)
+func (r *Remediator) deleteVolumeAttachments(ctx context.Context, nodeName string, rem *v1alpha1.Remediation, taintFollows bool) error {
+	vas, err := r.volumeAttachments(ctx, taintFollows)
 	if err != nil {
 		return fmt.Errorf("list volume attachments of node %s: %w", nodeName, err)
 	}

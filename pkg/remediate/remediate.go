@@ -62,7 +62,7 @@ type Remediator struct {
 	Attachments *coalesce.Read[[]storagev1.VolumeAttachment]
 	// CachedAttachments, if set, returns every VolumeAttachment from the caller's
 	// informer cache (shared, not to be changed). A release uses it instead of
-	// Attachments when the node has the out-of-service taint: an attachment the cache missed
+	// Attachments when the out-of-service taint follows: an attachment the cache missed
 	// is force-detached by kube-controller-manager's attach-detach controller once the
 	// taint is on the node. Without the taint (strategy Direct) nothing else
 	// would detach it, and the release reads them live.
@@ -75,11 +75,10 @@ type Remediator struct {
 	// shows it bound to the fenced node. Missing one costs time, never safety: every pod
 	// released is released after the fence held.
 	Pods func(node string) []*corev1.Pod
-	// EvictionWait bounds how long a release with the out-of-service taint (StrategyBoth)
-	// waits for kube-controller-manager's taint eviction to delete the pods it deletes by
-	// name before this release force-deletes them (awaitTaintEviction); zero: no wait.
-	// DefaultEvictionWait in the controller.
-	EvictionWait time.Duration
+	// ReplacementWait bounds how long a release with the out-of-service taint (StrategyBoth)
+	// waits for the StatefulSets' replacements of the pods it deleted before it adds the
+	// taint (awaitReplacements); zero: no wait. DefaultReplacementWait in the controller.
+	ReplacementWait time.Duration
 	// Node, if set, returns a copy of the node from the caller's informer cache, if it
 	// has the node. A release then starts from that copy instead of a read:
 	// the first taint's update carries the copy's resourceVersion, so it only succeeds
@@ -150,21 +149,23 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	if strategy == v1alpha1.StrategyOutOfServiceTaint {
 		return nil
 	}
-	outOfService := strategy == v1alpha1.StrategyBoth && node != nil
-	if outOfService {
-		// The out-of-service taint comes before the pods are deleted, and the pods that
-		// its eviction deletes by name are left to it first (awaitTaintEviction): added
-		// after, it found them in a lagging cache and deleted a StatefulSet's replacement
-		// on a healthy node.
-		if _, err := r.addTaint(ctx, nf.Name, node, OutOfServiceTaint, rem, nil); err != nil {
-			return err
-		}
-		r.awaitTaintEviction(ctx, nf.Spec.NodeName)
-	}
-	if err := r.deletePods(ctx, nf.Spec.NodeName, rem); err != nil {
+	reused, err := r.deletePods(ctx, nf.Spec.NodeName, rem)
+	if err != nil {
 		return err
 	}
-	return r.deleteVolumeAttachments(ctx, nf.Spec.NodeName, rem, outOfService)
+	if err := r.deleteVolumeAttachments(ctx, nf.Spec.NodeName, rem, strategy == v1alpha1.StrategyBoth && node != nil); err != nil {
+		return err
+	}
+	// The out-of-service taint comes last, once the StatefulSets have recreated the pods
+	// deleted here: kube-controller-manager's taint eviction deletes pods by name, and one
+	// queued from a cache that still lists a pod deleted here would hit its replacement of
+	// the same name on a healthy node (awaitReplacements).
+	if strategy == v1alpha1.StrategyBoth && node != nil {
+		r.awaitReplacements(ctx, reused)
+		_, err := r.addTaint(ctx, nf.Name, node, OutOfServiceTaint, rem, nil)
+		return err
+	}
+	return nil
 }
 
 // addTaint puts taint on the node for incident, starting from the given copy (live or

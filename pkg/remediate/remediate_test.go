@@ -104,12 +104,12 @@ func TestReleaseStrategies(t *testing.T) {
 		// wantMark is the node's owner mark at the end.
 		wantMark string
 	}{
-		"both: NoSchedule taint, out-of-service, pods, attachments": {
+		"both: NoSchedule taint, pods, attachments, then out-of-service": {
 			strategy: v1alpha1.StrategyBoth,
 			// No write of the incident before the first change: each taint's update
 			// carries its owner.
-			want: []string{"update nodes/ dead", "update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
-				"delete volumeattachments/ va-dead"},
+			want: []string{"update nodes/ dead", "update pods/status web-0", "delete pods/ web-0",
+				"delete volumeattachments/ va-dead", "update nodes/ dead"},
 			wantTaints: []string{FencedTaint.Key, OutOfServiceTaint.Key},
 			wantMark:   "inc-1=" + FencedTaint.Key + "," + OutOfServiceTaint.Key,
 		},

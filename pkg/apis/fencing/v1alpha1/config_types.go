@@ -290,10 +290,9 @@ const (
 	StrategyOutOfServiceTaint RemediationStrategy = "OutOfServiceTaint"
 	// StrategyDirect makes the controller delete pods and VolumeAttachments itself.
 	StrategyDirect RemediationStrategy = "Direct"
-	// StrategyBoth does both; the default. The taint comes first, then the pods that its
-	// eviction in kube-controller-manager deletes by name (a StatefulSet's) are left to it
-	// for up to 2s before the controller force-deletes them: deleted first, the eviction
-	// could meet their replacement of the same name on a healthy node.
+	// StrategyBoth does both; the default. The taint comes last, once the StatefulSets
+	// have recreated the pods deleted (up to 2s): kube-controller-manager's taint eviction
+	// deletes by name, and from a lagging cache it could meet a replacement.
 	StrategyBoth RemediationStrategy = "Both"
 )
 

@@ -1,0 +1,74 @@
+package remediate
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+// DefaultReplacementWait is how long a release waits for the StatefulSets' replacements of
+// the pods it deleted before it adds the out-of-service taint (Remediator.ReplacementWait).
+const DefaultReplacementWait = 2 * time.Second
+
+// replacementPoll is how often the wait reads the pods' names.
+const replacementPoll = 50 * time.Millisecond
+
+// reusesName reports whether pod's controller is a StatefulSet, which recreates it under
+// the same name.
+func reusesName(pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && ref.Kind == "StatefulSet" && ref.APIVersion == "apps/v1"
+}
+
+// awaitReplacements waits, up to ReplacementWait, until each StatefulSet pod this release
+// deleted has been recreated under its name (a pod of that name with another UID), before
+// the out-of-service taint is added. kube-controller-manager's taint eviction, when the
+// taint lands, queues each pod its cache lists on the node and later gets and deletes it
+// by name, with no UID (pkg/controller/tainteviction, addConditionAndDeletePod); its cache
+// can still list a pod deleted here, and by the time it acts the name belongs to the
+// replacement on a healthy node (it happened on real nodes). The StatefulSet controller
+// shares that cache and recreates the pod only once the cache has dropped it: a
+// replacement is proof that the eviction will not find the old pod when the taint comes.
+// Leaving the pods to the eviction instead is no cure: it deletes them gracefully, and
+// PodGC force-deletes such terminating pods of an out-of-service node by name too. Past
+// the wait (a StatefulSet scaled down, or its controller behind), the release goes on
+// and logs the names it did not see come back.
+func (r *Remediator) awaitReplacements(ctx context.Context, deleted []*corev1.Pod) {
+	if r.ReplacementWait <= 0 || len(deleted) == 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.ReplacementWait)
+	defer cancel()
+	tick := time.NewTicker(replacementPoll)
+	defer tick.Stop()
+	pending := deleted
+	for {
+		var still []*corev1.Pod
+		for _, p := range pending {
+			now, err := r.Client.CoreV1().Pods(p.Namespace).Get(wctx, p.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err != nil && wctx.Err() == nil) || (err == nil && now.UID == p.UID) {
+				still = append(still, p)
+			}
+		}
+		if pending = still; len(pending) == 0 {
+			return
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() == nil {
+				names := make([]string, len(pending))
+				for i, p := range pending {
+					names[i] = p.Namespace + "/" + p.Name
+				}
+				klog.FromContext(ctx).Info("StatefulSet pods not recreated in time; adding the out-of-service taint anyway",
+					"pods", names, "waited", r.ReplacementWait)
+			}
+			return
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package remediate
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+)
+
+// evictionRace is the dead node's StatefulSet pod web-0 in a fake API server, with
+// kube-controller-manager's shared pod cache lagging behind it. The StatefulSet controller
+// recreates web-0 on the healthy node once that cache has dropped the deleted pod. The
+// taint eviction, when the out-of-service taint lands, queues the pods the cache lists on
+// the node; its worker, which runs later, gets each by name and deletes it, with no UID
+// (taint_eviction.go, addConditionAndDeletePod). The cache catches up when time passes:
+// at every read of a pod, and before the eviction's worker runs.
+func evictionRace(t *testing.T) *fake.Clientset {
+	t.Helper()
+	c := fake.NewSimpleClientset(objects(nil)...) //nolint:staticcheck // field-managed fake not needed
+	tracker := c.Tracker()
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
+	o, err := tracker.Get(gvr, "default", "web-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := o.(*corev1.Pod).DeepCopy()
+	web.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: "uid-web", Controller: ptr.To(true)}}
+	if err := tracker.Update(gvr, web, "default"); err != nil {
+		t.Fatal(err)
+	}
+	cached := map[string]bool{"web-0": true} // on node dead, as kube-controller-manager's cache has it
+	var unseen []string                      // deletions the cache has not seen yet
+	catchUp := func() {
+		for _, name := range unseen {
+			delete(cached, name)
+			if name == "web-0" { // the StatefulSet controller
+				if err := tracker.Create(gvr, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0", UID: "uid-web-0-replacement"},
+					Spec: corev1.PodSpec{NodeName: "alive"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}, "default"); err != nil {
+					t.Errorf("recreate web-0: %v", err)
+				}
+			}
+		}
+		unseen = nil
+	}
+	c.PrependReactor("get", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		catchUp()
+		return false, nil, nil
+	})
+	c.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		d := a.(k8stesting.DeleteActionImpl)
+		o, err := tracker.Get(gvr, d.Namespace, d.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		if pre := d.DeleteOptions.Preconditions; pre != nil && pre.UID != nil && *pre.UID != o.(*corev1.Pod).UID {
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), d.Name, nil)
+		}
+		if g := d.DeleteOptions.GracePeriodSeconds; g == nil || *g > 0 {
+			// A graceful deletion: the pod's kubelet is gone, so it stays, marked.
+			p := o.(*corev1.Pod).DeepCopy()
+			p.DeletionTimestamp = ptr.To(metav1.Now())
+			return true, nil, tracker.Update(gvr, p, d.Namespace)
+		}
+		unseen = append(unseen, d.Name)
+		return true, nil, tracker.Delete(gvr, d.Namespace, d.Name)
+	})
+	evicted := false
+	c.PrependReactor("update", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		n := a.(k8stesting.UpdateAction).GetObject().(*corev1.Node)
+		if n.Name != "dead" || !hasTaint(n, OutOfServiceTaint) || evicted {
+			return false, nil, nil
+		}
+		evicted = true
+		var queued []string
+		for name := range cached {
+			queued = append(queued, name)
+		}
+		catchUp() // the eviction's worker runs later
+		for _, name := range queued {
+			if err := c.Tracker().Delete(gvr, "default", name); err == nil { // by name: whatever pod has it now
+				t.Logf("the taint eviction deleted the pod named %s", name)
+			}
+		}
+		return false, nil, nil
+	})
+	return c
+}
+
+// TestReleaseLeavesTheReplacementAlone: the out-of-service taint goes on only once the
+// StatefulSet has recreated the pods the release deleted, so that kube-controller-
+// manager's taint eviction, which deletes by name from a cache that can lag, finds the
+// dead node's pods gone and never meets their replacements on a healthy node (real
+// nodes, before: the eviction deleted a replacement).
+func TestReleaseLeavesTheReplacementAlone(t *testing.T) {
+	ctx := context.Background()
+	c := evictionRace(t)
+	r := &Remediator{Client: c, ReplacementWait: DefaultReplacementWait}
+	var rem v1alpha1.Remediation
+	if err := r.Release(ctx, incident(1, "boot-1"), v1alpha1.StrategyBoth, &rem); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{})
+	if err != nil || p.UID != "uid-web-0-replacement" {
+		t.Fatalf("web-0: %v (%v); want its replacement on node alive, untouched", p.GetUID(), err)
+	}
+	if !slices.Contains(rem.PodsDeleted, "default/web-0") || !slices.Contains(rem.TaintsAdded, OutOfServiceTaint.Key) {
+		t.Errorf("pods deleted %q, taints %q; want web-0 and the out-of-service taint", rem.PodsDeleted, rem.TaintsAdded)
+	}
+}
+
+// TestReusesName: only a StatefulSet's pods come back under their name.
+func TestReusesName(t *testing.T) {
+	owned := func(apiVersion, kind string, controller bool) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: apiVersion, Kind: kind, Name: "o", UID: types.UID("u"), Controller: ptr.To(controller)}}}}
+	}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"a StatefulSet's":                 {owned("apps/v1", "StatefulSet", true), true},
+		"a ReplicaSet's":                  {owned("apps/v1", "ReplicaSet", true), false},
+		"a StatefulSet's, not controller": {owned("apps/v1", "StatefulSet", false), false},
+		"another API group's StatefulSet": {owned("apps.kruise.io/v1beta1", "StatefulSet", true), false},
+		"a bare pod":                      {&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, false},
+	} {
+		if got := reusesName(tc.pod); got != tc.want {
+			t.Errorf("%s: reusesName = %v, want %v", name, got, tc.want)
+		}
+	}
+}
