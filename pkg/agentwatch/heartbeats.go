@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
 )
 
@@ -33,7 +34,10 @@ const (
 // replica has heard. Standbys keep a seat and check the kubelets too, so that a new
 // leader knows at once which agents are gone and which kubelets answer.
 type heartbeats struct {
-	cfg      *v1alpha1.Heartbeats
+	cfg *v1alpha1.Heartbeats
+	// recheck is how long after an unanswered routine check a kubelet is asked again
+	// (recheckAfter).
+	recheck  time.Duration
 	seat     *nodeagent.Observer
 	kubelet  *http.Client
 	members  prometheus.Gauge
@@ -42,7 +46,7 @@ type heartbeats struct {
 }
 
 func newHeartbeats(cfg *v1alpha1.Heartbeats, reg prometheus.Registerer) *heartbeats {
-	h := &heartbeats{cfg: cfg,
+	h := &heartbeats{cfg: cfg, recheck: recheckAfter(cfg),
 		// Any HTTP answer shows the kubelet alive; nothing in it is read or trusted. One
 		// who could impersonate a kubelet could only keep its node from a heartbeat
 		// verdict, leaving it to the Lease threshold: no certificate is needed to be safe.
@@ -165,10 +169,7 @@ func (w *Watch) checkKubelets(ctx context.Context) {
 			}
 			go func() {
 				defer func() { <-slots }()
-				started := w.now()
-				if answered, probed := h.probe(ctx, n); probed && ctx.Err() == nil {
-					w.detector.ObserveKubeletCheck(n.Name, started, answered)
-				}
+				w.checkKubelet(ctx, n)
 			}()
 			if !pause(ctx, gap) {
 				return
@@ -189,6 +190,49 @@ func (w *Watch) checkKubelets(ctx context.Context) {
 
 // kubeletChecksAtOnce bounds the routine probes in flight.
 const kubeletChecksAtOnce = 32
+
+// checkKubelet is one routine check of node's kubelet. An unanswered probe is asked
+// again h.recheck later, and only the second probe's result counts: a kubelet silent
+// while its agent is among its peers stops its silence from counting as a sign of death
+// (detector.ObserveKubeletCheck), and one probe alone could be silent because the
+// kubelet or this replica was slow for a moment, or because the node has just died and
+// its peers have not declared its agent gone yet. Either way that node would lose its
+// heartbeat evidence until a later check, up to kubeletCheckInterval, and be judged on
+// its Lease alone. By the second probe a dead node's agent is gone, and its silence is
+// kept as evidence.
+//
+// The floor: a kubelet that stops answering while its agent is present (a firewall, a
+// NetworkPolicy) has its silence discounted at most h.recheck plus two kubeletTimeouts
+// after the first unanswered check, and never counts as evidence without its agent gone
+// and its Lease silent for the heartbeat floor (detector.HeartbeatFloor).
+func (w *Watch) checkKubelet(ctx context.Context, n *corev1.Node) {
+	h := w.heartbeats
+	started := w.now()
+	answered, probed := h.probe(ctx, n)
+	if probed && !answered {
+		if !pause(ctx, h.recheck) {
+			return
+		}
+		started = w.now()
+		answered, probed = h.probe(ctx, n)
+	}
+	if !probed || ctx.Err() != nil {
+		return
+	}
+	if w.detector.ObserveKubeletCheck(n.Name, started, answered) {
+		klog.FromContext(ctx).Info("A kubelet did not answer two probes while its node's agent was among its peers: its silence will not count as a sign of the node's death until it answers again (heartbeats.kubeletTimeout, or a firewall or NetworkPolicy in the way)",
+			"node", n.Name, "kubeletTimeout", h.cfg.KubeletTimeout.Duration, "apart", h.recheck)
+	}
+}
+
+// recheckAfter is how long after an unanswered routine check of a kubelet it is asked
+// again: at least detector.KubeletReprobe, and long enough for the agents' peers to
+// declare a dead member's agent gone: memberlist probes each member in turn, then
+// suspects it for 4 to 24 probe intervals among fewer than ten members (its suspicion
+// multiplier and maximum timeout multiplier), so 30 intervals cover a small group.
+func recheckAfter(cfg *v1alpha1.Heartbeats) time.Duration {
+	return max(detector.KubeletReprobe, 30*cfg.ProbeInterval.Duration)
+}
 
 // pause waits d, or until ctx ends, and says whether ctx is still live: the pacing of a
 // background loop, not a wait for a condition.

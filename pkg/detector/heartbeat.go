@@ -81,8 +81,9 @@ func (d *Detector) ObserveKubeletProbe(node string, started time.Time, answered 
 // whatever its agent does: an answer makes the kubelet's later silence count as
 // evidence; no answer while the agent is among its peers makes it count for nothing
 // until the kubelet answers again. A check while the agent is gone says nothing more than
-// the probes the detector asks for (ProbeKubelet).
-func (d *Detector) ObserveKubeletCheck(node string, started time.Time, answered bool) {
+// the probes the detector asks for (ProbeKubelet). It reports whether this check made a
+// kubelet heard before count for nothing.
+func (d *Detector) ObserveKubeletCheck(node string, started time.Time, answered bool) (discounted bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := d.state(node)
@@ -90,8 +91,10 @@ func (d *Detector) ObserveKubeletCheck(node string, started time.Time, answered 
 	case answered && started.After(st.kubeletAnswered):
 		st.kubeletAnswered = started
 	case !answered && st.agentGone.IsZero() && started.After(st.kubeletAnswered):
+		discounted = !st.kubeletAnswered.IsZero()
 		st.kubeletAnswered = time.Time{}
 	}
+	return discounted
 }
 
 // KubeletAnswered is when this process last had an answer from node's kubelet; zero if

@@ -80,9 +80,10 @@ type Heartbeats struct {
 	KubeletTimeout metav1.Duration `json:"kubeletTimeout,omitempty"`
 	// KubeletCheckInterval is how often the replica probes every node's kubelet, whatever
 	// its agent does: a kubelet's silence counts as a sign of death only once this replica
-	// has had an answer from it, and only until a probe goes unanswered while the node's
-	// agent is among its peers (a firewalled port, a NetworkPolicy). The probes are spread
-	// over the interval. From 1s to 1h; default 1m.
+	// has had an answer from it, and only until a check goes unanswered while the node's
+	// agent is among its peers (a firewalled port, a NetworkPolicy); an unanswered check is
+	// asked again 30 probeIntervals later (at least 2s), and only that second probe's result
+	// counts. The probes are spread over the interval. From 1s to 1h; default 1m.
 	KubeletCheckInterval metav1.Duration `json:"kubeletCheckInterval,omitempty"`
 	// LeaveGrace is how long an agent that left its peers with a goodbye (as every agent
 	// that is stopped does, in a DaemonSet rollout) is not counted gone: its replacement
