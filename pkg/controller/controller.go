@@ -161,6 +161,7 @@ func New(opts Options) (*Controller, error) {
 		replacementWait = remediate.DefaultReplacementWait
 	}
 	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn, ReplacementWait: replacementWait,
+		Now: func() time.Time { return c.now() },
 		CachedAttachments: func() []*storagev1.VolumeAttachment {
 			vas, _ := c.caches.attachments.List(everything()) // a cache read fails only on a selector it cannot use
 			return vas

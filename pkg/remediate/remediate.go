@@ -79,6 +79,8 @@ type Remediator struct {
 	// waits for the StatefulSets' replacements of the pods it deleted before it adds the
 	// taint (awaitReplacements); zero: no wait. DefaultReplacementWait in the controller.
 	ReplacementWait time.Duration
+	// Now, if set, is the clock the incident's timeline is written with; time.Now if nil.
+	Now func() time.Time
 	// Node, if set, returns a copy of the node from the caller's informer cache, if it
 	// has the node. A release then starts from that copy instead of a read:
 	// the first taint's update carries the copy's resourceVersion, so it only succeeds
@@ -161,7 +163,10 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	// queued from a cache that still lists a pod deleted here would hit its replacement of
 	// the same name on a healthy node (awaitReplacements).
 	if strategy == v1alpha1.StrategyBoth && node != nil {
-		r.awaitReplacements(ctx, reused)
+		if !hasTaint(node, OutOfServiceTaint) {
+			reused = append(reused, r.deletedBefore(nf, rem, reused)...)
+		}
+		r.awaitReplacements(ctx, nf.Spec.NodeName, reused)
 		_, err := r.addTaint(ctx, nf.Name, node, OutOfServiceTaint, rem, nil)
 		return err
 	}

@@ -2,12 +2,16 @@ package remediate
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 )
 
 // DefaultReplacementWait is how long a release waits for the StatefulSets' replacements of
@@ -37,7 +41,10 @@ func reusesName(pod *corev1.Pod) bool {
 // PodGC force-deletes such terminating pods of an out-of-service node by name too. Past
 // the wait (a StatefulSet scaled down, or its controller behind), the release goes on
 // and logs the names it did not see come back.
-func (r *Remediator) awaitReplacements(ctx context.Context, deleted []*corev1.Pod) {
+//
+// A pod counts as recreated when a pod of its name exists that is not bound to the fenced
+// node and, when the deleted pod's UID is known, has another UID.
+func (r *Remediator) awaitReplacements(ctx context.Context, node string, deleted []*corev1.Pod) {
 	if r.ReplacementWait <= 0 || len(deleted) == 0 {
 		return
 	}
@@ -50,7 +57,7 @@ func (r *Remediator) awaitReplacements(ctx context.Context, deleted []*corev1.Po
 		var still []*corev1.Pod
 		for _, p := range pending {
 			now, err := r.Client.CoreV1().Pods(p.Namespace).Get(wctx, p.Name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) || (err != nil && wctx.Err() == nil) || (err == nil && now.UID == p.UID) {
+			if apierrors.IsNotFound(err) || (err != nil && wctx.Err() == nil) || (err == nil && (now.UID == p.UID || now.Spec.NodeName == node)) {
 				still = append(still, p)
 			}
 		}
@@ -71,4 +78,40 @@ func (r *Remediator) awaitReplacements(ctx context.Context, deleted []*corev1.Po
 		case <-tick.C:
 		}
 	}
+}
+
+// deletedBefore lists the pods an earlier attempt of this release deleted (rem.PodsDeleted)
+// and this one did not, when that attempt's deletions (the timeline's latest PodsDeleted
+// step) are less than ReplacementWait old: a release that failed after deleting pods
+// (a VolumeAttachment deletion refused, a Lease check failed) and is tried again at once
+// finds none of them left on the node, yet kube-controller-manager's cache may still list
+// them, and its taint eviction would delete their replacements by name. Their UIDs are
+// not recorded: a pod of the name not bound to the fenced node is the replacement.
+// Deletions older than ReplacementWait are past the longest any release waits for them.
+func (r *Remediator) deletedBefore(nf *v1alpha1.NodeFence, rem *v1alpha1.Remediation, now []*corev1.Pod) []*corev1.Pod {
+	if r.ReplacementWait <= 0 || len(rem.PodsDeleted) == 0 {
+		return nil
+	}
+	var at time.Time
+	for _, s := range nf.Status.Timeline {
+		if s.Type == v1alpha1.StepPodsDeleted && s.Time.After(at) {
+			at = s.Time.Time
+		}
+	}
+	clock := r.Now
+	if clock == nil {
+		clock = time.Now
+	}
+	if at.IsZero() || clock().Sub(at) >= r.ReplacementWait {
+		return nil
+	}
+	var earlier []*corev1.Pod
+	for _, key := range rem.PodsDeleted {
+		ns, name, ok := strings.Cut(key, "/")
+		if !ok || slices.ContainsFunc(now, func(p *corev1.Pod) bool { return p.Namespace == ns && p.Name == name }) {
+			continue
+		}
+		earlier = append(earlier, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	}
+	return earlier
 }

@@ -2,8 +2,10 @@ package remediate
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -137,5 +139,67 @@ func TestReusesName(t *testing.T) {
 		if got := reusesName(tc.pod); got != tc.want {
 			t.Errorf("%s: reusesName = %v, want %v", name, got, tc.want)
 		}
+	}
+}
+
+// TestReleaseRetryLeavesTheReplacementAlone: a release that failed after deleting the
+// pods (here its VolumeAttachment deletion is refused once) and is tried again at once
+// finds no pod left on the node; it still waits for the StatefulSet's replacement of the
+// pod the first attempt deleted before the out-of-service taint goes on. A retry after
+// ReplacementWait has passed does not wait again (the model's cache, which catches up
+// only when read, then still lists web-0: a real one has caught up long before).
+func TestReleaseRetryLeavesTheReplacementAlone(t *testing.T) {
+	for name, tc := range map[string]struct {
+		retryAfter time.Duration
+		waits      bool
+	}{
+		"tried again at once":              {0, true},
+		"tried again after the whole wait": {DefaultReplacementWait, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			c := evictionRace(t)
+			now := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
+			nf := incident(1, "boot-1")
+			refuse := true
+			r := &Remediator{Client: c, ReplacementWait: DefaultReplacementWait, Now: func() time.Time { return now },
+				OnStep: func(step, msg string) {
+					nf.Status.Timeline = append(nf.Status.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(now), Type: step, Message: msg})
+				},
+				Before: func(_ context.Context, action string) error {
+					if action == ActionDeleteVolumeAttachment && refuse {
+						refuse = false
+						return errors.New("refused")
+					}
+					return nil
+				}}
+			var rem v1alpha1.Remediation
+			if err := r.Release(ctx, nf, v1alpha1.StrategyBoth, &rem); err == nil {
+				t.Fatal("the first attempt passed its refused VolumeAttachment deletion")
+			}
+			if !slices.Contains(rem.PodsDeleted, "default/web-0") || slices.Contains(rem.TaintsAdded, OutOfServiceTaint.Key) {
+				t.Fatalf("after the first attempt: pods deleted %q, taints %q; want web-0 deleted and no out-of-service taint", rem.PodsDeleted, rem.TaintsAdded)
+			}
+			now = now.Add(tc.retryAfter)
+			if err := r.Release(ctx, nf, v1alpha1.StrategyBoth, &rem); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(rem.TaintsAdded, OutOfServiceTaint.Key) {
+				t.Errorf("taints %q; want the out-of-service taint", rem.TaintsAdded)
+			}
+			gets := 0
+			for _, a := range c.Actions() {
+				if a.GetVerb() == "get" && a.GetResource().Resource == "pods" {
+					gets++
+				}
+			}
+			p, err := c.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{})
+			if tc.waits && (err != nil || p.UID != "uid-web-0-replacement") {
+				t.Fatalf("web-0: %v (%v); want its replacement on node alive, untouched", p.GetUID(), err)
+			}
+			if !tc.waits && gets != 0 {
+				t.Errorf("the retry read web-0 %d times; want no wait %s after the deletion", gets, tc.retryAfter)
+			}
+		})
 	}
 }
