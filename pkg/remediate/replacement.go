@@ -2,6 +2,7 @@ package remediate
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -40,7 +41,8 @@ func reusesName(pod *corev1.Pod) bool {
 // Leaving the pods to the eviction instead is no cure: it deletes them gracefully, and
 // PodGC force-deletes such terminating pods of an out-of-service node by name too. Past
 // the wait (a StatefulSet scaled down, or its controller behind), the release goes on
-// and logs the names it did not see come back.
+// and logs the names it did not see come back, and puts them on the incident's timeline
+// (StepReplacementsLate).
 //
 // A pod counts as recreated when a pod of its name exists that is not bound to the fenced
 // node and, when the deleted pod's UID is known, has another UID.
@@ -73,6 +75,8 @@ func (r *Remediator) awaitReplacements(ctx context.Context, node string, deleted
 				}
 				klog.FromContext(ctx).Info("StatefulSet pods not recreated in time; adding the out-of-service taint anyway",
 					"pods", names, "waited", r.ReplacementWait)
+				r.step(v1alpha1.StepReplacementsLate, fmt.Sprintf("not recreated within %s, the out-of-service taint added anyway: %s",
+					r.ReplacementWait, strings.Join(names, ", ")))
 			}
 			return
 		case <-tick.C:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,5 +202,38 @@ func TestReleaseRetryLeavesTheReplacementAlone(t *testing.T) {
 				t.Errorf("the retry read web-0 %d times; want no wait %s after the deletion", gets, tc.retryAfter)
 			}
 		})
+	}
+}
+
+// TestReplacementsLate: a StatefulSet pod whose replacement does not come within the wait
+// (its StatefulSet scaled down, its controller behind) delays the out-of-service taint by
+// the wait and no more, and the incident's timeline names it.
+func TestReplacementsLate(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewSimpleClientset(objects(nil)...) //nolint:staticcheck // field-managed fake not needed
+	web, err := c.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: "uid-web", Controller: ptr.To(true)}}
+	if _, err := c.CoreV1().Pods("default").Update(ctx, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var steps []v1alpha1.Step
+	r := &Remediator{Client: c, ReplacementWait: 100 * time.Millisecond,
+		OnStep: func(step, msg string) { steps = append(steps, v1alpha1.Step{Type: step, Message: msg}) }}
+	var rem v1alpha1.Remediation
+	if err := r.Release(ctx, incident(1, "boot-1"), v1alpha1.StrategyBoth, &rem); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(rem.TaintsAdded, OutOfServiceTaint.Key) {
+		t.Errorf("taints %q; want the out-of-service taint after the wait", rem.TaintsAdded)
+	}
+	i := slices.IndexFunc(steps, func(s v1alpha1.Step) bool { return s.Type == v1alpha1.StepReplacementsLate })
+	if i < 0 || !strings.Contains(steps[i].Message, "default/web-0") {
+		t.Fatalf("steps %+v; want a ReplacementsLate step naming default/web-0", steps)
+	}
+	if last := steps[len(steps)-1]; last.Type != v1alpha1.StepTaintAdded || !strings.Contains(last.Message, OutOfServiceTaint.Key) || i != len(steps)-2 {
+		t.Errorf("steps %+v; want ReplacementsLate right before the out-of-service taint", steps)
 	}
 }
