@@ -27,7 +27,7 @@ func (r *Remediator) deletePods(ctx context.Context, nodeName string, rem *v1alp
 	}
 	var reused []*corev1.Pod
 	deleted := 0
-	for _, pod := range pods {
+	for _, pod := range releaseOrder(pods) {
 		if pod.Spec.NodeName != nodeName {
 			// Never trust the field selector alone with a force delete.
 			continue

@@ -24,9 +24,32 @@ const replacementPoll = 50 * time.Millisecond
 
 // reusesName reports whether pod's controller is a StatefulSet, which recreates it under
 // the same name.
-func reusesName(pod *corev1.Pod) bool {
+func reusesName(pod *corev1.Pod) bool { return controlledBy(pod, "StatefulSet") }
+
+// releaseOrder is the order a release deletes a node's pods in: first those a
+// replacement waits on, a StatefulSet's (recreated only once this one is gone) and any
+// with a PersistentVolumeClaim (its volume follows); then the others; the DaemonSets'
+// last (theirs come back on this node only). The pods are the same, and each deletion
+// still follows its own Lease check: only the replacements that matter start sooner.
+func releaseOrder(pods []*corev1.Pod) []*corev1.Pod {
+	rank := func(p *corev1.Pod) int {
+		switch {
+		case reusesName(p) || slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.PersistentVolumeClaim != nil }):
+			return 0
+		case controlledBy(p, "DaemonSet"):
+			return 2
+		}
+		return 1
+	}
+	out := slices.Clone(pods)
+	slices.SortStableFunc(out, func(a, b *corev1.Pod) int { return rank(a) - rank(b) })
+	return out
+}
+
+// controlledBy reports whether pod's controller is an apps/v1 object of kind.
+func controlledBy(pod *corev1.Pod, kind string) bool {
 	ref := metav1.GetControllerOf(pod)
-	return ref != nil && ref.Kind == "StatefulSet" && ref.APIVersion == "apps/v1"
+	return ref != nil && ref.Kind == kind && ref.APIVersion == "apps/v1"
 }
 
 // awaitReplacements waits, up to ReplacementWait, until each StatefulSet pod this release

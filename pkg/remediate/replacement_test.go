@@ -237,3 +237,53 @@ func TestReplacementsLate(t *testing.T) {
 		t.Errorf("steps %+v; want ReplacementsLate right before the out-of-service taint", steps)
 	}
 }
+
+// TestReleaseOrder: a release deletes first the pods a replacement waits on (a
+// StatefulSet's, one with a claim), the DaemonSets' last, and otherwise keeps the order
+// it was given; every pod is deleted.
+func TestReleaseOrder(t *testing.T) {
+	pod := func(name, kind string, claim bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)}, Spec: corev1.PodSpec{NodeName: "dead"}}
+		if kind != "" {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: "o", UID: "u", Controller: ptr.To(true)}}
+		}
+		if claim {
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		}
+		return p
+	}
+	given := []*corev1.Pod{pod("agent", "DaemonSet", false), pod("web", "ReplicaSet", false), pod("db-0", "StatefulSet", false),
+		pod("bare", "", false), pod("job", "ReplicaSet", true), pod("csi", "DaemonSet", false)}
+	var names []string
+	for _, p := range releaseOrder(given) {
+		names = append(names, p.Name)
+	}
+	if want := []string{"db-0", "job", "web", "bare", "agent", "csi"}; !slices.Equal(names, want) {
+		t.Errorf("order %q, want %q", names, want)
+	}
+	if given[0].Name != "agent" {
+		t.Errorf("the given slice was reordered: %s first", given[0].Name)
+	}
+
+	var objs []runtime.Object
+	for _, p := range given {
+		objs = append(objs, p)
+	}
+	objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "boot-1"}}})
+	c := fake.NewSimpleClientset(objs...) //nolint:staticcheck // field-managed fake not needed
+	var rem v1alpha1.Remediation
+	if err := (&Remediator{Client: c}).Release(context.Background(), incident(1, "boot-1"), v1alpha1.StrategyDirect, &rem); err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, a := range c.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok && a.GetResource().Resource == "pods" {
+			deleted = append(deleted, d.GetName())
+		}
+	}
+	// The fake lists pods in its own order: only the groups are fixed.
+	group := func(names []string) []string { s := slices.Clone(names); slices.Sort(s); return s }
+	if len(deleted) != 6 || !slices.Equal(group(deleted[:2]), []string{"db-0", "job"}) || !slices.Equal(group(deleted[4:]), []string{"agent", "csi"}) {
+		t.Errorf("deleted %q; want db-0 and job first, agent and csi last, all six", deleted)
+	}
+}
