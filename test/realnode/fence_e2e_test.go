@@ -24,8 +24,8 @@ import (
 
 // startCluster starts n real nodes for one test and stops them when it ends; the
 // cluster's files stay under the test's temporary directory, and its logs are listed
-// when the test fails.
-func startCluster(t *testing.T, n int) *Cluster {
+// when the test fails. set, if given, changes the options (the kubelets' periods).
+func startCluster(t *testing.T, n int, set ...func(*Options)) *Cluster {
 	t.Helper()
 	// A short directory: unix socket paths under it (containerd's, the kubelet's plugin
 	// registration) must stay within 108 bytes.
@@ -52,7 +52,11 @@ func startCluster(t *testing.T, n int) *Cluster {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if c, err = Start(ctx, Options{Dir: dir, Nodes: n, Logf: t.Logf}); err != nil {
+	opts := Options{Dir: dir, Nodes: n, Logf: t.Logf}
+	for _, f := range set {
+		f(&opts)
+	}
+	if c, err = Start(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
 	return c

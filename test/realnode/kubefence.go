@@ -2,6 +2,8 @@ package realnode
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -163,6 +165,24 @@ func (c *Cluster) PrepareBMCAccess(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// CreatePeerKey makes the Secret name with the node agents' shared key in the release
+// namespace, as the chart's values tell an operator to (kubectl create secret generic
+// kubefence-peer-key --from-literal=key=$(openssl rand -hex 16)); with the BMC access of
+// PrepareBMCAccess, which makes that namespace.
+func (c *Cluster) CreatePeerKey(ctx context.Context, name string) error {
+	if err := c.PrepareBMCAccess(ctx); err != nil {
+		return err
+	}
+	key := make([]byte, 16)
+	if _, err := crand.Read(key); err != nil {
+		return err
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
+		StringData: map[string]string{"key": hex.EncodeToString(key)}}
+	_, err := c.Client.CoreV1().Secrets(Namespace).Create(ctx, s, metav1.CreateOptions{})
+	return err
 }
 
 // Retag gives the image repo:from in the cluster's registry the tag to as well.

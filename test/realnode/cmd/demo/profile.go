@@ -3,8 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -149,7 +146,7 @@ func story(ctx context.Context, c *realnode.Cluster, name string, p profile, run
 		values = append(values, f)
 	}
 	if p.peerKey {
-		if err := createPeerKey(ctx, c); err != nil {
+		if err := c.CreatePeerKey(ctx, peerKeySecret); err != nil {
 			return nil, err
 		}
 	}
@@ -209,23 +206,6 @@ func story(ctx context.Context, c *realnode.Cluster, name string, p profile, run
 		res.leaderRuns = append(res.leaderRuns, *r)
 	}
 	return res, nil
-}
-
-// createPeerKey makes the Secret with the node agents' shared key in the release
-// namespace, as the chart's values tell an operator to (kubectl create secret generic
-// kubefence-peer-key --from-literal=key=$(openssl rand -hex 16)).
-func createPeerKey(ctx context.Context, c *realnode.Cluster) error {
-	if err := c.PrepareBMCAccess(ctx); err != nil { // the release namespace
-		return err
-	}
-	key := make([]byte, 16)
-	if _, err := crand.Read(key); err != nil {
-		return err
-	}
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: peerKeySecret, Namespace: realnode.Namespace},
-		StringData: map[string]string{"key": hex.EncodeToString(key)}}
-	_, err := c.Client.CoreV1().Secrets(realnode.Namespace).Create(ctx, s, metav1.CreateOptions{})
-	return err
 }
 
 // failOnce kills node with web-0 on it and follows the fence, the move and the recovery.
