@@ -151,22 +151,35 @@ func (r *Remediator) Release(ctx context.Context, nf *v1alpha1.NodeFence, strate
 	if strategy == v1alpha1.StrategyOutOfServiceTaint {
 		return nil
 	}
+	both := strategy == v1alpha1.StrategyBoth && node != nil
+	var earlier []*corev1.Pod
+	var earlierLeft time.Duration
+	if both && !hasTaint(node, OutOfServiceTaint) {
+		// Before this attempt deletes anything, so that only an earlier one's count.
+		earlier, earlierLeft = r.deletedBefore(nf, rem)
+	}
 	reused, err := r.deletePods(ctx, nf.Spec.NodeName, rem)
 	if err != nil {
 		return err
 	}
-	if err := r.deleteVolumeAttachments(ctx, nf.Spec.NodeName, rem, strategy == v1alpha1.StrategyBoth && node != nil); err != nil {
+	if err := r.deleteVolumeAttachments(ctx, nf.Spec.NodeName, rem, both); err != nil {
 		return err
 	}
 	// The out-of-service taint comes last, once the StatefulSets have recreated the pods
 	// deleted here: kube-controller-manager's taint eviction deletes pods by name, and one
 	// queued from a cache that still lists a pod deleted here would hit its replacement of
 	// the same name on a healthy node (awaitReplacements).
-	if strategy == v1alpha1.StrategyBoth && node != nil {
-		if !hasTaint(node, OutOfServiceTaint) {
-			reused = append(reused, r.deletedBefore(nf, rem, reused)...)
+	if both {
+		wait := earlierLeft
+		if len(reused) > 0 {
+			wait = r.ReplacementWait
 		}
-		r.awaitReplacements(ctx, nf.Spec.NodeName, reused)
+		for _, p := range earlier {
+			if !slices.ContainsFunc(reused, func(q *corev1.Pod) bool { return q.Namespace == p.Namespace && q.Name == p.Name }) {
+				reused = append(reused, p)
+			}
+		}
+		r.awaitReplacements(ctx, nf.Spec.NodeName, reused, wait)
 		_, err := r.addTaint(ctx, nf.Name, node, OutOfServiceTaint, rem, nil)
 		return err
 	}

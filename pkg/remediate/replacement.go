@@ -52,7 +52,7 @@ func controlledBy(pod *corev1.Pod, kind string) bool {
 	return ref != nil && ref.Kind == kind && ref.APIVersion == "apps/v1"
 }
 
-// awaitReplacements waits, up to ReplacementWait, until each StatefulSet pod this release
+// awaitReplacements waits, up to wait (ReplacementWait), until each StatefulSet pod this release
 // deleted has been recreated under its name (a pod of that name with another UID), before
 // the out-of-service taint is added. kube-controller-manager's taint eviction, when the
 // taint lands, queues each pod its cache lists on the node and later gets and deletes it
@@ -69,11 +69,11 @@ func controlledBy(pod *corev1.Pod, kind string) bool {
 //
 // A pod counts as recreated when a pod of its name exists that is not bound to the fenced
 // node and, when the deleted pod's UID is known, has another UID.
-func (r *Remediator) awaitReplacements(ctx context.Context, node string, deleted []*corev1.Pod) {
-	if r.ReplacementWait <= 0 || len(deleted) == 0 {
+func (r *Remediator) awaitReplacements(ctx context.Context, node string, deleted []*corev1.Pod, wait time.Duration) {
+	if wait <= 0 || len(deleted) == 0 {
 		return
 	}
-	wctx, cancel := context.WithTimeout(ctx, r.ReplacementWait)
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	tick := time.NewTicker(replacementPoll)
 	defer tick.Stop()
@@ -95,11 +95,14 @@ func (r *Remediator) awaitReplacements(ctx context.Context, node string, deleted
 				names := make([]string, len(pending))
 				for i, p := range pending {
 					names[i] = p.Namespace + "/" + p.Name
+					if p.UID == "" {
+						names[i] += " (deleted by an earlier attempt, its owner not recorded)"
+					}
 				}
-				klog.FromContext(ctx).Info("StatefulSet pods not recreated in time; adding the out-of-service taint anyway",
-					"pods", names, "waited", r.ReplacementWait)
+				klog.FromContext(ctx).Info("Pods not recreated in time; adding the out-of-service taint anyway",
+					"pods", names, "waited", wait)
 				r.step(v1alpha1.StepReplacementsLate, fmt.Sprintf("not recreated within %s, the out-of-service taint added anyway: %s",
-					r.ReplacementWait, strings.Join(names, ", ")))
+					wait.Round(time.Millisecond), strings.Join(names, ", ")))
 			}
 			return
 		case <-tick.C:
@@ -107,17 +110,19 @@ func (r *Remediator) awaitReplacements(ctx context.Context, node string, deleted
 	}
 }
 
-// deletedBefore lists the pods an earlier attempt of this release deleted (rem.PodsDeleted)
-// and this one did not, when that attempt's deletions (the timeline's latest PodsDeleted
-// step) are less than ReplacementWait old: a release that failed after deleting pods
+// deletedBefore lists the pods earlier attempts of this release deleted (rem.PodsDeleted,
+// read before this attempt deletes any), and how much of ReplacementWait is left since
+// the latest of those deletions (the timeline's latest PodsDeleted step); none once it has
+// passed. A release that failed after deleting pods
 // (a VolumeAttachment deletion refused, a Lease check failed) and is tried again at once
 // finds none of them left on the node, yet kube-controller-manager's cache may still list
 // them, and its taint eviction would delete their replacements by name. Their UIDs are
-// not recorded: a pod of the name not bound to the fenced node is the replacement.
-// Deletions older than ReplacementWait are past the longest any release waits for them.
-func (r *Remediator) deletedBefore(nf *v1alpha1.NodeFence, rem *v1alpha1.Remediation, now []*corev1.Pod) []*corev1.Pod {
+// not recorded: a pod of the name not bound to the fenced node is the replacement; nor
+// are their owners, so a pod whose name no controller reuses is waited for until the
+// window ends, never longer than the first attempt would have.
+func (r *Remediator) deletedBefore(nf *v1alpha1.NodeFence, rem *v1alpha1.Remediation) ([]*corev1.Pod, time.Duration) {
 	if r.ReplacementWait <= 0 || len(rem.PodsDeleted) == 0 {
-		return nil
+		return nil, 0
 	}
 	var at time.Time
 	for _, s := range nf.Status.Timeline {
@@ -129,16 +134,15 @@ func (r *Remediator) deletedBefore(nf *v1alpha1.NodeFence, rem *v1alpha1.Remedia
 	if clock == nil {
 		clock = time.Now
 	}
-	if at.IsZero() || clock().Sub(at) >= r.ReplacementWait {
-		return nil
+	left := r.ReplacementWait - clock().Sub(at)
+	if at.IsZero() || left <= 0 {
+		return nil, 0
 	}
 	var earlier []*corev1.Pod
 	for _, key := range rem.PodsDeleted {
-		ns, name, ok := strings.Cut(key, "/")
-		if !ok || slices.ContainsFunc(now, func(p *corev1.Pod) bool { return p.Namespace == ns && p.Name == name }) {
-			continue
+		if ns, name, ok := strings.Cut(key, "/"); ok {
+			earlier = append(earlier, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 		}
-		earlier = append(earlier, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
 	}
-	return earlier
+	return earlier, left
 }

@@ -287,3 +287,41 @@ func TestReleaseOrder(t *testing.T) {
 		t.Errorf("deleted %q; want db-0 and job first, agent and csi last, all six", deleted)
 	}
 }
+
+// TestReleaseWaitsOnlyForNamesThatComeBack: a first release whose pods are none of a
+// StatefulSet's (a DaemonSet's, a ReplicaSet's) adds the out-of-service taint without
+// waiting: their names never come back, and its own deletions are not an earlier
+// attempt's.
+func TestReleaseWaitsOnlyForNamesThatComeBack(t *testing.T) {
+	ctx := context.Background()
+	owned := func(name, kind string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: "o", UID: "u", Controller: ptr.To(true)}}},
+			Spec: corev1.PodSpec{NodeName: "dead"}}
+	}
+	c := fake.NewSimpleClientset(owned("agent-x1", "DaemonSet"), owned("web-7d9f-x2", "ReplicaSet"), //nolint:staticcheck // field-managed fake not needed
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dead"}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: "boot-1"}}})
+	nf := incident(1, "boot-1")
+	now := time.Date(2026, 11, 28, 1, 0, 0, 0, time.UTC)
+	r := &Remediator{Client: c, ReplacementWait: 5 * time.Second, Now: func() time.Time { return now },
+		OnStep: func(step, msg string) {
+			nf.Status.Timeline = append(nf.Status.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(now), Type: step, Message: msg})
+		}}
+	var rem v1alpha1.Remediation
+	if err := r.Release(ctx, nf, v1alpha1.StrategyBoth, &rem); err != nil {
+		t.Fatal(err)
+	}
+	if len(rem.PodsDeleted) != 2 || !slices.Contains(rem.TaintsAdded, OutOfServiceTaint.Key) {
+		t.Fatalf("pods deleted %q, taints %q; want both pods and the out-of-service taint", rem.PodsDeleted, rem.TaintsAdded)
+	}
+	for _, a := range c.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == "pods" {
+			t.Errorf("the release read pod %s: it waited for a name that does not come back", a.(k8stesting.GetAction).GetName())
+		}
+	}
+	for _, s := range nf.Status.Timeline {
+		if s.Type == v1alpha1.StepReplacementsLate {
+			t.Errorf("step %s: %s", s.Type, s.Message)
+		}
+	}
+}

@@ -54,9 +54,10 @@ const (
 	StepPodsDeleted = "PodsDeleted"
 	// StepVolumeAttachmentsDeleted: the node's VolumeAttachments were deleted.
 	StepVolumeAttachmentsDeleted = "VolumeAttachmentsDeleted"
-	// StepReplacementsLate: StatefulSet pods the release deleted were not recreated within
-	// the replacement wait; the out-of-service taint was added anyway (the message names
-	// them).
+	// StepReplacementsLate: pods the release deleted whose names come back (a
+	// StatefulSet's, and on a retry those an earlier attempt deleted) were not seen
+	// recreated within the replacement wait; the out-of-service taint was added anyway
+	// (the message names them).
 	StepReplacementsLate = "ReplacementsLate"
 	// StepReleaseFound: an earlier leader released the node after a verified fence and
 	// was gone before it recorded it; the node's owner mark names this incident.
