@@ -167,10 +167,7 @@ func (w *Watch) checkKubelets(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			}
-			go func() {
-				defer func() { <-slots }()
-				w.checkKubelet(ctx, n)
-			}()
+			go w.checkKubelet(ctx, n, slots)
 			if !pause(ctx, gap) {
 				return
 			}
@@ -205,16 +202,27 @@ const kubeletChecksAtOnce = 32
 // NetworkPolicy) has its silence discounted at most h.recheck plus two kubeletTimeouts
 // after the first unanswered check, and never counts as evidence without its agent gone
 // and its Lease silent for the heartbeat floor (detector.HeartbeatFloor).
-func (w *Watch) checkKubelet(ctx context.Context, n *corev1.Node) {
+//
+// It is called holding one of slots, the bound on probes in flight, and gives it back
+// while it waits to ask again: kubelets that never answer (a NetworkPolicy in the way of
+// them all) must not hold the slots through the wait and hold up the others' checks.
+func (w *Watch) checkKubelet(ctx context.Context, n *corev1.Node, slots chan struct{}) {
 	h := w.heartbeats
 	started := w.now()
 	answered, probed := h.probe(ctx, n)
+	<-slots
 	if probed && !answered {
 		if !pause(ctx, h.recheck) {
 			return
 		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		started = w.now()
 		answered, probed = h.probe(ctx, n)
+		<-slots
 	}
 	if !probed || ctx.Err() != nil {
 		return

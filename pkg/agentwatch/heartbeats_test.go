@@ -60,7 +60,12 @@ func TestKubeletCheckAsksAgain(t *testing.T) {
 			h.recheck = 50 * time.Millisecond
 			w := &Watch{detector: det, now: time.Now, heartbeats: h}
 
-			w.checkKubelet(context.Background(), kubeletAt(t, "node-1", srv.Listener.Addr()))
+			slots := make(chan struct{}, 1)
+			slots <- struct{}{} // held, as checkKubelets holds one when it starts a check
+			w.checkKubelet(context.Background(), kubeletAt(t, "node-1", srv.Listener.Addr()), slots)
+			if len(slots) != 0 {
+				t.Errorf("%d probe slot(s) still held after the check", len(slots))
+			}
 
 			got := det.KubeletAnswered("node-1")
 			switch {
