@@ -122,11 +122,35 @@ func runProfile(ctx context.Context, name string, o options) (*result, error) {
 		return nil, fmt.Errorf("%w (files kept in %s)", err, dir)
 	}
 	say("stopped the cluster; every node process, BMC and control plane process gone")
-	if o.keep {
+	slow := slowRuns(p, res)
+	for _, s := range slow {
+		say("%s", s)
+	}
+	if o.keep || len(slow) > 0 {
 		say("the cluster's files are kept in %s", dir)
 		return res, nil
 	}
 	return res, os.RemoveAll(dir)
+}
+
+// slowRuns names the runs whose reschedule took longer than the new kubelet's status
+// period (it waits for its next status update to see the attached volume) and 5 s for the
+// rest of the pod's start: their cause is in the kubelets' and the control plane's logs,
+// so the cluster's files are kept for them, as with -keep.
+func slowRuns(p profile, res *result) []string {
+	bound := cmp.Or(p.statusUpdate, 10*time.Second) + 5*time.Second
+	var slow []string
+	check := func(kind string, runs []outcome) {
+		for i, r := range runs {
+			if d := r.recovery.Phases["reschedule"]; d > bound {
+				slow = append(slow, fmt.Sprintf("%s %d: reschedule took %s, more than %s: web-0 went to %s, whose kubelet logged why (the failure at %s)",
+					kind, i+1, d.Round(100*time.Millisecond), bound, r.failure.MovedTo, r.failure.Began.UTC().Format("15:04:05.000")))
+			}
+		}
+	}
+	check("run", res.runs)
+	check("leader's node run", res.leaderRuns)
+	return slow
 }
 
 func story(ctx context.Context, c *realnode.Cluster, name string, p profile, runs, leaderRuns int, dir string, began time.Time) (*result, error) {
