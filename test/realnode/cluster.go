@@ -50,9 +50,15 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// LeaseDuration is the kubelets' nodeLeaseDurationSeconds (they renew their Lease
 	// every quarter of it) and StatusUpdate their nodeStatusUpdateFrequency; zero means
-	// the kubelet's defaults, 40s and 10s.
+	// the kubelet's defaults, KubeletLeaseDuration and KubeletStatusUpdate.
 	LeaseDuration, StatusUpdate time.Duration
 }
+
+// The kubelet's defaults for Options.LeaseDuration and Options.StatusUpdate.
+const (
+	KubeletLeaseDuration = 40 * time.Second
+	KubeletStatusUpdate  = 10 * time.Second
+)
 
 // Cluster is a running control plane, registry and set of real nodes.
 type Cluster struct {
@@ -195,8 +201,8 @@ func (c *Cluster) startNodes(ctx context.Context, opts Options, names []string, 
 		n := &Node{Name: name, IP: nodeIP(i), index: i, dir: filepath.Join(opts.Dir, "nodes", name),
 			cfg: nodeConfig{apiServer: c.Host(), apiPort: apiPort, caPEM: c.CAPEM(), token: c.NodeToken(name),
 				registry: c.Registry, bridge: bridgeName, nodes: len(names), kubeletBin: kubelet, csiDriver: filepath.Join(bin, "csidriver"),
-				leaseSeconds: int(cmp.Or(opts.LeaseDuration, 40*time.Second).Seconds()),
-				statusUpdate: cmp.Or(opts.StatusUpdate, 10*time.Second), logf: opts.Logf}}
+				leaseSeconds: int(cmp.Or(opts.LeaseDuration, KubeletLeaseDuration).Seconds()),
+				statusUpdate: cmp.Or(opts.StatusUpdate, KubeletStatusUpdate), logf: opts.Logf}}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return err
 		}

@@ -61,7 +61,14 @@ var settings = map[string]profile{
 const peerKeySecret = "kubefence-peer-key"
 
 // renewal is how often the kubelets renew their Lease: a quarter of its duration.
-func (p profile) renewal() time.Duration { return cmp.Or(p.leaseDuration, 40*time.Second) / 4 }
+func (p profile) renewal() time.Duration {
+	return cmp.Or(p.leaseDuration, realnode.KubeletLeaseDuration) / 4
+}
+
+// statusPeriod is how often the kubelets update their node status.
+func (p profile) statusPeriod() time.Duration {
+	return cmp.Or(p.statusUpdate, realnode.KubeletStatusUpdate)
+}
 
 // repeatValues lets one node be fenced again within minutes: the default cooldown (10m)
 // rightly holds a second fence for a person, and the default flapWindow (10m) rightly
@@ -138,7 +145,7 @@ func runProfile(ctx context.Context, name string, o options) (*result, error) {
 // rest of the pod's start: their cause is in the kubelets' and the control plane's logs,
 // so the cluster's files are kept for them, as with -keep.
 func slowRuns(p profile, res *result) []string {
-	bound := cmp.Or(p.statusUpdate, 10*time.Second) + 5*time.Second
+	bound := p.statusPeriod() + 5*time.Second
 	var slow []string
 	check := func(kind string, runs []outcome) {
 		for i, r := range runs {
