@@ -81,7 +81,8 @@ type outcome struct {
 	offset   time.Duration // from the renewal the harness saw to the failure
 	recovery sim.Recovery
 	failure  *realnode.Failure
-	released time.Duration // from the failure to the node Ready again, untainted, after power-on
+	released time.Duration     // from the failure to the node Ready again, untainted, after power-on
+	kubelet  realnode.PodStart // what the kubelet that got the pod logged of its start
 }
 
 type result struct {
@@ -150,8 +151,13 @@ func slowRuns(p profile, res *result) []string {
 	check := func(kind string, runs []outcome) {
 		for i, r := range runs {
 			if d := r.recovery.Phases["reschedule"]; d > bound {
-				slow = append(slow, fmt.Sprintf("%s %d: reschedule took %s, more than %s: web-0 went to %s, whose kubelet logged why (the failure at %s)",
-					kind, i+1, d.Round(100*time.Millisecond), bound, r.failure.MovedTo, r.failure.Began.UTC().Format("15:04:05.000")))
+				why := "whose kubelet logged why"
+				if k := r.kubelet; !k.Refused.IsZero() {
+					why = fmt.Sprintf("whose kubelet the API server's node authorizer refused the pod's claim at %s; it verified the volume at %s",
+						k.Refused.UTC().Format("15:04:05.000"), k.Verified.UTC().Format("15:04:05.000"))
+				}
+				slow = append(slow, fmt.Sprintf("%s %d: reschedule took %s, more than %s: web-0 went to %s, %s (the failure at %s)",
+					kind, i+1, d.Round(100*time.Millisecond), bound, r.failure.MovedTo, why, r.failure.Began.UTC().Format("15:04:05.000")))
 			}
 		}
 	}
@@ -268,6 +274,9 @@ func failOnce(ctx context.Context, c *realnode.Cluster, rec *sim.Recorder, node 
 		return nil, fmt.Errorf("%s: %s", node, r.recovery.Missing)
 	}
 	if err := checkSafety(c, rec, node, f.Began); err != nil {
+		return nil, err
+	}
+	if r.kubelet, err = c.PodStart(f.MovedTo, "default/web-0", "web-data", f.Began); err != nil {
 		return nil, err
 	}
 	if print {

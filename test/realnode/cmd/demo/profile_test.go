@@ -30,4 +30,10 @@ func TestSlowRuns(t *testing.T) {
 	if def := slowRuns(settings[profileDefault], res); len(def) != 1 || !strings.HasPrefix(def[0], "run 2: ") {
 		t.Errorf("default profile (status every 10s, slow beyond 15s): slow runs %q, want run 2 only", def)
 	}
+	// A run the node authorizer held back says so, with the kubelet's times.
+	res.runs[1].kubelet = realnode.PodStart{Refused: t0.Add(20 * time.Second), Verified: t0.Add(39700 * time.Millisecond)}
+	if def := slowRuns(settings[profileDefault], res); len(def) != 1 ||
+		!strings.Contains(def[0], "node-3, whose kubelet the API server's node authorizer refused the pod's claim at 12:30:20.000; it verified the volume at 12:30:39.700") {
+		t.Errorf("default profile: slow runs %q, want run 2 with the authorizer's refusal", def)
+	}
 }
