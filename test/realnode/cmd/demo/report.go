@@ -37,9 +37,13 @@ powered on again and released. Every
 run was checked: nothing of the node was released, and its volume neither detached nor
 attached elsewhere, before its BMC logged the power-off; no other node was touched.
 `+"`reschedule`"+` includes the attach to the new node and the kubelet starting the pod. The
-BMC and volume columns come from the BMC's and the CSI driver's own logs; "node released"
-is when the node, powered on again as soon as the pod ran elsewhere, was Ready with a new
-boot ID and no taint. All times are from the failure.
+BMC and volume columns come from the BMC's and the CSI driver's own logs; "kubelet's wait"
+from the log of the kubelet that got the pod: from its first line about the pod to its
+verifying the attached volume, which it does only once its own node status lists the
+volume as in use (a † marks a run in which the API server's node authorizer refused that
+kubelet the pod's claim first). "node released" is when the node, powered on again as soon
+as the pod ran elsewhere, was Ready with a new boot ID and no taint. All times but the
+kubelet's wait are from the failure.
 `, runs, time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second), runs, leaderRuns, strings.Join(profiles, ","),
 		sim.MachineInfo(), nodeCount(runs), sim.KubeVersion)
 	if leaderRuns > 0 {
