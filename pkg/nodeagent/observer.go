@@ -186,9 +186,27 @@ func (d observerDelegate) NotifyMsg(b []byte) {
 	if json.Unmarshal(b, &m) != nil || !m.Bye || m.From == "" {
 		return
 	}
-	d.o.mu.Lock()
-	d.o.byes[m.From] = true
-	d.o.mu.Unlock()
+	d.o.bye(m.From)
+}
+
+// bye takes node's agent's goodbye. The goodbye comes over a stream and the leave it
+// precedes by gossip, so the seat may learn of the leave first: an agent already counted
+// dead that then says goodbye left, from when it went. Either order ends the same, and a
+// late goodbye only ever delays the verdict and marks the watchdog possibly disarmed.
+func (o *Observer) bye(node string) {
+	o.mu.Lock()
+	o.byes[node] = true
+	at, dead := o.dead[node]
+	if dead {
+		delete(o.dead, node)
+		o.left[node] = at
+		o.leaving[node] = at
+		time.AfterFunc(max(0, o.grace-o.now().Sub(at)), func() { o.notifyOf(node) })
+	}
+	o.mu.Unlock()
+	if dead {
+		o.notifyOf(node)
+	}
 }
 
 // observerEvents follows the member list: a member that leaves after its goodbye left,

@@ -2,10 +2,12 @@ package nodeagent
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -100,6 +102,10 @@ func TestObserverGoodbyeGrace(t *testing.T) {
 	a, b := startTestPeer(t, "a", peerKey), startTestPeer(t, "b", peerKey)
 	o.Join(map[string]string{"a": a.p.Addr(), "b": b.p.Addr()})
 	pollFor(t, "the seat sees both agents", func() bool { return o.Members() == 2 })
+	// The seat counts a member once its join's state exchange answers; the agent takes
+	// the seat in only after answering, and an agent that does not know the seat says it
+	// no goodbye (a loaded CI machine stopped a in between).
+	pollFor(t, "agent a hears the seat", func() bool { _, ok := a.p.Acks()[ObserverPrefix+"replica-1"]; return ok })
 	a.p.Stop()
 	pollFor(t, "a's goodbye", func() bool { return !o.Left("a").IsZero() })
 	if _, gone := o.Gone("a"); gone {
@@ -125,5 +131,60 @@ func TestObserverGoodbyeGrace(t *testing.T) {
 	})
 	if !o.Left("a").Equal(left) {
 		t.Errorf("a's goodbye %s forgotten once it joined again", o.Left("a"))
+	}
+}
+
+// TestObserverGoodbyeAfterLeave: the goodbye travels over a stream and the leave by
+// gossip, so the seat may count the agent dead before its goodbye arrives (a loaded CI
+// machine did). The late goodbye still makes it an agent that left, from when it went:
+// not gone within the grace, and its watchdog possibly disarmed (Left).
+func TestObserverGoodbyeAfterLeave(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	clk := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	notified := make(chan string, 10)
+	o, err := StartObserver(PeerConfig{BindAddr: "127.0.0.1", Key: peerKey, ProbeInterval: 100 * time.Millisecond}, "replica-1", time.Minute,
+		func(node string) { notified <- node }, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.Stop)
+	events, msgs := observerEvents{o}, observerDelegate{o}
+	events.NotifyJoin(&memberlist.Node{Name: "a"})
+	wentAt := now
+	events.NotifyLeave(&memberlist.Node{Name: "a"})
+	if _, gone := o.Gone("a"); !gone {
+		t.Fatal("a, which left with no goodbye yet, is not gone")
+	}
+	for len(notified) > 0 {
+		<-notified
+	}
+	mu.Lock()
+	now = now.Add(300 * time.Millisecond)
+	mu.Unlock()
+	bye, err := json.Marshal(askMsg{Bye: true, From: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs.NotifyMsg(bye)
+	if _, gone := o.Gone("a"); gone {
+		t.Error("a, whose goodbye came after its leave, is gone before the grace passed")
+	}
+	if !o.Left("a").Equal(wentAt) {
+		t.Errorf("a's goodbye recorded at %s; want when it went, %s", o.Left("a"), wentAt)
+	}
+	select {
+	case n := <-notified:
+		if n != "a" {
+			t.Errorf("notified of %q; want a", n)
+		}
+	default:
+		t.Error("no notification for a's late goodbye")
+	}
+	mu.Lock()
+	now = wentAt.Add(time.Minute)
+	mu.Unlock()
+	if at, gone := o.Gone("a"); !gone || !at.Equal(wentAt.Add(time.Minute)) {
+		t.Errorf("a after the grace: gone %t since %s; want gone since %s", gone, at, wentAt.Add(time.Minute))
 	}
 }
