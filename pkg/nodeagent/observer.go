@@ -121,15 +121,21 @@ func (o *Observer) changed(n *memberlist.Node, gone bool) {
 		now := o.now()
 		o.left[name] = now
 		if o.seen[name] {
-			o.leaving[name] = now
-			// The grace's end changes the verdict with no event of its own.
-			time.AfterFunc(o.grace, func() { o.notifyOf(name) })
+			o.startGrace(name, now)
 		}
 	case o.seen[name]:
 		o.dead[name] = o.now()
 	}
 	o.mu.Unlock()
 	o.notifyOf(name)
+}
+
+// startGrace counts node's agent as leaving with a goodbye since at, gone once the grace
+// from at has passed. Called with o.mu held.
+func (o *Observer) startGrace(node string, at time.Time) {
+	o.leaving[node] = at
+	// The grace's end changes the verdict with no event of its own.
+	time.AfterFunc(max(0, o.grace-o.now().Sub(at)), func() { o.notifyOf(node) })
 }
 
 func (o *Observer) notifyOf(node string) {
@@ -200,8 +206,7 @@ func (o *Observer) bye(node string) {
 	if dead {
 		delete(o.dead, node)
 		o.left[node] = at
-		o.leaving[node] = at
-		time.AfterFunc(max(0, o.grace-o.now().Sub(at)), func() { o.notifyOf(node) })
+		o.startGrace(node, at)
 	}
 	o.mu.Unlock()
 	if dead {

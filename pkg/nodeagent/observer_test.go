@@ -135,8 +135,8 @@ func TestObserverGoodbyeGrace(t *testing.T) {
 }
 
 // TestObserverGoodbyeAfterLeave: the goodbye travels over a stream and the leave by
-// gossip, so the seat may count the agent dead before its goodbye arrives (a loaded CI
-// machine did). The late goodbye still makes it an agent that left, from when it went:
+// gossip, so the seat may count the agent dead before its goodbye arrives (memberlist
+// orders neither against the other). The late goodbye still makes it an agent that left, from when it went:
 // not gone within the grace, and its watchdog possibly disarmed (Left).
 func TestObserverGoodbyeAfterLeave(t *testing.T) {
 	var mu sync.Mutex
