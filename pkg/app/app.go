@@ -139,7 +139,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	ctrls, err := Assemble(Assembly{Config: cfg, Kube: cs.kube, Fencing: cs.fencing, Dynamic: cs.dynamic, Agents: agents,
 		Recorder: recorder, Registry: registry, Identity: identity, TargetInterval: o.TargetInterval, PauseConfigMap: o.PauseConfigMap,
 		Leader: controller.LeaderOptions{Guard: guard, Reach: reach, OnDeposed: deposed, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval},
-		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: os.Getenv(testpoint.Env)}})
+		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: pauseAt(ctx)}})
 	if err != nil {
 		return err
 	}
@@ -165,6 +165,19 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	lead := leading(o, client, health, ids, host, ctrls)
 	elected := campaign(ctx, client, cfg.LeaderElection, identity, reach, lead, deposed, errc)
 	return awaitEnd(ctx, cfg.LeaderElection, elected, errc)
+}
+
+// pauseAt is the test pause point testpoint.Env names. A binary built without
+// testpoint.BuildTag (a release) ignores it, and says so: a test that set it would
+// otherwise wait for a pause that never comes.
+func pauseAt(ctx context.Context) string {
+	point := os.Getenv(testpoint.Env)
+	if point != "" && !testpoint.Enabled {
+		klog.FromContext(ctx).Info("Test pause point ignored: this binary was built without its build tag",
+			"env", testpoint.Env, "point", point, "tag", testpoint.BuildTag)
+		return ""
+	}
+	return point
 }
 
 // apiClients are the controller's API clients, sharing one request budget.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/configfile"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 	"github.com/kubefence/kubefence/test/sim/redfish"
 )
@@ -179,13 +180,14 @@ func (m *machine) PoweredOn() (bool, error) {
 // Only nodes with an ipmi_sim BMC have such a machine.
 func (h *Harness) MachineIgnoresBMC(node string) { h.machines[node].ignoresBMC.Store(true) }
 
-// BuildBinaries builds kubefence's commands into dir with the go tool.
+// BuildBinaries builds kubefence's commands into dir with the go tool, the controller
+// with its test pause points (testpoint.BuildTag), which the release leaves out.
 func BuildBinaries(ctx context.Context, dir string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/fence-controller", "./cmd/fence-agent-ipmi")
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", testpoint.BuildTag, "-o", dir+string(os.PathSeparator), "./cmd/fence-controller", "./cmd/fence-agent-ipmi")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build kubefence binaries: %w\n%s", err, out)

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
 // PlantedBug is a change to the controller's own source, compiled into a test build with
@@ -92,7 +94,8 @@ func BuildPlantedBinaries(ctx context.Context, dir, name string) error {
 	if err := BuildScenarioBinaries(ctx, dir); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-overlay", ov, "-o", dir+string(os.PathSeparator), "./cmd/fence-controller")
+	// The tag as BuildScenarioBinaries': the chaos scenarios pause a leader too.
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", testpoint.BuildTag, "-overlay", ov, "-o", dir+string(os.PathSeparator), "./cmd/fence-controller")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build fence-controller with planted bug %s: %w\n%s", name, err, out)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/testpoint"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
@@ -82,13 +83,14 @@ func (r *Report) String() string {
 }
 
 // BuildScenarioBinaries builds the controller, the IPMI and iSCSI agents and the node
-// agent into dir.
+// agent into dir, the controller with its test pause points (Scenario.PauseAt,
+// testpoint.BuildTag), which the release leaves out.
 func BuildScenarioBinaries(ctx context.Context, dir string) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator),
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", testpoint.BuildTag, "-o", dir+string(os.PathSeparator),
 		"./cmd/fence-controller", "./cmd/fence-agent-ipmi", "./cmd/fence-agent-iscsi", "./cmd/fence-node-agent")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
