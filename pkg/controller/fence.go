@@ -165,8 +165,12 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 		c.step(ctx, nf, now, v1alpha1.StepAgentError, fmt.Sprintf("agent %s %s %s: %v", step.Agent, agentcall.Method(step), ev.ErrKind, ev.Err))
 	case step.Kind == fencer.DoFence:
 		c.step(ctx, nf, now, v1alpha1.StepAgentReturned, fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
-	case lastAttempt(nf).State != prev:
-		c.step(ctx, nf, now, v1alpha1.StepStateReadBack, fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence))
+	case a.State != prev:
+		msg := fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence)
+		if prev == v1alpha1.AttemptFencing {
+			msg += "; " + a.Error // found in flight and read back first (fencer.lostInFlight)
+		}
+		c.step(ctx, nf, now, v1alpha1.StepStateReadBack, msg)
 	default:
 		// Still verifying with nothing new: no write, the next poll comes soon.
 		return false, nil
@@ -204,9 +208,7 @@ func (c *Controller) fenceTarget(nf *v1alpha1.NodeFence, node *corev1.Node, step
 	return c.caller.Resolve(step.Agent, node, nil)
 }
 
-// callRecord describes the Fence call step is about to send to target; a re-issue (the
-// outcome of the same try was lost to a crash or an API server outage) names the call
-// before it.
+// callRecord describes the Fence call step is about to send to target.
 func (c *Controller) callRecord(nf *v1alpha1.NodeFence, step fencer.Step, target string, err error) string {
 	switch {
 	case step.Agent == v1alpha1.WatchdogAgent:
@@ -214,11 +216,7 @@ func (c *Controller) callRecord(nf *v1alpha1.NodeFence, step fencer.Step, target
 	case err != nil:
 		target = "(none: " + err.Error() + ")"
 	}
-	msg := fmt.Sprintf("level %d agent %s try %d: Fence off, target %s", step.Level, step.Agent, step.Try, target)
-	if a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try); a != nil && a.State == v1alpha1.AttemptFencing {
-		msg += fmt.Sprintf("; re-issued: the outcome of the call sent at %s was lost", fencer.Stamp(a.Started.Time))
-	}
-	return msg
+	return fmt.Sprintf("level %d agent %s try %d: Fence off, target %s", step.Level, step.Agent, step.Try, target)
 }
 
 func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, plan fencer.Plan, ev fencer.Event) error {

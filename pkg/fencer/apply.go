@@ -125,8 +125,15 @@ func keepFenceEvidence(a *v1alpha1.Attempt, evidence string) {
 
 func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {
 	if ev.Kind == FenceReturned && ev.Err != nil && lostOutcome(ev.ErrKind) {
-		unknownOutcome(a, ev, now, readBack)
+		unknownOutcome(a, ev.Err.Error(), now, readBack)
 		return
+	}
+	if a.State == v1alpha1.AttemptFencing && (ev.Kind == StateRead || ev.Kind == Expired) {
+		lostInFlight(a, now, readBack)
+		if ev.Kind == Expired {
+			// The read back starts now; the attempt is judged at its end.
+			return
+		}
 	}
 	if ev.Evidence != "" {
 		a.Evidence = ev.Evidence
@@ -148,8 +155,10 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 			fail(ev.ErrKind, ev.Err.Error())
 			return
 		}
-		// The agent's word is not enough: the state is read back separately.
+		// The agent's word is not enough: the state is read back separately, and for
+		// at least readBack, since a device may act seconds after it acknowledged.
 		a.State = v1alpha1.AttemptVerifying
+		readBackUntil(a, now, readBack)
 	case StateRead:
 		if ev.Err == nil && ev.State == StateFenced {
 			a.State = v1alpha1.AttemptVerified
@@ -181,10 +190,20 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 }
 
 // lostOutcome reports whether a Fence call that ended with kind may have sent its
-// command without anyone seeing what became of it: the call timed out, or the agent
-// process (or a remote agent's connection) died during it.
+// command without anyone seeing what became of it: the call timed out, the agent
+// process (or a remote agent's connection) died during it, or the device acknowledged
+// the off and the agent gave up reading it back (NotVerified): a slow device may still
+// act on it.
 func lostOutcome(kind plugin.ErrorKind) bool {
-	return kind == plugin.KindTimeout || kind == plugin.KindAgentDied
+	return kind == plugin.KindTimeout || kind == plugin.KindAgentDied || kind == plugin.KindNotVerified
+}
+
+// lostInFlight records an attempt found still Fencing by a sync that did not send its
+// call: it was written before the call, and the call's outcome was lost to a crash, a
+// handover or a failed save. The call may have reached the device, so its outcome is
+// unknown, and it is read back, never sent again.
+func lostInFlight(a *v1alpha1.Attempt, now time.Time, readBack time.Duration) {
+	unknownOutcome(a, fmt.Sprintf("the Fence call sent at %s was found in flight", Stamp(a.Started.Time)), now, readBack)
 }
 
 // unknownOutcome records a Fence call whose outcome was lost (lostOutcome). It is
@@ -197,10 +216,16 @@ func lostOutcome(kind plugin.ErrorKind) bool {
 // try failed; nothing read, the agent gives up its level (plugin.KindUnknown). A second
 // off sent while the first was pending would land after the first was verified and the
 // node released, and could power off a node that was back on a new boot.
-func unknownOutcome(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration) {
+func unknownOutcome(a *v1alpha1.Attempt, why string, now time.Time, readBack time.Duration) {
 	a.State, a.ErrorKind = v1alpha1.AttemptVerifying, string(plugin.KindUnknown)
-	a.Error = "outcome unknown: " + ev.Err.Error()
+	a.Error = "outcome unknown: " + why
 	a.PowerState = ""
+	readBackUntil(a, now, readBack)
+}
+
+// readBackUntil moves a's deadline to at least now+readBack: an off that may still land
+// is read back that long before anything retries, escalates or gives up.
+func readBackUntil(a *v1alpha1.Attempt, now time.Time, readBack time.Duration) {
 	if d := now.Add(readBack); d.After(a.Deadline.Time) {
 		a.Deadline = micro(d)
 	}

@@ -24,12 +24,14 @@ type Plan struct {
 	// PollInterval is how often a state is read back while verifying.
 	PollInterval time.Duration
 	// ReadBack is how long, at least, the state is read back after a Fence call whose
-	// outcome is unknown (it timed out); zero means DefaultReadBack.
+	// outcome is unknown (unknownOutcome), before the same agent may send another:
+	// the longest a device may take to act after it took a command. Zero means
+	// DefaultReadBack.
 	ReadBack time.Duration
 }
 
-// DefaultReadBack gives a timed-out call's target a few reads before its attempt is
-// judged: enough for a BMC that answers in a second.
+// DefaultReadBack gives a call whose outcome is unknown a few reads before its attempt
+// is judged: longer than a slow BMC takes to act on a command it acknowledged (seconds).
 const DefaultReadBack = 5 * time.Second
 
 func (p Plan) readBack() time.Duration {
@@ -59,7 +61,8 @@ func PlanFor(p *v1alpha1.Policy, poll time.Duration) Plan {
 type Kind string
 
 const (
-	// DoFence: call Fence on Agent (a new try, or the re-issue of one whose outcome was lost).
+	// DoFence: call Fence on Agent: a new try, never the re-issue of one whose outcome
+	// may still land (that one is read back: DoVerify).
 	DoFence Kind = "Fence"
 	// DoVerify: call Status on Agent and Apply the state read.
 	DoVerify Kind = "Verify"
@@ -132,9 +135,14 @@ func agentStep(a *v1alpha1.Attempt, lv Level, level int32, agent string, now tim
 		if !now.Before(a.Deadline.Time) {
 			return Step{Kind: DoExpire, Level: level, Agent: agent, Try: a.Try}, false
 		}
-		if a.State == v1alpha1.AttemptFencing {
+		if a.State == v1alpha1.AttemptFencing && agent == v1alpha1.WatchdogAgent {
+			// The watchdog's "call" is the controller's own check and sends nothing.
 			return Step{Kind: DoFence, Level: level, Agent: agent, Try: a.Try}, false
 		}
+		// An attempt still Fencing here was written before its call, and the call's
+		// outcome was lost (a crash, a handover, a failed save after it): the off may
+		// still land, so the target is read back first and the call never sent again
+		// (lostInFlight).
 		return Step{Kind: DoVerify, Level: level, Agent: agent, Try: a.Try}, false
 	}
 	// Failed.

@@ -47,11 +47,11 @@ func TestResume(t *testing.T) {
 			now:    t0,
 			want:   Step{Kind: DoFence, Level: 1, Agent: "ipmi", Try: 1},
 		},
-		"fence call in flight when the leader died: re-issued, same try": {
+		"fence call in flight when the leader died: read back, never re-issued": {
 			status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFencing, Level: 1,
 				Attempts: []v1alpha1.Attempt{attempt("ipmi", 1, v1alpha1.AttemptFencing, t0)}},
 			now:  t0.Add(2 * time.Second),
-			want: Step{Kind: DoFence, Level: 1, Agent: "ipmi", Try: 1},
+			want: Step{Kind: DoVerify, Level: 1, Agent: "ipmi", Try: 1},
 		},
 		"fence call in flight past its deadline: expired": {
 			status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFencing, Level: 1,

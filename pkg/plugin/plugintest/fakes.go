@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
@@ -27,6 +28,11 @@ type Machine struct {
 	// ReadsOff are targets that read off whatever the machine does (another machine's
 	// BMC, switched off).
 	ReadsOff map[string]bool
+	// ActsAfter, with Clock, makes a slow BMC: it acknowledges an off at once and the
+	// machine goes off ActsAfter later on Clock.
+	ActsAfter time.Duration
+	Clock     func() time.Time
+	offAt     time.Time
 }
 
 // TakeCalls returns the calls made since it was last asked, oldest first, and forgets them.
@@ -54,8 +60,16 @@ func (m *Machine) record(call string, on, set bool) plugin.Result {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls = append(m.calls, call)
-	if set {
+	switch {
+	case set && !on && m.ActsAfter > 0:
+		if m.offAt.IsZero() {
+			m.offAt = m.Clock().Add(m.ActsAfter)
+		}
+	case set:
 		m.On = on
+	}
+	if !m.offAt.IsZero() && !m.Clock().Before(m.offAt) {
+		m.On, m.offAt = false, time.Time{}
 	}
 	st := plugin.StateOff
 	if m.On {
