@@ -15,6 +15,9 @@ const (
 	// AutoscalerTaint is the taint the Cluster Autoscaler puts on a node it is about to
 	// delete (scale down); its value is the Unix time it was added.
 	AutoscalerTaint = "ToBeDeletedByClusterAutoscaler"
+	// KarpenterTaint is the taint Karpenter (v1) puts on a node it has chosen to
+	// disrupt (consolidate, expire, drift) before it drains and deletes it.
+	KarpenterTaint = "karpenter.sh/disrupted"
 	// ExcludeLabel is medik8s' label for a node that NodeHealthCheck must not remediate.
 	ExcludeLabel = "remediation.medik8s.io/exclude-from-remediation"
 	// KuredRebootAnnotation is the annotation kured (run with --annotate-nodes) puts on a
@@ -47,6 +50,10 @@ func Signal(node *corev1.Node, rule v1alpha1.CordonRule, drained bool, o Objects
 		return fmt.Sprintf("its Cluster API Machine %s is being deleted", o.DeletingMachine)
 	case hasTaint(node, AutoscalerTaint):
 		return fmt.Sprintf("the Cluster Autoscaler is deleting it (taint %s)", AutoscalerTaint)
+	case hasTaint(node, KarpenterTaint):
+		return fmt.Sprintf("Karpenter is disrupting it (taint %s)", KarpenterTaint)
+	case node.DeletionTimestamp != nil:
+		return fmt.Sprintf("the Node is being deleted (since %s)", node.DeletionTimestamp.UTC().Format(time.RFC3339))
 	}
 	if since, ok := node.Annotations[KuredRebootAnnotation]; ok {
 		return fmt.Sprintf("kured is rebooting it (annotation %s: %q)", KuredRebootAnnotation, since)

@@ -29,6 +29,14 @@ func TestSignal(t *testing.T) {
 			node: func(n *corev1.Node) {
 				n.Spec.Taints = []corev1.Taint{{Key: AutoscalerTaint, Value: "1700000000", Effect: corev1.TaintEffectNoSchedule}}
 			}},
+		"Karpenter's disruption taint": {rule: v1alpha1.CordonNever, want: KarpenterTaint,
+			node: func(n *corev1.Node) {
+				n.Spec.Taints = []corev1.Taint{{Key: KarpenterTaint, Effect: corev1.TaintEffectNoSchedule}}
+			}},
+		"the Node being deleted": {rule: v1alpha1.CordonNever, want: "the Node is being deleted (since 2026-11-27T03:00:00Z)",
+			node: func(n *corev1.Node) {
+				n.DeletionTimestamp = &metav1.Time{Time: time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)}
+			}},
 		"another taint": {rule: v1alpha1.CordonNever,
 			node: func(n *corev1.Node) {
 				n.Spec.Taints = []corev1.Taint{{Key: "example.com/x", Effect: corev1.TaintEffectNoSchedule}}
