@@ -51,9 +51,16 @@ type Stuck interface {
 type CountingError struct {
 	Err     error
 	Timeout time.Duration
+	// Inherited: the device was counting already when Arm opened it (an earlier agent
+	// left it running, as it does for a node that is to be fenced): a failed Arm does
+	// not stop what that agent started.
+	Inherited bool
 }
 
 func (e *CountingError) Error() string {
+	if e.Inherited {
+		return e.Err.Error() + ": the device was counting down when opened (an earlier agent left it running) and is not stopped"
+	}
 	return e.Err.Error() + ": the device counts down anyway and cannot be stopped (nowayout)"
 }
 
@@ -207,6 +214,8 @@ func (l *Linux) Arm(timeout time.Duration) (time.Duration, error) {
 	case !known && !l.AllowNowayout:
 		return 0, fmt.Errorf("watchdog %s: its nowayout state is unknown (no %s): it may never stop once opened; refused unless nowayout is allowed (--watchdog-allow-nowayout)", l.Path, where)
 	}
+	// Read before the open, which would start a stopped device too.
+	inherited := counting(where)
 	sys := l.calls()
 	fd, err := sys.open(l.Path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -217,16 +226,24 @@ func (l *Linux) Arm(timeout time.Duration) (time.Duration, error) {
 	if err == nil {
 		return got, nil
 	}
-	if l.stuck {
-		// It counts down and cannot be stopped: what it counts, for its owner to feed
-		// it in time.
+	if l.stuck || inherited {
+		// It counts down and cannot, or must not, be stopped: what it counts, for its
+		// owner to feed it in time while the node may live, and not after.
 		t, _ := sys.getInt(fd, unix.WDIOC_GETTIMEOUT)
-		return 0, &CountingError{Err: err, Timeout: time.Duration(max(t, 0)) * time.Second}
+		return 0, &CountingError{Err: err, Timeout: time.Duration(max(t, 0)) * time.Second, Inherited: inherited && !l.stuck}
 	}
 	if derr := l.Disarm(); derr != nil {
 		err = errors.Join(err, derr)
 	}
 	return 0, err
+}
+
+// counting reports whether the device whose sysfs nowayout file is at where was counting
+// down already: its "state" beside it reads "active". A state sysfs does not give counts
+// as not counting, as before the attribute existed.
+func counting(where string) bool {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(where), "state"))
+	return err == nil && strings.TrimSpace(string(b)) == "active"
 }
 
 // setUp checks the open device's support for the magic close and sets its timeout.

@@ -270,3 +270,31 @@ func TestLinuxOnAFileThatIsNoWatchdog(t *testing.T) {
 		t.Errorf("Disarm: %v (open %t)", err, l.open)
 	}
 }
+
+// TestLinuxFailedArmLeavesAnInheritedCountdown: a device an earlier agent left counting
+// (its sysfs state "active": that agent stopped feeding a node that is to be fenced) is
+// not stopped by a failed Arm of the next agent: no magic close, a CountingError, so the
+// node still resets unless the new agent may feed it. Without the rule the failed Arm
+// wrote the magic close and the node lived on.
+func TestLinuxFailedArmLeavesAnInheritedCountdown(t *testing.T) {
+	for state, inherited := range map[string]bool{"active": true, "inactive": false, "": false} {
+		t.Run("state "+state, func(t *testing.T) {
+			sysfs := fakeSysfs(t, "0", "")
+			if state != "" {
+				if err := os.WriteFile(filepath.Join(sysfs, "class/watchdog/watchdog0/state"), []byte(state+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			k := fakeKernel{setErr: unix.EINVAL, got: 30}
+			l := &Linux{Path: "/dev/watchdog", sys: k.syscalls(), Sysfs: sysfs}
+			_, err := l.Arm(5 * time.Second)
+			var c *CountingError
+			if errors.As(err, &c) != inherited || (inherited && (!c.Inherited || c.Timeout != 30*time.Second)) {
+				t.Errorf("Arm: %v, want a CountingError (inherited, 30s): %t", err, inherited)
+			}
+			if closed := strings.Contains(strings.Join(k.calls, ","), `write 7 "V"`); closed == inherited {
+				t.Errorf("magic close written %t with the device counting already %t (calls %v)", closed, inherited, k.calls)
+			}
+		})
+	}
+}
