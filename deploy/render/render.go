@@ -41,10 +41,17 @@ func Render(dir string, values map[string]any) ([]byte, error) {
 // RenderFor renders as Render does, for the Kubernetes version kube ("v1.31.0"), which
 // the chart's kubeVersion constraint must admit.
 func RenderFor(dir string, values map[string]any, kube string) ([]byte, error) {
-	return renderWith(dir, values, kube, header)
+	return renderWith(dir, values, kube, header, Release, Namespace)
 }
 
-func renderWith(dir string, values map[string]any, kube, head string) ([]byte, error) {
+// RenderAs renders as Render does, installed as release in namespace: what users vary,
+// and what every name the chart renders must follow.
+func RenderAs(dir string, values map[string]any, release, namespace string) ([]byte, error) {
+	head := "# Rendered from deploy/helm/kubefence, release " + release + " in namespace " + namespace + ".\n"
+	return renderWith(dir, values, KubeVersion, head, release, namespace)
+}
+
+func renderWith(dir string, values map[string]any, kube, head, release, namespace string) ([]byte, error) {
 	kv, err := chartutil.ParseKubeVersion(kube)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes version %q: %w", kube, err)
@@ -58,8 +65,8 @@ func renderWith(dir string, values map[string]any, kube, head string) ([]byte, e
 	install.ClientOnly = true
 	install.IncludeCRDs = true
 	install.Replace = true
-	install.ReleaseName = Release
-	install.Namespace = Namespace
+	install.ReleaseName = release
+	install.Namespace = namespace
 	install.KubeVersion = kv
 	rel, err := install.Run(ch, values)
 	if err != nil {
@@ -116,7 +123,7 @@ func RenderManifests(dir, releaseValues string) (kf, agent []byte, err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, err
 	}
-	if kf, err = renderWith(dir, values, KubeVersion, head); err != nil {
+	if kf, err = renderWith(dir, values, KubeVersion, head, Release, Namespace); err != nil {
 		return nil, nil, err
 	}
 	agent, err = renderNodeAgent(dir, values)

@@ -15,6 +15,84 @@
 {{- end -}}
 {{- end -}}
 
+{{/*
+The names of the release's objects. Every name the chart renders and also tells a
+container (a flag, the config file, an env), a binding, a Service, a policy or an alert
+comes from one helper here, and every place that writes it includes that helper: a name
+written out twice drifts, and a controller told one name while its Role allows another
+never syncs its caches and never fences. deploy/render/names_test.go follows each name
+to its object and its RBAC under several release names, namespaces and overrides.
+*/}}
+
+{{/* The controller's Deployment, its PodDisruptionBudget, ServiceMonitor and roles. */}}
+{{- define "kubefence.controllerName" -}}
+{{- printf "%s-controller" (include "kubefence.fullname" .) -}}
+{{- end -}}
+
+{{/* The ConfigMap of the controller's config file (kubefence.config). */}}
+{{- define "kubefence.configMap" -}}
+{{- printf "%s-config" (include "kubefence.fullname" .) -}}
+{{- end -}}
+
+{{/* The pause requests' ConfigMap: the controller's and validate's --pause-configmap,
+the controller's Role and the on-call Role name it. */}}
+{{- define "kubefence.pauseConfigMap" -}}
+{{- printf "%s-pause" (include "kubefence.fullname" .) -}}
+{{- end -}}
+
+{{/*
+The leader election Lease, in the release namespace: config.leaderElection.name when set,
+else <fullname>-controller, so that two releases in one namespace elect apart. For the
+release kubefence that is kubefence-controller, the name before it followed the release:
+an upgrade of the default install keeps its Lease, and so its one leader.
+*/}}
+{{- define "kubefence.leaderLease" -}}
+{{- $le := .Values.config.leaderElection | default dict -}}
+{{- $le.name | default (printf "%s-controller" (include "kubefence.fullname" .)) -}}
+{{- end -}}
+
+{{/* The metrics Service, and the ClusterRole that may scrape it. */}}
+{{- define "kubefence.metricsService" -}}
+{{- printf "%s-metrics" (include "kubefence.fullname" .) -}}
+{{- end -}}
+{{- define "kubefence.metricsReaderRole" -}}
+{{- printf "%s-metrics-reader" (include "kubefence.fullname" .) -}}
+{{- end -}}
+
+{{/* The node agents' DaemonSet, ServiceAccount, roles and report policy. */}}
+{{- define "kubefence.nodeAgentName" -}}
+{{- printf "%s-node-agent" (include "kubefence.fullname" .) -}}
+{{- end -}}
+
+{{/*
+The prefix of a node agent's report Lease (kubefence-node-<node>). fence-node-agent
+writes it (pkg/nodeagent.LeasePrefix) and no flag renames it, so it does not follow the
+release: the report policy must hold the agents to the name they write.
+*/}}
+{{- define "kubefence.nodeAgentLeasePrefix" -}}
+kubefence-node-
+{{- end -}}
+
+{{/* A remote agent's Deployment and PodDisruptionBudget, and the alert's matcher
+(dict "root" $ "agent" REMOTE-AGENT). */}}
+{{- define "kubefence.remoteAgentName" -}}
+{{- printf "%s-agent-%s" (include "kubefence.fullname" .root) .agent.name -}}
+{{- end -}}
+
+{{/*
+The host the controller dials for a remote agent (REMOTE-AGENT), NAME.NAMESPACE.svc, and
+checks its serving certificate against: its Service is the agent's own name, not the
+release's, because the certificate the user issued names it (values.yaml, remoteAgents).
+*/}}
+{{- define "kubefence.remoteAgentHost" -}}
+{{- printf "%s.%s.svc" .name (required "remoteAgents[].namespace" .namespace) -}}
+{{- end -}}
+
+{{/* The on-call Role on the pause ConfigMap. */}}
+{{- define "kubefence.onCallPauseRole" -}}
+{{- printf "%s-oncall-pause" (include "kubefence.fullname" .) -}}
+{{- end -}}
+
 {{- define "kubefence.labels" -}}
 app.kubernetes.io/name: {{ include "kubefence.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -129,7 +207,7 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- end -}}
 {{- range .Values.remoteAgents -}}
 {{- $a := include "kubefence.agentConfig" (dict "a" . "root" $) | fromJson -}}
-{{- $host := printf "%s.%s.svc" .name (required "remoteAgents[].namespace" .namespace) -}}
+{{- $host := include "kubefence.remoteAgentHost" . -}}
 {{- $dir := include "kubefence.clientTLSDir" .name -}}
 {{- $_ := set $a "address" (printf "%s:%v" $host (.port | default 9443)) -}}
 {{- $_ := set $a "tls" (dict "certFile" (printf "%s/tls.crt" $dir) "keyFile" (printf "%s/tls.key" $dir) "caFile" (printf "%s/ca.crt" $dir) "serverName" $host) -}}
@@ -149,7 +227,8 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- $_ := set $a "networkFence" $nf -}}
 {{- $agents = append $agents $a -}}
 {{- end -}}
-{{- $le := merge (dict "namespace" .Release.Namespace) (deepCopy (.Values.config.leaderElection | default dict)) -}}
+{{- /* The release namespace, where the chart's Role grants Leases, always; the name from its helper. */ -}}
+{{- $le := merge (dict "namespace" .Release.Namespace "name" (include "kubefence.leaderLease" .)) (deepCopy (.Values.config.leaderElection | default dict)) -}}
 {{- $cfg := dict "apiVersion" "config.kubefence.io/v1alpha1" "kind" "FenceControllerConfiguration" "pluginDir" .Values.pluginDir "leaderElection" $le "agents" $agents "policies" .Values.policies -}}
 {{- with .Values.config.detection }}{{ $_ := set $cfg "detection" . }}{{ end -}}
 {{- with .Values.config.history }}{{ $_ := set $cfg "history" . }}{{ end -}}
