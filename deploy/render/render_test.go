@@ -161,7 +161,10 @@ func allOn() map[string]any {
 		},
 		"grafanaDashboard": map[string]any{"enabled": true},
 		"nodeAgent":        map[string]any{"enabled": true, "extraArgs": []any{"--kube-api-qps=2"}, "nodeSelector": map[string]any{"kubernetes.io/os": "linux"}},
-		"userRoles":        map[string]any{"onCall": []any{map[string]any{"kind": "Group", "name": "oncall", "apiGroup": "rbac.authorization.k8s.io"}}},
+		"userRoles": map[string]any{
+			"requesters": []any{map[string]any{"kind": "Group", "name": "sre", "apiGroup": "rbac.authorization.k8s.io"}},
+			"onCall":     []any{map[string]any{"kind": "Group", "name": "oncall", "apiGroup": "rbac.authorization.k8s.io"}},
+		},
 	}
 }
 
@@ -195,7 +198,7 @@ func TestRenderEverything(t *testing.T) {
 	byKind := decode(t, out)
 	for kind, n := range map[string]int{
 		"CustomResourceDefinition": 3, "Deployment": 3, "Service": 3, "ServiceMonitor": 1,
-		"PrometheusRule": 1, "ConfigMap": 3, "ClusterRole": 7, "ClusterRoleBinding": 4, "Role": 4, "PodDisruptionBudget": 0,
+		"PrometheusRule": 1, "ConfigMap": 3, "ClusterRole": 7, "ClusterRoleBinding": 5, "Role": 4, "PodDisruptionBudget": 0,
 		"DaemonSet": 1, "ValidatingAdmissionPolicy": 5,
 	} {
 		if got := len(byKind[kind]); got != n {
@@ -223,9 +226,9 @@ func TestRenderEverything(t *testing.T) {
 		"name: prometheus-k8s",
 		"scheme: https",
 		`rbac.authorization.k8s.io/aggregate-to-view: "true"`,
-		`rbac.authorization.k8s.io/aggregate-to-edit: "true"`,
 		"resources: [nodefences/force, nodefences/confirm, nodefences/cancel]",
 		"name: kubefence-oncall\nsubjects:\n  - apiGroup: rbac.authorization.k8s.io\n    kind: Group\n    name: oncall",
+		"name: kubefence-requester\nsubjects:\n  - apiGroup: rbac.authorization.k8s.io\n    kind: Group\n    name: sre",
 		"subresource('confirm').check('create')",
 		"subresource('cancel').check('create')",
 	} {

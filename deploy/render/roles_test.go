@@ -6,48 +6,114 @@ import (
 	"testing"
 )
 
-// TestRenderPeopleRolesAndWords: by default the chart renders the view, edit and on-call
-// ClusterRoles and the admission policies of force, confirm-off and cancel; each can be
-// left out.
+// TestRenderPeopleRolesAndWords: by default the chart renders the view, requester and
+// on-call ClusterRoles and the admission policies of force, confirm-off and cancel; each
+// can be left out. Powering a node off takes a permission none of Kubernetes' own roles
+// carries (docs/DESIGN invariant 14): no role the chart aggregates into view, edit or
+// admin may ask for a fence or give a word, only the requester and on-call roles, which
+// are bound on purpose.
 func TestRenderPeopleRolesAndWords(t *testing.T) {
+	policies := []string{"kubefence-cancel", "kubefence-confirm-off", "kubefence-force", "kubefence-requested-by"}
 	for name, tc := range map[string]struct {
 		values         map[string]any
 		roles, polices []string
 	}{
-		"defaults": {nil, []string{"kubefence-view", "kubefence-edit", "kubefence-oncall"},
-			[]string{"kubefence-cancel", "kubefence-confirm-off", "kubefence-force", "kubefence-requested-by"}},
-		"no user roles": {map[string]any{"userRoles": map[string]any{"enabled": false}}, nil,
-			[]string{"kubefence-cancel", "kubefence-confirm-off", "kubefence-force", "kubefence-requested-by"}},
+		"defaults": {nil, []string{"kubefence-view", "kubefence-requester", "kubefence-oncall"}, policies},
+		"every part on": {everyPartOn(nil), []string{"kubefence-view", "kubefence-requester", "kubefence-oncall"},
+			[]string{"kubefence-cancel", "kubefence-confirm-off", "kubefence-force", "kubefence-node-agent-report", "kubefence-requested-by"}},
+		"no user roles": {map[string]any{"userRoles": map[string]any{"enabled": false}}, nil, policies},
 		"no word policies": {map[string]any{"confirmOffPolicy": map[string]any{"enabled": false}, "cancelPolicy": map[string]any{"enabled": false}},
-			[]string{"kubefence-view", "kubefence-edit", "kubefence-oncall"}, []string{"kubefence-force", "kubefence-requested-by"}},
+			[]string{"kubefence-view", "kubefence-requester", "kubefence-oncall"}, []string{"kubefence-force", "kubefence-requested-by"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := Render(chartDir, tc.values)
 			if err != nil {
 				t.Fatal(err)
 			}
-			byKind := decode(t, out)
-			names := func(kind string, keep func(string) bool) []string {
-				var got []string
-				for _, o := range byKind[kind] {
-					if n, _ := o.Metadata["name"].(string); keep(n) {
-						got = append(got, n)
-					}
+			m := parseManifest(t, out)
+			var people []string
+			for _, r := range m.ofKind("ClusterRole") {
+				if n := str(r, "metadata", "name"); strings.HasSuffix(n, "-view") || strings.HasSuffix(n, "-edit") ||
+					strings.HasSuffix(n, "-requester") || strings.HasSuffix(n, "-oncall") {
+					people = append(people, n)
 				}
-				return got
 			}
-			people := func(n string) bool {
-				return strings.HasSuffix(n, "-view") || strings.HasSuffix(n, "-edit") || strings.HasSuffix(n, "-oncall")
+			if !slices.Equal(people, tc.roles) {
+				t.Errorf("people's ClusterRoles %v, want %v", people, tc.roles)
 			}
-			if got := names("ClusterRole", people); !slices.Equal(got, tc.roles) {
-				t.Errorf("people's ClusterRoles %v, want %v", got, tc.roles)
+			var got []string
+			for _, p := range m.ofKind("ValidatingAdmissionPolicy") {
+				got = append(got, str(p, "metadata", "name"))
 			}
-			if got := names("ValidatingAdmissionPolicy", func(string) bool { return true }); !slices.Equal(got, tc.polices) {
+			if !slices.Equal(got, tc.polices) {
 				t.Errorf("admission policies %v, want %v", got, tc.polices)
 			}
-			if len(byKind["ValidatingAdmissionPolicyBinding"]) != len(tc.polices) {
-				t.Errorf("%d bindings for %d policies", len(byKind["ValidatingAdmissionPolicyBinding"]), len(tc.polices))
+			if n := len(m.ofKind("ValidatingAdmissionPolicyBinding")); n != len(tc.polices) {
+				t.Errorf("%d bindings for %d policies", n, len(tc.polices))
+			}
+			checkAggregatedRolesPowerNothing(t, m)
+			if tc.roles != nil {
+				checkAsksForFences(t, m, "kubefence-requester")
+				checkAsksForFences(t, m, "kubefence-oncall")
 			}
 		})
+	}
+}
+
+// powerVerbs are the requests that power a node off or give a word on an incident: a
+// NodeFence asked for, changed (retry, force, confirm-off and cancel are annotations) or
+// deleted, the virtual subresources the admission policies check, and a pause lifted or
+// set in the pause ConfigMap.
+func powerVerbs() []access {
+	var out []access
+	for _, res := range []string{"nodefences", "nodefences/status", "nodefences/force", "nodefences/confirm", "nodefences/cancel"} {
+		for _, verb := range []string{"create", "update", "patch", "delete"} {
+			out = append(out, access{verb: verb, group: "fencing.kubefence.io", resource: res})
+		}
+	}
+	for _, verb := range []string{"update", "patch"} {
+		out = append(out, access{verb: verb, group: "", resource: "configmaps", name: "kubefence-pause"})
+	}
+	return out
+}
+
+// checkAggregatedRolesPowerNothing: no ClusterRole labelled to aggregate into Kubernetes'
+// view, edit or admin grants any of powerVerbs.
+func checkAggregatedRolesPowerNothing(t *testing.T, m manifest) {
+	t.Helper()
+	for _, r := range m.ofKind("ClusterRole") {
+		labels := obj(r, "metadata", "labels")
+		var into []string
+		for _, builtin := range []string{"view", "edit", "admin"} {
+			if labels["rbac.authorization.k8s.io/aggregate-to-"+builtin] == "true" {
+				into = append(into, builtin)
+			}
+		}
+		if into == nil {
+			continue
+		}
+		for _, rule := range rulesOf(t, r) {
+			for _, a := range powerVerbs() {
+				if rule.grants(a) {
+					t.Errorf("ClusterRole %s aggregates into %v and may %s %s %s", str(r, "metadata", "name"), into, a.verb, a.resource, a.name)
+				}
+			}
+		}
+	}
+}
+
+// checkAsksForFences: ClusterRole name is rendered and may create and read NodeFences.
+func checkAsksForFences(t *testing.T, m manifest, name string) {
+	t.Helper()
+	role := m.find("ClusterRole", "", name)
+	if role == nil {
+		t.Errorf("no ClusterRole %s", name)
+		return
+	}
+	for _, verb := range []string{"create", "get", "list", "watch"} {
+		a := access{verb: verb, group: "fencing.kubefence.io", resource: "nodefences"}
+		if !slices.ContainsFunc(rulesOf(t, role), func(r rbacRule) bool { return r.grants(a) }) {
+			t.Errorf("ClusterRole %s may not %s nodefences", name, verb)
+		}
 	}
 }

@@ -76,6 +76,7 @@ func TestSchemaRejects(t *testing.T) {
 		"history age in days":          {"config: {history: {maxAge: 30d}}", []string{"/config/history/maxAge"}},
 		"target kind misspelled":       {"agents: [{name: ipmi, binary: fence-agent-ipmi, target: {templat: x}}]", []string{"/agents/0/target", "'templat' not allowed"}},
 		"reader kind":                  {"metrics: {readers: [{kind: Robot, name: r}]}", []string{"/metrics/readers/0/kind"}},
+		"requester kind":               {"userRoles: {requesters: [{kind: Role, name: r}]}", []string{"/userRoles/requesters/0/kind"}},
 		"scrape interval":              {"metrics: {serviceMonitor: {interval: 30}}", []string{"/metrics/serviceMonitor/interval"}},
 		"PDB minAvailable":             {"podDisruptionBudget: {minAvailable: half}", []string{"/podDisruptionBudget/minAvailable"}},
 		"spread without key":           {"controller: {topologySpreadConstraints: [{maxSkew: 1, whenUnsatisfiable: DoNotSchedule}]}", []string{"/controller/topologySpreadConstraints/0", "topologyKey"}},
@@ -105,6 +106,7 @@ func TestSchemaAccepts(t *testing.T) {
 		"global":           "global: {imageRegistry: r}",
 		"pinned digest":    "image: {digest: sha256:" + strings.Repeat("ab", 32) + "}",
 		"fractional":       "controller: {identityRenewInterval: 1.5s, identityLeaseDuration: 1h30m}",
+		"requesters":       "userRoles: {requesters: [{kind: Group, name: sre, apiGroup: rbac.authorization.k8s.io}]}",
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := Render(chartDir, valuesFile(t, values)); err != nil {

@@ -88,9 +88,28 @@ release's, because the certificate the user issued names it (values.yaml, remote
 {{- printf "%s.%s.svc" .name (required "remoteAgents[].namespace" .namespace) -}}
 {{- end -}}
 
-{{/* The on-call Role on the pause ConfigMap. */}}
+{{/* The ClusterRoles for people, and the on-call Role on the pause ConfigMap. */}}
+{{- define "kubefence.viewRole" -}}
+{{- printf "%s-view" (include "kubefence.fullname" .) -}}
+{{- end -}}
+{{- define "kubefence.requesterRole" -}}
+{{- printf "%s-requester" (include "kubefence.fullname" .) -}}
+{{- end -}}
+{{- define "kubefence.onCallRole" -}}
+{{- printf "%s-oncall" (include "kubefence.fullname" .) -}}
+{{- end -}}
 {{- define "kubefence.onCallPauseRole" -}}
 {{- printf "%s-oncall-pause" (include "kubefence.fullname" .) -}}
+{{- end -}}
+
+{{/*
+What asking for a fence takes: create a NodeFence in your own name (requestedByPolicy holds
+you to it) and annotate it (retry). The requester's rules, and the first of on-call's.
+*/}}
+{{- define "kubefence.requesterRules" -}}
+- apiGroups: [fencing.kubefence.io]
+  resources: [nodefences]
+  verbs: [get, list, watch, create, update, patch]
 {{- end -}}
 
 {{- define "kubefence.labels" -}}
