@@ -1,7 +1,9 @@
 package maintenance
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 )
 
 // The optional kinds Reader follows, each in the versions it reads, newest first: the
@@ -43,28 +46,73 @@ type Discovery interface {
 	ServerResourcesForGroupVersion(groupVersion string) (*metav1.APIResourceList, error)
 }
 
+// RediscoverEvery is how often Run asks again for a kind that was not served: a
+// CustomResourceDefinition installed after the controller started is followed within it.
+const RediscoverEvery = 30 * time.Second
+
 // Reader finds the Machines and NodeMaintenances that name a node, from informers of the
 // shared dynamic factory. A kind whose CustomResourceDefinition is not installed when New
-// runs is not watched (installing it later takes a restart of the controller).
+// runs is followed once Run finds it served.
 type Reader struct {
+	disc    Discovery
+	factory dynamicinformer.DynamicSharedInformerFactory
+
+	mu                     sync.RWMutex
 	machines, maintenances cache.Indexer
 }
 
 // New asks discovery which of the optional kinds are served and adds an informer for each
 // to factory, which the caller starts. A nil factory reads nothing.
 func New(disc Discovery, factory dynamicinformer.DynamicSharedInformerFactory) (*Reader, error) {
-	r := &Reader{}
+	r := &Reader{disc: disc, factory: factory}
 	if factory == nil {
 		return r, nil
 	}
-	var err error
-	if r.machines, err = follow(disc, factory, machineVersions, machineNodePath); err != nil {
-		return nil, err
-	}
-	if r.maintenances, err = follow(disc, factory, nodeMaintenanceVersions, nodeMaintenanceNodePath); err != nil {
+	if _, err := r.followServed(); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// followServed adds an informer for each kind not yet followed that is served now, and
+// reports whether it added one.
+func (r *Reader) followServed() (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	added := false
+	for _, k := range []struct {
+		idx      *cache.Indexer
+		versions []schema.GroupVersionResource
+		nodePath []string
+	}{{&r.machines, machineVersions, machineNodePath}, {&r.maintenances, nodeMaintenanceVersions, nodeMaintenanceNodePath}} {
+		if *k.idx != nil {
+			continue
+		}
+		idx, err := follow(r.disc, r.factory, k.versions, k.nodePath)
+		if err != nil {
+			return added, err
+		}
+		*k.idx, added = idx, added || idx != nil
+	}
+	return added, nil
+}
+
+// Run asks every interval for the kinds not followed yet, and starts an informer for each
+// that has come to be served, until ctx ends. A failed discovery is logged and asked again.
+func (r *Reader) Run(ctx context.Context, interval time.Duration) {
+	if r == nil || r.factory == nil {
+		return
+	}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		added, err := r.followServed()
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Discovery of the planned-absence kinds failed; asking again later")
+		}
+		if added {
+			klog.FromContext(ctx).Info("Following a planned-absence kind installed after the start")
+			r.factory.Start(ctx.Done())
+		}
+	}, interval)
 }
 
 // follow adds an informer for the first served version of a kind, indexed by the node
@@ -150,6 +198,8 @@ func (r *Reader) Objects(node string) Objects {
 	if r == nil {
 		return o
 	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	for _, u := range byNode(r.machines, node) {
 		if u.GetDeletionTimestamp() != nil {
 			o.DeletingMachine = u.GetNamespace() + "/" + u.GetName()

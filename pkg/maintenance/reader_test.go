@@ -2,6 +2,7 @@ package maintenance
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,4 +146,54 @@ func (f *failing) ServerResourcesForGroupVersion(gv string) (*metav1.APIResource
 		return nil, f.err
 	}
 	return f.then.ServerResourcesForGroupVersion(gv)
+}
+
+// TestReaderFollowsAKindInstalledLater: a NodeMaintenance CRD installed after the start
+// is followed once Run finds it served, without a restart, and its objects hold nodes.
+func TestReaderFollowsAKindInstalledLater(t *testing.T) {
+	nms := nodeMaintenanceVersions[0]
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{nms: "NodeMaintenanceList", machineVersions[0]: "MachineList", machineVersions[1]: "MachineList"},
+		object(nms, "NodeMaintenance", "", "nm-1", false, nodeMaintenanceNodePath, "node-1"))
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	served := &lateDiscovery{}
+	r, err := New(served, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	go r.Run(ctx, 10*time.Millisecond)
+	if got := r.Objects("node-1"); got != (Objects{}) {
+		t.Fatalf("Objects before the CRD = %+v, want none", got)
+	}
+	served.install("nodemaintenance.medik8s.io/v1beta1", "nodemaintenances")
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return r.Objects("node-1").NodeMaintenance == "nm-1", nil
+	})
+	if err != nil {
+		t.Errorf("NodeMaintenance nm-1 never seen after its CRD was installed: %v", err)
+	}
+}
+
+// lateDiscovery serves what install adds, from then on.
+type lateDiscovery struct {
+	mu sync.Mutex
+	d  discovery
+}
+
+func (l *lateDiscovery) install(gv string, resources ...string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.d == nil {
+		l.d = discovery{}
+	}
+	l.d[gv] = resources
+}
+
+func (l *lateDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIResourceList, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.d.ServerResourcesForGroupVersion(gv)
 }
