@@ -12,6 +12,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
+	"github.com/kubefence/kubefence/pkg/oncall/life"
 	"github.com/kubefence/kubefence/pkg/selffence"
 	"github.com/kubefence/kubefence/pkg/watchdog"
 )
@@ -46,6 +47,8 @@ type seenReport struct {
 	at     time.Time
 	report nodeagent.Report
 	err    error
+	// seen is at with how long the report counts (life.ReportSeen).
+	seen life.Seen
 }
 
 func newWatchdogs(cfg v1alpha1.WatchdogConfig, now func() time.Time) *watchdogs {
@@ -70,7 +73,7 @@ func (w *watchdogs) observe(l *coordinationv1.Lease) []string {
 	if prev, ok := w.latest[node]; ok && prev.rv == l.ResourceVersion {
 		return nil
 	}
-	w.latest[node] = seenReport{rv: l.ResourceVersion, at: now, report: r, err: err}
+	w.latest[node] = seenReport{rv: l.ResourceVersion, at: now, report: r, err: err, seen: life.ReportSeen(l, now, w.cfg.ReportMaxAge.Duration)}
 	for name, holders := range w.held {
 		if _, ok := holders[node]; ok && (err != nil || !slices.Contains(r.Holds, name)) {
 			delete(holders, node)
@@ -109,6 +112,14 @@ func (w *watchdogs) peers() map[string]string {
 		}
 	}
 	return out
+}
+
+// reported is node's agent's latest report as a sign of the node's life (a report that
+// cannot be read still shows its writer alive); zero for none.
+func (w *watchdogs) reported(node string) life.Seen {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.latest[node].seen
 }
 
 // forget drops what is kept of a deleted incident, or of a deleted node's agent.

@@ -16,6 +16,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
+	"github.com/kubefence/kubefence/pkg/oncall/life"
 	"github.com/kubefence/kubefence/pkg/selffence"
 )
 
@@ -71,10 +72,9 @@ func New(opts Options) (*Watch, error) {
 		}
 		w.heartbeats = newHeartbeats(cfg.Heartbeats, reg)
 	}
-	if usesWatchdog(cfg) || cfg.Heartbeats != nil {
-		if err := w.watchReports(opts.Caches.Reports.Coordination().V1().Leases().Informer()); err != nil {
-			return nil, err
-		}
+	// Followed whatever the configuration: a fresh report refuses a person's confirm-off.
+	if err := w.watchReports(opts.Caches.Reports.Coordination().V1().Leases().Informer()); err != nil {
+		return nil, err
 	}
 	if _, err := opts.Caches.Fencing.Fencing().V1alpha1().NodeFences().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {
@@ -119,6 +119,19 @@ func (w *Watch) Verdict(nf *v1alpha1.NodeFence, node *corev1.Node, issued bool) 
 	return w.watchdogs.verdict(nf, node, members, w.detector.LastLife(node.Name), w.agentLeft(node.Name), issued), nil
 }
 
+// Signs are what this replica saw of node's agent and kubelet that may show the node
+// alive at now, each on this replica's clock, for a person's confirm-off: the agent's
+// latest report, for the duration its Lease states, and the kubelet's latest answer to
+// a probe (with heartbeats), for two kubelet check intervals, the longest a live
+// kubelet goes between two answers to the routine checks.
+func (w *Watch) Signs(node string, now time.Time) life.Signs {
+	l := life.Signs{At: now, Agent: w.watchdogs.reported(node)}
+	if w.heartbeats != nil {
+		l.Probe = life.Seen{At: w.detector.KubeletAnswered(node), For: 2 * w.heartbeats.cfg.KubeletCheckInterval.Duration}
+	}
+	return l
+}
+
 // usesWatchdog reports whether a policy has a watchdog level.
 func usesWatchdog(cfg *v1alpha1.Config) bool {
 	for _, p := range cfg.Policies {
@@ -154,11 +167,14 @@ func (w *Watch) onReport(obj any) {
 	}
 }
 
-// ObserveReport records a node agent's report (its Lease), and asks the incident loop
-// to look at the nodes whose watchdog fence it may move on: its own, and those whose
-// incidents it holds.
+// ObserveReport records a node agent's report (its Lease), and, with a watchdog level or
+// heartbeats configured, asks the incident loop to look at the nodes whose watchdog
+// fence it may move on: its own, and those whose incidents it holds.
 func (w *Watch) ObserveReport(l *coordinationv1.Lease) {
 	holds := w.watchdogs.observe(l)
+	if !usesWatchdog(w.cfg) && w.cfg.Heartbeats == nil {
+		return
+	}
 	if node := nodeagent.NodeOf(l); node != "" {
 		w.enqueue(node)
 	}

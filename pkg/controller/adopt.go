@@ -49,34 +49,15 @@ func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	return c.save(ctx, nf)
 }
 
-// failedUnrecovered returns why no automatic incident may open for node: its newest
-// incident failed (or a person cancelled it), and since then the node showed no sign of
-// life, no new boot, and no person set RetryAnnotation on it. "" when one may.
+// failedUnrecovered returns why no automatic incident may open for node
+// (oncall.NoNewIncident), or "" when one may: a sign of life is the Lease's since each
+// incident opened (fencer.SignOfLife).
 func (c *Controller) failedUnrecovered(node string, obs detector.Observation) string {
 	incs, err := c.store.ForNode(node)
-	if err != nil || len(incs) == 0 {
+	if err != nil {
 		// An incident the cache cannot decode fails the node's sync (openIncident) before
 		// any new incident could open.
 		return ""
 	}
-	last := incs[0]
-	for _, nf := range incs[1:] {
-		if last.CreationTimestamp.Before(&nf.CreationTimestamp) {
-			last = nf
-		}
-	}
-	byPerson := oncall.CancelledByPerson(last)
-	switch {
-	case last.Status.Phase != v1alpha1.PhaseFailed && !byPerson,
-		last.Annotations[v1alpha1.RetryAnnotation] == "true",
-		obs.BootID != "" && last.Status.BootID != "" && obs.BootID != last.Status.BootID,
-		fencer.SignOfLife(last, obs) != "":
-		return ""
-	}
-	if byPerson {
-		return fmt.Sprintf("incident %s was cancelled by a person (%s); no new automatic incident until node %s shows a sign of life or a new boot, or a person sets %s=true on %s",
-			last.Name, last.Status.Message, node, v1alpha1.RetryAnnotation, last.Name)
-	}
-	return fmt.Sprintf("incident %s failed (%s); no new automatic incident until node %s shows a sign of life or a new boot, or a person sets %s=true on %s",
-		last.Name, last.Status.Message, node, v1alpha1.RetryAnnotation, last.Name)
+	return oncall.NoNewIncident(incs, obs.BootID, func(nf *v1alpha1.NodeFence) bool { return fencer.SignOfLife(nf, obs) != "" })
 }

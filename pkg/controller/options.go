@@ -18,6 +18,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/oncall"
+	"github.com/kubefence/kubefence/pkg/oncall/life"
 	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/kubefence/kubefence/pkg/selffence"
 )
@@ -67,7 +68,8 @@ type Peers struct {
 }
 
 // AgentWatch is what the loop asks of the watch on the node agents: their heartbeats'
-// verdict on a node's agent, a probe of its kubelet, and the watchdog level's verdict.
+// verdict on a node's agent, a probe of its kubelet, the watchdog level's verdict, and the
+// signs of a node's life that a person's confirm-off is refused on.
 type AgentWatch interface {
 	// ObserveAgent passes to the detector whether node's agent is gone.
 	ObserveAgent(node string)
@@ -75,6 +77,8 @@ type AgentWatch interface {
 	ProbeKubelet(ctx context.Context, node *corev1.Node, now time.Time) bool
 	// Verdict says where the watchdog level's fence of node in nf stands.
 	Verdict(nf *v1alpha1.NodeFence, node *corev1.Node, issued bool) (selffence.Verdict, error)
+	// Signs are the node agent's and kubelet's signs of node's life at now, for a word.
+	Signs(node string, now time.Time) life.Signs
 }
 
 // LeaderOptions say how this replica leads.

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
@@ -15,7 +13,8 @@ import (
 )
 
 // answerWord answers the first word a person set on nf and the loop has not answered
-// (pkg/oncall decides): confirm-off, after a live read of the node's Lease, and cancel.
+// (pkg/oncall decides): confirm-off and cancel, each once its author is known to be
+// allowed to give it, a confirm-off once no sign says the node may be alive (readWord).
 // node is nil when the Node object is gone. done says the sync ends here; an accepted
 // confirm-off goes on, to the release.
 func (c *Controller) answerWord(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (done bool, err error) {
@@ -23,24 +22,15 @@ func (c *Controller) answerWord(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	if !ok {
 		return false, nil
 	}
-	if w.Kind == oncall.Cancel && node != nil {
-		// Whether the node is gone decides what a cancel does: asked of the API server, as
-		// a person who just deleted the Node object may be ahead of the cache.
-		if _, err := c.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			node = nil
-		} else if err != nil {
-			return true, fmt.Errorf("incident %s: read node %s: %w", nf.Name, node.Name, err)
-		}
-	}
 	f := oncall.Facts{NodeGone: node == nil}
 	a := oncall.Decide(nf, w, f)
-	if a.Act == oncall.ActReadLife {
-		// The read the write discipline asks before every release: fresh from the API
-		// server, compared with the renewal recorded when the incident opened.
-		if f.Life, err = c.liveSignOfLife(ctx, nf, node, pol); err != nil {
+	if a.Act == oncall.ActRead {
+		if f, err = c.readWord(ctx, nf, node, pol, w, f); err != nil {
 			return true, err
 		}
-		f.LifeRead = true
+		if f.NodeGone {
+			node = nil
+		}
 		a = oncall.Decide(nf, w, f)
 	}
 	switch a.Act {
@@ -63,18 +53,33 @@ func (c *Controller) answerWord(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	return false, nil
 }
 
+// readWord makes the reads an answer to w waits on (oncall.ActRead): the API server's
+// (oncall.Read: whether its author may give it, and whether a cancelled node is gone),
+// and for a confirm-off every sign of the node's life: its Lease read live (the read
+// the write discipline asks before every release, compared with the renewal recorded
+// when the incident opened), a replica renewing on it, its agent's reports and its
+// kubelet's answers.
+func (c *Controller) readWord(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, w oncall.Word, f oncall.Facts) (oncall.Facts, error) {
+	f, err := oncall.Read(ctx, c.client, w, node, f)
+	if err != nil || f.Denied != "" || w.Kind != oncall.ConfirmOff {
+		return f, err
+	}
+	f.Life = c.peers.agents.Signs(node.Name, c.now())
+	f.Life.Replica, _ = c.peers.replicas.On(node.Name, f.Life.At)
+	f.Life.Kubelet, err = c.liveSignOfLife(ctx, nf, node, pol)
+	return f, err
+}
+
 // waitingWord returns a copy of the node's incident that holds a word the loop answers
 // though it does not drive the incident otherwise: a Failed one, or, with the Node
 // object gone (gone), any open one. nil when there is none.
 func (c *Controller) waitingWord(name string, gone bool) *v1alpha1.NodeFence {
 	incs, err := c.store.ForNode(name)
-	if err != nil {
+	nf := oncall.Waiting(incs, gone)
+	if err != nil || nf == nil {
 		return nil // an incident the cache cannot decode fails the node's sync (store.Open)
 	}
-	if nf := oncall.Waiting(incs, gone); nf != nil {
-		return nf.DeepCopy()
-	}
-	return nil
+	return nf.DeepCopy()
 }
 
 // pausedFence holds a Fence call that is due while fencing is paused: a retry, the next

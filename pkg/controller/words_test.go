@@ -31,6 +31,7 @@ func failedWithWord() *v1alpha1.NodeFence {
 // no agent call, on the person's word.
 func TestFixtureConfirmOffReleasesFailed(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), failedWithWord())...)
+	f.authorize("alice")
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
 	f.sync("node-1")
@@ -50,6 +51,7 @@ func TestFixtureConfirmOffReleasesFailed(t *testing.T) {
 // the incident opened: the node is alive, the word is refused and nothing released.
 func TestFixtureConfirmOffRefusedForLiveNode(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), failedWithWord())...)
+	f.authorize("alice")
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
 	// The cache has not seen it yet; the API server has.
@@ -161,6 +163,7 @@ func TestFixtureCancel(t *testing.T) {
 			nf := fencedIncident(tc.phase, tc.attempt)
 			nf.Annotations = word
 			f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
+			f.authorize("bob")
 			if tc.delete {
 				if err := f.kube.CoreV1().Nodes().Delete(context.Background(), "node-1", metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)

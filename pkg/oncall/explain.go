@@ -37,6 +37,9 @@ type Explainer struct {
 	// PauseConfigMap names the pause requests' ConfigMap (the controller's
 	// --pause-configmap).
 	PauseConfigMap string
+	// IdentityRenewInterval is how often the replicas renew their identity Leases (the
+	// controller's --identity-renew-interval); zero: DefaultIdentityRenewInterval.
+	IdentityRenewInterval time.Duration
 }
 
 // cluster is what Explain reads once.
@@ -89,6 +92,9 @@ func (e Explainer) Explain(ctx context.Context, node string, w io.Writer) error 
 	nf := current(cl.incidents, node)
 	if nf != nil {
 		p.incident(nf)
+		if confirm := e.confirmOff(ctx, nf, obs, now); confirm != "" {
+			p.line("confirm:   %s", confirm)
+		}
 	}
 	d := e.decide(det, pol, pn, cl, now)
 	p.line("rule now:  %s %s: %s", d.Verdict, d.Reason, d.Message)

@@ -88,3 +88,53 @@ func TestExplainHeldNode(t *testing.T) {
 		t.Errorf("explain of a node that does not exist: %v", err)
 	}
 }
+
+// TestExplainConfirmOff: explain says what a confirm-off on a failed incident would do
+// now by the rule the leader answers one with (Decide): refused while the node's agent
+// reported within its Lease's stated duration or a replica renews on the node, taken once
+// nothing it can read shows the node alive.
+func TestExplainConfirmOff(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	report := func(renewed time.Time) runtime.Object {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-node-node-3", Namespace: "kubefence",
+			Labels: map[string]string{v1alpha1.NodeLabel: "node-3", "app.kubernetes.io/component": "node-agent"}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-3"), RenewTime: ptr.To(metav1.NewMicroTime(renewed)), LeaseDurationSeconds: ptr.To[int32](30)}}
+	}
+	replica := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-controller-abc", Namespace: "kubefence",
+		Labels: map[string]string{v1alpha1.NodeLabel: "node-3", "fencing.kubefence.io/identity": "true", "fencing.kubefence.io/component": "controller"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("host_1_x"), RenewTime: ptr.To(metav1.NewMicroTime(now.Add(-2 * time.Second)))}}
+	for name, tc := range map[string]struct {
+		objs []runtime.Object
+		want string
+	}{
+		"agent reports":      {[]runtime.Object{report(now.Add(-3 * time.Second))}, "confirm:   a confirm-off now would be refused: node node-3 is alive: its node agent reported 3s ago (a report counts for 30s)"},
+		"replica renews":     {[]runtime.Object{replica}, "confirm:   a confirm-off now would be refused: node node-3 is alive: a controller replica runs on it: replica host_1_x"},
+		"agent's report old": {[]runtime.Object{report(now.Add(-time.Minute))}, "confirm:   a confirm-off now would release the node"},
+		"nothing shows life": {nil, "confirm:   a confirm-off now would release the node"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := explainCluster(now, false)
+			failed := &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-3-x", CreationTimestamp: metav1.NewTime(now.Add(-time.Minute))},
+				Spec:   v1alpha1.NodeFenceSpec{NodeName: "node-3", RequestedBy: v1alpha1.RequestedByController},
+				Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFailed, Policy: "default", Message: "every level failed: BMC unreachable"}}
+			if err := e.Fencing.(*fencingfake.Clientset).Tracker().Add(failed); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range tc.objs {
+				if err := e.Kube.(*kubefake.Clientset).Tracker().Add(o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var out bytes.Buffer
+			if err := e.Explain(context.Background(), "node-3", &out); err != nil {
+				t.Fatal(err)
+			}
+			t.Log("\n" + out.String())
+			for _, w := range []string{tc.want, "unless a sign of the node's life refuses it (confirm: above)"} {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("explain printed no %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}

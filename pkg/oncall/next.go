@@ -23,9 +23,11 @@ func Next(nf *v1alpha1.NodeFence, obs detector.Observation, d policy.Decision) s
 		phase = nf.Status.Phase
 	}
 	switch {
-	case phase == v1alpha1.PhaseFailed || (phase == v1alpha1.PhaseCancelled && CancelledByPerson(nf)):
-		return fmt.Sprintf("no new automatic incident until the node shows a sign of life or a new boot, or a person sets %s=true on %s; if the node is known to be off, an on-call person's %s on %s releases it",
-			v1alpha1.RetryAnnotation, nf.Name, v1alpha1.ConfirmOffAnnotation, nf.Name)
+	case phase == v1alpha1.PhaseFailed:
+		return fmt.Sprintf("%s; if the node is known to be off, an on-call person's %s on %s releases it, unless a sign of the node's life refuses it (confirm: above)",
+			untilNew(nf), v1alpha1.ConfirmOffAnnotation, nf.Name)
+	case phase == v1alpha1.PhaseCancelled && CancelledByPerson(nf):
+		return untilNew(nf)
 	case nf == nil || !phase.Open():
 		if obs.Health != detector.Unhealthy {
 			return "nothing: the evidence does not say the node is dead"

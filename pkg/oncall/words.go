@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/oncall/life"
 )
 
 // Kind names a person's word to an incident.
@@ -76,8 +77,10 @@ type Act string
 const (
 	// ActNone: nothing, now or later (the word is moot: the fence is verified already).
 	ActNone Act = "None"
-	// ActReadLife: read the node's Lease from the API server (Facts.Life) and ask again.
-	ActReadLife Act = "ReadLife"
+	// ActRead: make the reads the answer waits on and ask again with them (Facts.Read):
+	// whether the word's author may give it (AskPermission), and for a confirm-off every
+	// sign of the node's life (Facts.Life).
+	ActRead Act = "Read"
 	// ActRefuse: record Answer.Message as the refusal; nothing else changes.
 	ActRefuse Act = "Refuse"
 	// ActAccept: move to Answer.Phase with Answer.Condition, recording Answer.Message.
@@ -88,11 +91,12 @@ const (
 type Facts struct {
 	// NodeGone: the Node object is deleted.
 	NodeGone bool
-	// LifeRead: Life holds the live read's answer.
-	LifeRead bool
-	// Life is the sign of life a live read of the node's Lease showed since the incident
-	// opened, or "" for none.
-	Life string
+	// Read: the reads ActRead asks for are made; Denied and Life hold their answers.
+	Read bool
+	// Denied is why the word's author may not give it (AskPermission), "" when they may.
+	Denied string
+	// Life is every sign that the node may be alive, gathered for a confirm-off.
+	Life life.Signs
 }
 
 // Answer is the loop's answer to a word.
@@ -105,8 +109,9 @@ type Answer struct {
 	Condition metav1.Condition
 }
 
-// Decide answers w on nf. It does no I/O: a confirm-off asks for a live read of the
-// node's Lease first (ActReadLife).
+// Decide answers w on nf. It does no I/O: a word it would act on asks for the reads
+// first (ActRead). The incident loop answers with it, and explain says with it what a
+// confirm-off would do now.
 func Decide(nf *v1alpha1.NodeFence, w Word, f Facts) Answer {
 	if w.Kind == ConfirmOff {
 		return confirmOff(nf, w, f)
@@ -118,22 +123,27 @@ func refuse(w Word, format string, args ...any) Answer {
 	return Answer{Act: ActRefuse, Step: v1alpha1.StepWordRefused, Message: w.String() + " refused: " + fmt.Sprintf(format, args...)}
 }
 
-// confirmOff releases the node as if a level were verified, once a live read shows its
-// Lease silent since the incident opened. A node that renewed is alive: the word is
-// refused and nothing is released (safety invariants 1 and 10).
+// confirmOff releases the node as if a level were verified, once its author is known to
+// be allowed to give it and no sign says the node may be alive (life.Signs): its Lease,
+// read live, silent since the incident opened, no replica renewing on it, no fresh
+// report of its agent or answer of its kubelet, no contradicted watchdog fence. Else
+// the word is refused and nothing is released (safety invariants 1, 10 and 13).
 func confirmOff(nf *v1alpha1.NodeFence, w Word, f Facts) Answer {
 	switch phase := nf.Status.Phase; {
 	case nf.Status.Verified(), !confirmable(phase):
 		return Answer{Act: ActNone}
 	case f.NodeGone:
 		return refuse(w, "the Node object of %s is gone; cancel the incident to close it as decommissioned", nf.Spec.NodeName)
-	case !f.LifeRead:
-		return Answer{Act: ActReadLife}
-	case f.Life != "":
-		return refuse(w, "node %s is alive: %s; nothing is released. Set it again with a new reason once the node is silent",
-			nf.Spec.NodeName, f.Life)
+	case !f.Read:
+		return Answer{Act: ActRead}
+	case f.Denied != "":
+		return refuse(w, "%s", f.Denied)
 	}
-	msg := fmt.Sprintf("%s: node %s taken as off on a person's word (its Lease, read live, shows no renewal since the incident opened); its workloads are released",
+	if alive := f.Life.Alive(nf); alive != "" {
+		return refuse(w, "node %s is alive: %s; nothing is released. Set it again with a new reason once the node is silent",
+			nf.Spec.NodeName, alive)
+	}
+	msg := fmt.Sprintf("%s: node %s taken as off on a person's word (its Lease, read live, shows no renewal since the incident opened; no replica, node agent or kubelet probe shows it alive); its workloads are released",
 		w, nf.Spec.NodeName)
 	return Answer{Act: ActAccept, Phase: v1alpha1.PhaseFenced, Step: v1alpha1.StepConfirmedOff, Message: msg,
 		Condition: metav1.Condition{Type: v1alpha1.ConditionFenced, Status: metav1.ConditionTrue,
@@ -147,13 +157,27 @@ func confirmable(p v1alpha1.Phase) bool {
 }
 
 // cancel ends an incident that sent no fence, or closes the incident of a node that is
-// gone. A fence already sent is never undone by a cancel: the word is refused, with
-// what to do instead.
+// gone, once its author is known to be allowed to give it. A fence already sent is never
+// undone by a cancel: the word is refused, with what to do instead.
 func cancel(nf *v1alpha1.NodeFence, w Word, f Facts) Answer {
+	if phase := nf.Status.Phase; !phase.Open() && phase != v1alpha1.PhaseFailed {
+		return Answer{Act: ActNone}
+	}
+	if !f.Read {
+		// Whether the node is gone, read live, decides the answer.
+		return Answer{Act: ActRead}
+	}
+	a := cancelAnswer(nf, w, f)
+	if a.Act == ActAccept && f.Denied != "" {
+		return refuse(w, "%s", f.Denied)
+	}
+	return a
+}
+
+// cancelAnswer is cancel's answer, after the reads, to an author who may give it.
+func cancelAnswer(nf *v1alpha1.NodeFence, w Word, f Facts) Answer {
 	phase := nf.Status.Phase
 	switch {
-	case !phase.Open() && phase != v1alpha1.PhaseFailed:
-		return Answer{Act: ActNone}
 	case f.NodeGone:
 		msg := fmt.Sprintf("%s: the Node object of %s is gone; incident closed as decommissioned. Nothing it did is undone: %d fence call(s), taints %v",
 			w, nf.Spec.NodeName, len(nf.Status.Attempts), nf.Status.Remediation.TaintsAdded)
@@ -192,24 +216,60 @@ func CancelledByPerson(nf *v1alpha1.NodeFence) bool {
 		func(s v1alpha1.Step) bool { return s.Type == v1alpha1.StepCancelledByPerson })
 }
 
+// NoNewIncident returns why no automatic incident may open for the node of incidents
+// incs, whose Node shows boot bootID: its newest incident failed (or a person cancelled
+// it), and since then the node showed no sign of life (lived), no new boot, and no person
+// set RetryAnnotation on it. "" when one may.
+func NoNewIncident(incs []*v1alpha1.NodeFence, bootID string, lived func(*v1alpha1.NodeFence) bool) string {
+	last := newest(incs)
+	if last == nil {
+		return ""
+	}
+	byPerson := CancelledByPerson(last)
+	switch {
+	case last.Status.Phase != v1alpha1.PhaseFailed && !byPerson,
+		last.Annotations[v1alpha1.RetryAnnotation] == "true",
+		bootID != "" && last.Status.BootID != "" && bootID != last.Status.BootID,
+		lived(last):
+		return ""
+	}
+	how := "failed"
+	if byPerson {
+		how = "was cancelled by a person"
+	}
+	return fmt.Sprintf("incident %s %s (%s); %s", last.Name, how, last.Status.Message, untilNew(last))
+}
+
+// untilNew says what lets a new automatic incident open after last.
+func untilNew(last *v1alpha1.NodeFence) string {
+	return fmt.Sprintf("no new automatic incident until node %s shows a sign of life or a new boot, or a person sets %s=true on %s",
+		last.Spec.NodeName, v1alpha1.RetryAnnotation, last.Name)
+}
+
+// newest is the newest of incs, nil for none.
+func newest(incs []*v1alpha1.NodeFence) *v1alpha1.NodeFence {
+	var out *v1alpha1.NodeFence
+	for _, nf := range incs {
+		if out == nil || out.CreationTimestamp.Before(&nf.CreationTimestamp) {
+			out = nf
+		}
+	}
+	return out
+}
+
 // Waiting returns the newest of a node's incidents when a word on it is waiting for an
 // answer the loop would not otherwise give: a Failed incident (the loop drives only open
 // ones) or, with the Node object gone, any incident the word may still close.
 func Waiting(incs []*v1alpha1.NodeFence, nodeGone bool) *v1alpha1.NodeFence {
-	var newest *v1alpha1.NodeFence
-	for _, nf := range incs {
-		if newest == nil || newest.CreationTimestamp.Before(&nf.CreationTimestamp) {
-			newest = nf
-		}
-	}
-	if newest == nil || (!nodeGone && newest.Status.Phase != v1alpha1.PhaseFailed) {
+	last := newest(incs)
+	if last == nil || (!nodeGone && last.Status.Phase != v1alpha1.PhaseFailed) {
 		return nil
 	}
-	if !newest.Status.Phase.Open() && newest.Status.Phase != v1alpha1.PhaseFailed {
+	if !last.Status.Phase.Open() && last.Status.Phase != v1alpha1.PhaseFailed {
 		return nil
 	}
-	if _, ok := Pending(newest); !ok {
+	if _, ok := Pending(last); !ok {
 		return nil
 	}
-	return newest
+	return last
 }

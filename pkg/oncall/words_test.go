@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/oncall/life"
 )
 
 func incident(phase v1alpha1.Phase, annotations map[string]string) *v1alpha1.NodeFence {
@@ -21,9 +22,11 @@ var (
 )
 
 // TestDecide covers every answer to a person's word: a confirm-off releases only a
-// silent node and only once its Lease was read live; a cancel ends only an incident
-// that sent no fence, or closes that of a node that is gone.
+// node that no sign shows alive, and only once the reads are made; a cancel ends only an
+// incident that sent no fence, or closes that of a node that is gone; neither is taken
+// from an author who may not give it.
 func TestDecide(t *testing.T) {
+	read := func(f Facts) Facts { f.Read = true; return f }
 	for name, tc := range map[string]struct {
 		phase       v1alpha1.Phase
 		annotations map[string]string
@@ -33,20 +36,25 @@ func TestDecide(t *testing.T) {
 		reason      string
 		says        string
 	}{
-		"confirm-off asks for a live read first":   {v1alpha1.PhaseFencing, confirmWord, Facts{}, ActReadLife, "", "", ""},
-		"confirm-off on a silent node, fencing":    {v1alpha1.PhaseFencing, confirmWord, Facts{LifeRead: true}, ActAccept, v1alpha1.PhaseFenced, v1alpha1.ConditionReasonConfirmedOff, "taken as off"},
-		"confirm-off on a silent node, failed":     {v1alpha1.PhaseFailed, confirmWord, Facts{LifeRead: true}, ActAccept, v1alpha1.PhaseFenced, v1alpha1.ConditionReasonConfirmedOff, "alice"},
-		"confirm-off on a silent node, held":       {v1alpha1.PhaseHeld, confirmWord, Facts{LifeRead: true}, ActAccept, v1alpha1.PhaseFenced, v1alpha1.ConditionReasonConfirmedOff, "chassis lost power"},
-		"confirm-off on a node that renews":        {v1alpha1.PhaseFailed, confirmWord, Facts{LifeRead: true, Life: "its Lease was renewed"}, ActRefuse, "", "", "is alive: its Lease was renewed"},
+		"confirm-off asks for the reads first":     {v1alpha1.PhaseFencing, confirmWord, Facts{}, ActRead, "", "", ""},
+		"confirm-off on a silent node, fencing":    {v1alpha1.PhaseFencing, confirmWord, read(Facts{}), ActAccept, v1alpha1.PhaseFenced, v1alpha1.ConditionReasonConfirmedOff, "taken as off"},
+		"confirm-off on a silent node, failed":     {v1alpha1.PhaseFailed, confirmWord, read(Facts{}), ActAccept, v1alpha1.PhaseFenced, v1alpha1.ConditionReasonConfirmedOff, "alice"},
+		"confirm-off on a silent node, held":       {v1alpha1.PhaseHeld, confirmWord, read(Facts{}), ActAccept, v1alpha1.PhaseFenced, v1alpha1.ConditionReasonConfirmedOff, "chassis lost power"},
+		"confirm-off on a node that renews":        {v1alpha1.PhaseFailed, confirmWord, read(Facts{Life: life.Signs{Kubelet: "its Lease was renewed"}}), ActRefuse, "", "", "is alive: its Lease was renewed"},
+		"confirm-off on a node a replica runs on":  {v1alpha1.PhaseFailed, confirmWord, read(Facts{Life: life.Signs{Replica: "replica r1 was last seen renewing"}}), ActRefuse, "", "", "is alive: a controller replica runs on it: replica r1"},
+		"confirm-off by an author who may not":     {v1alpha1.PhaseFailed, confirmWord, read(Facts{Denied: "alice may not create nodefences/confirm"}), ActRefuse, "", "", "refused: alice may not"},
 		"confirm-off on a gone node":               {v1alpha1.PhaseFencing, confirmWord, Facts{NodeGone: true}, ActRefuse, "", "", "cancel the incident"},
-		"confirm-off on a released incident":       {v1alpha1.PhaseRemediated, confirmWord, Facts{LifeRead: true}, ActNone, "", "", ""},
-		"confirm-off on an undecided incident":     {"", confirmWord, Facts{LifeRead: true}, ActNone, "", "", ""},
-		"cancel of a held incident":                {v1alpha1.PhaseHeld, cancelWord, Facts{}, ActAccept, v1alpha1.PhaseCancelled, v1alpha1.ConditionReasonCancelled, "before any fence"},
-		"cancel of a pending incident":             {v1alpha1.PhasePending, cancelWord, Facts{}, ActAccept, v1alpha1.PhaseCancelled, v1alpha1.ConditionReasonCancelled, "bob"},
-		"cancel of a fencing incident is refused":  {v1alpha1.PhaseFencing, cancelWord, Facts{}, ActRefuse, "", "", "never undoes one"},
-		"cancel of a released incident is refused": {v1alpha1.PhaseRemediated, cancelWord, Facts{}, ActRefuse, "", "", "never undoes one"},
-		"cancel of a gone node's fencing incident": {v1alpha1.PhaseFencing, cancelWord, Facts{NodeGone: true}, ActAccept, v1alpha1.PhaseRecovered, v1alpha1.ConditionReasonDecommissioned, "Nothing it did is undone"},
-		"cancel of a gone node's failed incident":  {v1alpha1.PhaseFailed, cancelWord, Facts{NodeGone: true}, ActAccept, v1alpha1.PhaseRecovered, v1alpha1.ConditionReasonDecommissioned, "decommissioned"},
+		"confirm-off on a released incident":       {v1alpha1.PhaseRemediated, confirmWord, read(Facts{}), ActNone, "", "", ""},
+		"confirm-off on an undecided incident":     {"", confirmWord, read(Facts{}), ActNone, "", "", ""},
+		"cancel asks for the reads first":          {v1alpha1.PhaseHeld, cancelWord, Facts{}, ActRead, "", "", ""},
+		"cancel of a held incident":                {v1alpha1.PhaseHeld, cancelWord, read(Facts{}), ActAccept, v1alpha1.PhaseCancelled, v1alpha1.ConditionReasonCancelled, "before any fence"},
+		"cancel of a pending incident":             {v1alpha1.PhasePending, cancelWord, read(Facts{}), ActAccept, v1alpha1.PhaseCancelled, v1alpha1.ConditionReasonCancelled, "bob"},
+		"cancel by an author who may not":          {v1alpha1.PhaseHeld, cancelWord, read(Facts{Denied: "bob may not create nodefences/cancel"}), ActRefuse, "", "", "refused: bob may not"},
+		"cancel of a fencing incident is refused":  {v1alpha1.PhaseFencing, cancelWord, read(Facts{}), ActRefuse, "", "", "never undoes one"},
+		"cancel of a released incident is refused": {v1alpha1.PhaseRemediated, cancelWord, read(Facts{}), ActRefuse, "", "", "never undoes one"},
+		"cancel of a gone node's fencing incident": {v1alpha1.PhaseFencing, cancelWord, read(Facts{NodeGone: true}), ActAccept, v1alpha1.PhaseRecovered, v1alpha1.ConditionReasonDecommissioned, "Nothing it did is undone"},
+		"cancel of a gone node's failed incident":  {v1alpha1.PhaseFailed, cancelWord, read(Facts{NodeGone: true}), ActAccept, v1alpha1.PhaseRecovered, v1alpha1.ConditionReasonDecommissioned, "decommissioned"},
+		"cancel of an undecided incident waits":    {"", cancelWord, read(Facts{}), ActNone, "", "", ""},
 		"cancel of an ended incident":              {v1alpha1.PhaseRecovered, cancelWord, Facts{NodeGone: true}, ActNone, "", "", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -66,12 +74,36 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestDecideOnSigns: a confirm-off is refused on any sign of the node's life (life.Signs),
+// with the sign in the refusal, and taken on none.
+func TestDecideOnSigns(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		signs life.Signs
+		says  string
+	}{
+		"none":                {life.Signs{At: now, Agent: life.Seen{At: now.Add(-time.Minute), For: 30 * time.Second}}, ""},
+		"agent reported":      {life.Signs{At: now, Agent: life.Seen{At: now.Add(-3 * time.Second), For: 30 * time.Second}}, "is alive: its node agent reported 3s ago"},
+		"kubelet answered":    {life.Signs{At: now, Probe: life.Seen{At: now.Add(-time.Second), For: 2 * time.Minute}}, "is alive: its kubelet answered a probe 1s ago"},
+		"replica on the node": {life.Signs{At: now, Replica: "replica r1 was last seen renewing"}, "is alive: a controller replica runs on it"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := incident(v1alpha1.PhaseFailed, confirmWord)
+			w, _ := Pending(nf)
+			a := Decide(nf, w, Facts{Read: true, Life: tc.signs})
+			if want := map[bool]Act{true: ActAccept, false: ActRefuse}[tc.says == ""]; a.Act != want || !strings.Contains(a.Message, tc.says) {
+				t.Errorf("confirm-off answered %s (%s), want %s saying %q", a.Act, a.Message, want, tc.says)
+			}
+		})
+	}
+}
+
 // TestAcceptedWordIsRecorded: an accepted confirm-off makes the incident verified (the
 // only other way to a release), names the person, and is answered once.
 func TestAcceptedWordIsRecorded(t *testing.T) {
 	nf := incident(v1alpha1.PhaseFailed, confirmWord)
 	w, _ := Pending(nf)
-	a := Decide(nf, w, Facts{LifeRead: true})
+	a := Decide(nf, w, Facts{Read: true})
 	if nf.Status.Verified() {
 		t.Fatal("verified before the word was accepted")
 	}
