@@ -46,21 +46,33 @@ func timelineText(tl []v1alpha1.Step) int {
 }
 
 // oldestDroppable is the index of the oldest step that is neither the first nor the last
-// of its type, or -1.
+// of its kind, or -1.
 func oldestDroppable(tl []v1alpha1.Step) int {
 	first, last := map[string]int{}, map[string]int{}
 	for i, s := range tl {
-		if _, ok := first[s.Type]; !ok {
-			first[s.Type] = i
+		k := kindOf(s)
+		if _, ok := first[k]; !ok {
+			first[k] = i
 		}
-		last[s.Type] = i
+		last[k] = i
 	}
 	for i, s := range tl {
-		if first[s.Type] != i && last[s.Type] != i {
+		if k := kindOf(s); first[k] != i && last[k] != i {
 			return i
 		}
 	}
 	return -1
+}
+
+// kindOf is a step's type, and for a refused word also the word's kind (its message
+// starts "confirm-off by ..." or "cancel by ..."): the latest refusal of each word is the
+// answer to the word set now, and dropping it would have the word decided again.
+func kindOf(s v1alpha1.Step) string {
+	if s.Type != v1alpha1.StepWordRefused {
+		return s.Type
+	}
+	word, _, _ := strings.Cut(s.Message, " ")
+	return s.Type + " " + word
 }
 
 // maxText is how much free text (a message, evidence, an error) the controller writes in

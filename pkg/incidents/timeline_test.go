@@ -49,6 +49,31 @@ func TestTimelineKeepsFirstAndLatest(t *testing.T) {
 	}
 }
 
+// TestTimelineKeepsTheAnswerToEachWord: a refused confirm-off followed by many refused
+// cancels keeps its refusal through any trim: it answers the confirm-off set now, which
+// would otherwise be decided again, and accepted once what refused it had changed,
+// without the person saying it again.
+func TestTimelineKeepsTheAnswerToEachWord(t *testing.T) {
+	var st v1alpha1.NodeFenceStatus
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	AddStep(&st, t0, v1alpha1.StepWordRefused, `confirm-off by alice ("first") refused: the kubelet renews its Lease`)
+	AddStep(&st, t0, v1alpha1.StepWordRefused, `confirm-off by alice ("now") refused: the node agent reported 2s ago`)
+	for i := range v1alpha1.MaxTimelineSteps + 5 {
+		AddStep(&st, t0.Add(time.Duration(i+1)*time.Second), v1alpha1.StepWordRefused, fmt.Sprintf(`cancel by bob ("%d") refused: fencing`, i))
+	}
+	ClampStatus(&st)
+	if len(st.Timeline) != v1alpha1.MaxTimelineSteps {
+		t.Fatalf("%d steps, want %d", len(st.Timeline), v1alpha1.MaxTimelineSteps)
+	}
+	kept := false
+	for _, s := range st.Timeline {
+		kept = kept || strings.Contains(s.Message, `("now")`)
+	}
+	if !kept {
+		t.Errorf("the refusal of the confirm-off set now was trimmed away")
+	}
+}
+
 func TestClampStatus(t *testing.T) {
 	long := strings.Repeat("é", maxText) // two bytes each: a cut can fall inside one
 	early := "ab\xff" + strings.Repeat("c", 2*maxText)
