@@ -94,7 +94,7 @@ func TestConfirmOffReleasesNodeWithDeadBMC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	editor := personWithRole(t, ctx, c, "editor", "edit")
+	editor := personWithRole(t, ctx, c, "editor", "kubefence-requester")
 	oncall := personWithRole(t, ctx, c, "oncall", "kubefence-oncall")
 	startLeader(t, ctx, h, "controller")
 	c.Node(victim).Crash()

@@ -18,9 +18,10 @@ import (
 
 // TestPeopleRolesAndTheirWords, on the real API server in RBAC mode with the chart's
 // rendered people roles and admission policies: Kubernetes' own view and edit roles read
-// (and, for edit, ask for) NodeFences through aggregation; a person with edit is refused
-// force, confirm-off and cancel by the API server; the chart's on-call role may set
-// confirm-off and cancel, in their own name and with a reason only.
+// NodeFences through aggregation and may not ask for one (DESIGN invariant 14); the
+// chart's requester role asks, and is refused force, confirm-off and cancel by the API
+// server; the chart's on-call role may set confirm-off and cancel, in their own name and
+// with a reason only.
 func TestPeopleRolesAndTheirWords(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -31,7 +32,8 @@ func TestPeopleRolesAndTheirWords(t *testing.T) {
 	applyPeopleRoles(t, ctx, c)
 	nodefences := func(d dynamic.Interface) dynamic.ResourceInterface { return d.Resource(v1alpha1.NodeFenceResource) }
 	viewer := nodefences(personWithRole(t, ctx, c, "viewer", "view"))
-	editor := nodefences(personWithRole(t, ctx, c, "editor", "edit"))
+	k8sEditor := nodefences(personWithRole(t, ctx, c, "k8s-editor", "edit"))
+	editor := nodefences(personWithRole(t, ctx, c, "editor", "kubefence-requester"))
 	oncall := nodefences(personWithRole(t, ctx, c, "oncall", "kubefence-oncall"))
 
 	// kube-controller-manager aggregates the chart's roles into view and edit, and the
@@ -47,7 +49,14 @@ func TestPeopleRolesAndTheirWords(t *testing.T) {
 		_, err := viewer.List(ctx, metav1.ListOptions{})
 		return err == nil
 	})
-	poll("edit never asked for a fence", func() bool {
+	poll("edit never read NodeFences", func() bool {
+		_, err := k8sEditor.List(ctx, metav1.ListOptions{})
+		return err == nil
+	})
+	if _, err := k8sEditor.Create(ctx, nodeFenceRequest("by-k8s-editor", "node-1", personName("k8s-editor"), false), metav1.CreateOptions{}); err == nil {
+		t.Errorf("Kubernetes' edit may create a NodeFence")
+	}
+	poll("the requester never asked for a fence", func() bool {
 		_, err := editor.Create(ctx, nodeFenceRequest("incident", "node-1", personName("editor"), false), metav1.CreateOptions{})
 		return err == nil
 	})
@@ -123,7 +132,7 @@ func TestPeopleRolesAndTheirWords(t *testing.T) {
 	}
 }
 
-// applyPeopleRoles applies the chart's rendered ClusterRoles for people (view, edit,
+// applyPeopleRoles applies the chart's rendered ClusterRoles for people (view, requester,
 // on-call) as cluster admin.
 func applyPeopleRoles(t *testing.T, ctx context.Context, c *Cluster) {
 	t.Helper()
@@ -134,7 +143,7 @@ func applyPeopleRoles(t *testing.T, ctx context.Context, c *Cluster) {
 	applied := 0
 	for _, obj := range renderedObjects(t, renderedManifests) {
 		name := obj.GetName()
-		if obj.GetKind() != "ClusterRole" || (name != "kubefence-view" && name != "kubefence-edit" && name != "kubefence-oncall") {
+		if obj.GetKind() != "ClusterRole" || (name != "kubefence-view" && name != "kubefence-requester" && name != "kubefence-oncall") {
 			continue
 		}
 		data, _ := obj.MarshalJSON()
@@ -146,6 +155,6 @@ func applyPeopleRoles(t *testing.T, ctx context.Context, c *Cluster) {
 		applied++
 	}
 	if applied != 3 {
-		t.Fatalf("rendered manifests hold %d of the people's ClusterRoles, want view, edit and on-call", applied)
+		t.Fatalf("rendered manifests hold %d of the people's ClusterRoles, want view, requester and on-call", applied)
 	}
 }
