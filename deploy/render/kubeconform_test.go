@@ -115,6 +115,18 @@ func readValues(t *testing.T, path string) map[string]any {
 
 // TestKubeconform renders the chart for the lowest Kubernetes version it claims, with its
 // defaults and with values that turn on every optional part, and checks every object.
+// nodeAgentKube is the lowest Kubernetes the chart installs the node agent on.
+const nodeAgentKube = "v1.32.0"
+
+// lowestFor is the lowest Kubernetes that values install on: lowest, or the node agent's
+// when they enable it (TestKubeVersion).
+func lowestFor(lowest string, values map[string]any) string {
+	if na, _ := values["nodeAgent"].(map[string]any); na["enabled"] == true {
+		return nodeAgentKube
+	}
+	return lowest
+}
+
 func TestKubeconform(t *testing.T) {
 	kube := lowestClaimed(t)
 	v := newValidator(t)
@@ -129,7 +141,7 @@ func TestKubeconform(t *testing.T) {
 		{"allOn", allOn()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := RenderFor(chartDir, tc.values, kube)
+			out, err := RenderFor(chartDir, tc.values, lowestFor(kube, tc.values))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +194,7 @@ func TestKubeconform(t *testing.T) {
 // rendered with values.
 func renderedObject(t *testing.T, values map[string]any, kind, suffix string) map[string]any {
 	t.Helper()
-	out, err := RenderFor(chartDir, values, lowestClaimed(t))
+	out, err := RenderFor(chartDir, values, lowestFor(lowestClaimed(t), values))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,15 @@ func TestKubeVersion(t *testing.T) {
 	if _, err := RenderFor(chartDir, nil, "v1.30.14"); err == nil || !strings.Contains(err.Error(), "kubeVersion") {
 		t.Errorf("1.30.14: err = %v, want the kubeVersion refusal", err)
 	}
+	// The node agent's admission policy reads the node a pod-bound token names (1.32):
+	// on 1.31 the chart refuses it, naming the value, rather than install a policy that
+	// cannot hold the agents to their own node.
+	if _, err := RenderFor(chartDir, NodeAgentValues, "v1.31.5"); err == nil || !strings.Contains(err.Error(), "nodeAgent.enabled needs Kubernetes 1.32") {
+		t.Errorf("node agent on 1.31.5: err = %v, want the refusal naming nodeAgent.enabled and 1.32", err)
+	}
+	if _, err := RenderFor(chartDir, NodeAgentValues, "v1.32.0"); err != nil {
+		t.Errorf("node agent on 1.32.0: %v", err)
+	}
 }
 
 // TestSchemaRejects: a value of the wrong type, outside its set, or misspelled where the
