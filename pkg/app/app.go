@@ -63,6 +63,8 @@ type AppOptions struct {
 	// HeartbeatBind and HeartbeatAdvertise, when set, replace heartbeats.bindAddress and
 	// heartbeats.advertiseAddress: each replica's own, where the configuration is shared.
 	HeartbeatBind, HeartbeatAdvertise string
+	// Start bounds the start (the caches' sync) and says where a failed one is reported.
+	Start StartOptions
 }
 
 // The client's default request budget. client-go's own (5 per second) would queue the
@@ -152,7 +154,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err := serve(ctx, o.Serving, client, health, registry, errc); err != nil {
 		return err
 	}
-	if err := ctrls.Caches.Start(ctx); err != nil {
+	if err := startCaches(ctx, o, client, identity, ctrls.Caches); err != nil {
 		return err
 	}
 	if err := ctrls.Agents.Start(ctx); err != nil {

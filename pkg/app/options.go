@@ -47,6 +47,8 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 	fs.IntVar(&o.Burst, "kube-api-burst", DefaultBurst, "requests to the API server in a burst")
 	fs.StringVar(&o.HeartbeatBind, "heartbeat-bind-address", "", "host:port where this replica answers the node agents; replaces heartbeats.bindAddress")
 	fs.StringVar(&o.HeartbeatAdvertise, "heartbeat-advertise-address", "", "host:port the node agents dial for this replica; replaces heartbeats.advertiseAddress")
+	fs.DurationVar(&o.Start.CacheSyncTimeout, "cache-sync-timeout", DefaultCacheSyncTimeout, "how long the informer caches have to sync at start; a replica whose caches did not (RBAC forbids a list, a CustomResourceDefinition is missing) exits with the reason in its log, an Event on its pod and its termination message; 0 waits without bound")
+	fs.StringVar(&o.Start.TerminationMessagePath, "termination-message-path", DefaultTerminationMessagePath, "where a failed start writes its reason for kubectl describe pod (the container's terminationMessagePath); written only if the file exists")
 	return f
 }
 

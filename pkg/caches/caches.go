@@ -3,20 +3,18 @@
 // agents' observer, the device monitor, the orphan repair) reads from the one set pkg/app
 // makes, so each object kind is listed and watched once. It owns the caches' trimming
 // (what kubefence never reads is dropped before caching), their indexes (pods by node)
-// and their start and sync; it writes nothing.
+// and their start and sync: a cache that does not sync in time is an error naming it and
+// the last error its list or watch met (tracked.go). It writes nothing.
 package caches
 
 import (
-	"context"
 	"fmt"
-	"reflect"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -54,29 +52,31 @@ type Set struct {
 	// Pauses watches the pause requests: the ConfigMap pauseName in the controller's
 	// namespace (identityNS), by name, so that the controller may read that one only.
 	Pauses informers.SharedInformerFactory
+
+	// waiters are the factories above, which Start starts and waits for.
+	waiters []waiter
 }
 
 // New is the set for client, fencing and dyn (nil: no dynamic factory); identityNS holds
 // the replicas' identity Leases and the pause ConfigMap pauseName, reportNS the node
 // agents' reports.
 func New(client kubernetes.Interface, fencing versioned.Interface, dyn dynamic.Interface, identityNS, reportNS, pauseName string) (*Set, error) {
-	s := &Set{
-		Kube:       informers.NewSharedInformerFactory(client, resync),
-		NodeLeases: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(detector.LeaseNamespace)),
-		Identities: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(identityNS),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.LabelSelector = leader.IdentityLabel + "=true," + leader.ComponentLabel + "=controller"
-			})),
-		Fencing: fencinginformers.NewSharedInformerFactory(fencing, resync),
-		Pauses: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(identityNS),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + pauseName })),
-		Reports: informers.NewSharedInformerFactoryWithOptions(client, resync, informers.WithNamespace(reportNS),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.LabelSelector = nodeagent.ComponentLabel + "=" + nodeagent.Component
-			})),
-	}
+	kube := newKubeFactory(client, metav1.NamespaceAll, nil)
+	nodeLeases := newKubeFactory(client, detector.LeaseNamespace, nil)
+	identities := newKubeFactory(client, identityNS, func(o *metav1.ListOptions) {
+		o.LabelSelector = leader.IdentityLabel + "=true," + leader.ComponentLabel + "=controller"
+	})
+	fencingF := newFencingFactory(fencing)
+	pauses := newKubeFactory(client, identityNS, func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + pauseName })
+	reports := newKubeFactory(client, reportNS, func(o *metav1.ListOptions) {
+		o.LabelSelector = nodeagent.ComponentLabel + "=" + nodeagent.Component
+	})
+	s := &Set{Kube: kube, NodeLeases: nodeLeases, Identities: identities, Fencing: fencingF, Pauses: pauses, Reports: reports,
+		waiters: []waiter{kube, nodeLeases, identities, fencingF, reports, pauses}}
 	if dyn != nil {
-		s.Dynamic = dynamicinformer.NewDynamicSharedInformerFactory(dyn, resync)
+		d := &dynamicFactory{DynamicSharedInformerFactory: dynamicinformer.NewDynamicSharedInformerFactory(dyn, resync),
+			tracker: newTracker(metav1.NamespaceAll, nil)}
+		s.Dynamic, s.waiters = d, append(s.waiters, d)
 	}
 	// Caches of every node, lease and pod are the controller's memory; drop what it never
 	// reads.
@@ -145,32 +145,4 @@ func AttachmentsOn(vas storagelisters.VolumeAttachmentLister, node string) int {
 		}
 	}
 	return n
-}
-
-// Start starts every informer a controller asked for, and waits until each has synced.
-func (s *Set) Start(ctx context.Context) error {
-	s.Kube.Start(ctx.Done())
-	s.NodeLeases.Start(ctx.Done())
-	s.Identities.Start(ctx.Done())
-	s.Fencing.Start(ctx.Done())
-	s.Reports.Start(ctx.Done())
-	s.Pauses.Start(ctx.Done())
-	if s.Dynamic != nil {
-		s.Dynamic.Start(ctx.Done())
-		for gvr, ok := range s.Dynamic.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("informer cache of %s did not sync", schema.GroupVersionResource(gvr).String())
-			}
-		}
-	}
-	for _, synced := range []map[reflect.Type]bool{s.Kube.WaitForCacheSync(ctx.Done()), s.NodeLeases.WaitForCacheSync(ctx.Done()),
-		s.Identities.WaitForCacheSync(ctx.Done()), s.Fencing.WaitForCacheSync(ctx.Done()), s.Reports.WaitForCacheSync(ctx.Done()),
-		s.Pauses.WaitForCacheSync(ctx.Done())} {
-		for kind, ok := range synced {
-			if !ok {
-				return fmt.Errorf("informer cache of %v did not sync", kind)
-			}
-		}
-	}
-	return nil
 }
