@@ -3,12 +3,14 @@ package imagebuild
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -77,11 +79,33 @@ func (s BinarySpec) Build(ctx context.Context) error {
 	}
 	for _, c := range Commands {
 		built := filepath.Join(s.Out, filepath.Base(c.Pkg))
+		if err := noTestpoints(built); err != nil {
+			return err
+		}
 		if built == filepath.Join(s.Out, c.Name) {
 			continue
 		}
 		if err := os.Rename(built, filepath.Join(s.Out, c.Name)); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// TestpointsTag is pkg/testpoint.BuildTag: a binary built with it stops itself where an
+// environment variable says (the end-to-end tests' pause points). The image's binaries
+// never carry it, whatever GOFLAGS or go env says.
+const TestpointsTag = "kubefence_testpoints"
+
+// noTestpoints fails when the binary at path was built with TestpointsTag.
+func noTestpoints(path string) error {
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("build info of %s: %w", path, err)
+	}
+	for _, set := range bi.Settings {
+		if set.Key == "-tags" && slices.Contains(strings.Split(set.Value, ","), TestpointsTag) {
+			return fmt.Errorf("%s was built with -tags=%s (from GOFLAGS?): a release carries no test pause points", path, set.Value)
 		}
 	}
 	return nil
