@@ -10,6 +10,10 @@ TEST_TIMEOUT ?= 25m
 # cache for linux/amd64 instead of compiling everything a second time.
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath)
+# The tests' pause points (pkg/testpoint) are built only under this tag: test/sim builds its
+# controllers with it, and pkg/testpoint's tests run with and without it. No release target
+# sets it, and hack/images refuses a binary built with it.
+TESTPOINTS_TAG := kubefence_testpoints
 
 .PHONY: all build deps test unit lint demo bench proto generate clean
 
@@ -32,15 +36,18 @@ deps:
 # keep the whole run under 30 minutes, and their safety checks must hold under that load.
 test: deps build
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(GO) test -count=1 -tags $(TESTPOINTS_TAG) ./pkg/testpoint/
 
 # Every package test under pkg/, with no control plane started: the controller's fixture
 # tests run on fake clients. The agents' tests still use their real peers (ipmi_sim, tgtd,
 # moto), and deps installs and builds what every target needs, once, under .cache/.
 unit: deps
 	$(GO) test -count=1 ./pkg/...
+	$(GO) test -count=1 -tags $(TESTPOINTS_TAG) ./pkg/testpoint/
 
 lint:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags $(TESTPOINTS_TAG) ./pkg/testpoint/
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) run ./hack/checkimports
 	$(GO) run ./hack/checkbounds
