@@ -74,8 +74,39 @@ func GenerateChaos(seed uint64) *Scenario {
 	case 2:
 		refence(sc)
 	}
+	lostOutcome(rng, sc, fault)
 	sc.setDefaults()
 	return sc
+}
+
+// lostOutcome, drawn after everything else, loses the outcome of the Fence call against
+// a slow BMC: the leader hands over cleanly while the BMC holds the off (3 s), or its
+// save right after the call fails (45 s: past the API server's restart and a takeover,
+// and within the level's 60 s timeout, the longest the read back waits).
+// The call's outcome is unknown: it must be read back, and no second off sent while the
+// first may still land (the checker's one-off-at-a-time rule).
+func lostOutcome(rng *rand.Rand, sc *Scenario, fault string) {
+	if fault != ActPartition || sc.Storage != "" || sc.PauseAt != "" {
+		return
+	}
+	slow := Duration{max(sc.BMC.OffDelay.Duration, 3*time.Second)}
+	switch rng.IntN(4) {
+	case 0:
+		sc.Controllers, sc.BMC.OffDelay = 2, slow
+		stop := Step{Action: ActStopLeader, Until: &Condition{Node: "@web-0", BMC: bmc.ActionOffRequested}}
+		sc.Steps = slices.Insert(sc.Steps, 1, stop)
+	case 1:
+		for _, st := range sc.Steps {
+			switch st.Action {
+			case ActKillLeader, ActPauseLeader, ActRestartAPIServer, ActRestartControllers:
+				return
+			}
+		}
+		// The BMC holds the off through the outage and the API server's start, so the
+		// next sync finds the call in flight while it may still land.
+		sc.Controllers, sc.BMC.OffDelay, sc.PauseAt = 2, secs(45), testpoint.AfterFenceCall
+		sc.Steps = slices.Insert(sc.Steps, 1, Step{Action: ActFailSave, DownFor: secs(1)})
+	}
 }
 
 // refence makes sc a storage fence the node needs twice: its initiator is cut from its

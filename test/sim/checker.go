@@ -98,3 +98,31 @@ func CheckRenewingNotFenced(node string, renewals []time.Time, power []bmc.Power
 	}
 	return v
 }
+
+// CheckOneOffAtATime returns a violation for every power-off asked of a node's BMC while
+// an earlier one it took was still pending (a slow BMC logs off-requested when it takes
+// the command and off when it acts): no second off goes out while the first may still
+// land (safety invariant 7). The second would land after the first was verified and the
+// node released, and could power off the node on its next boot.
+func CheckOneOffAtATime(node string, power []bmc.PowerEvent) []string {
+	var v []string
+	var pending []time.Time
+	for _, e := range power {
+		if e.Source == "sim" {
+			continue
+		}
+		switch e.Action {
+		case bmc.ActionOffRequested:
+			if len(pending) > 0 {
+				v = append(v, fmt.Sprintf("node %s: a power-off asked at %s while the one its BMC took at %s was still pending",
+					node, e.Time.Format(time.RFC3339Nano), pending[0].Format(time.RFC3339Nano)))
+			}
+			pending = append(pending, e.Time)
+		case bmc.ActionOff:
+			if len(pending) > 0 {
+				pending = pending[1:]
+			}
+		}
+	}
+	return v
+}

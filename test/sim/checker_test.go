@@ -39,3 +39,34 @@ func TestCheckRenewingNotFenced(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckOneOffAtATime: the checker flags a power-off asked while an earlier one the
+// BMC took is still pending, and nothing else: an off after the first landed, the
+// simulation's own power changes, and a power-on between are not.
+func TestCheckOneOffAtATime(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	ev := func(ms int, action, source string) bmc.PowerEvent {
+		return bmc.PowerEvent{Time: t0.Add(time.Duration(ms) * time.Millisecond), Action: action, Source: source}
+	}
+	for name, tc := range map[string]struct {
+		log       []bmc.PowerEvent
+		violation bool
+	}{
+		"a second off while the first is pending": {[]bmc.PowerEvent{ev(0, bmc.ActionOffRequested, "bmc"), ev(1000, bmc.ActionOffRequested, "bmc"),
+			ev(3000, bmc.ActionOff, "bmc"), ev(4000, bmc.ActionOff, "bmc")}, true},
+		"a second off after the first landed": {[]bmc.PowerEvent{ev(0, bmc.ActionOffRequested, "bmc"), ev(3000, bmc.ActionOff, "bmc"),
+			ev(9000, bmc.ActionOffRequested, "bmc"), ev(12000, bmc.ActionOff, "bmc")}, false},
+		"the first still pending after a power on": {[]bmc.PowerEvent{ev(0, bmc.ActionOffRequested, "bmc"), ev(1000, bmc.ActionOn, "bmc"),
+			ev(2000, bmc.ActionOffRequested, "bmc")}, true},
+		"the simulation's own changes": {[]bmc.PowerEvent{ev(0, bmc.ActionOffRequested, "sim"), ev(1000, bmc.ActionOffRequested, "bmc")}, false},
+		"one off":                      {[]bmc.PowerEvent{ev(0, bmc.ActionOffRequested, "bmc"), ev(3000, bmc.ActionOff, "bmc")}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			v := CheckOneOffAtATime("node-1", tc.log)
+			if (len(v) > 0) != tc.violation {
+				t.Errorf("violations %v, want one: %v", v, tc.violation)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -246,6 +247,9 @@ func (m *Monitor) Check(ev Evidence) []string {
 	v = append(v, m.checkHealthy(ev)...)
 	v = append(v, m.checkLeftovers(ev)...)
 	v = append(v, m.checkRestores(ev)...)
+	for _, n := range slices.Sorted(maps.Keys(ev.Power)) {
+		v = append(v, CheckOneOffAtATime(n, ev.Power[n])...)
+	}
 	m.mu.Lock()
 	pods := make([]string, 0, len(m.copies))
 	for p := range m.copies {

@@ -42,6 +42,12 @@ var PlantedBugs = map[string]PlantedBug{
 	"unpinned": {File: "pkg/controller/fence.go",
 		From: "	return c.caller.Call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)",
 		To:   "	return c.caller.Call(ctx, step, node, target[:0], nf.Name, c.currentEpoch(), deadline)"},
+	// resend: a Fence call found in flight (its outcome lost to a handover or a failed
+	// save) is sent again at once instead of read back (safety invariant 7): against a
+	// slow BMC the second off is asked while the first is pending.
+	"resend": {File: "pkg/fencer/machine.go",
+		From: "		if a.State == v1alpha1.AttemptFencing && agent == v1alpha1.WatchdogAgent {",
+		To:   "		if a.State == v1alpha1.AttemptFencing {"},
 }
 
 // PlantOverlay writes into dir the patched source and the `go build -overlay` file that

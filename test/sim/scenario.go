@@ -209,6 +209,13 @@ const (
 	// ActRestartControllers terminates every live replica, as a rollout or an upgrade does;
 	// each is started again a second later (a new process with fresh clocks).
 	ActRestartControllers = "restartControllers"
+	// ActStopLeader terminates the leading replica (SIGTERM): a clean handover, the Lease
+	// given up at once and a standby leading 2 s later; its supervisor starts it again.
+	ActStopLeader = "stopLeader"
+	// ActFailSave needs pauseAt afterFenceCall: once a replica has stopped itself right
+	// after a Fence call, the API server goes down for downFor and the replica is resumed
+	// meanwhile, so the save of the call's answer fails and its outcome is lost.
+	ActFailSave = "failSaveAfterFence"
 )
 
 // nodeActions act on the nodes a step names (node, nodes or zone); without one they would
@@ -223,7 +230,7 @@ var knownActions = map[string]bool{ActPartition: true, ActPowerLoss: true, ActHe
 	ActResumePaused: true, ActKillAgent: true, ActRestartAPIServer: true, ActReleaseEarly: true, ActIgnoreBMC: true,
 	ActRestartControllers: true, ActCrash: true, ActRollNodeAgents: true, ActKillNodeAgents: true,
 	ActKillNodeAgent: true, ActCutFromController: true, ActCutFromAPIServer: true, ActEditTarget: true,
-	ActStopNodeAgent: true, ActCutNodeAgentFromAPIServer: true, ActWait: true}
+	ActStopNodeAgent: true, ActCutNodeAgentFromAPIServer: true, ActWait: true, ActStopLeader: true, ActFailSave: true}
 
 // agentActions need nodeAgents.
 var agentActions = map[string]bool{ActCrash: true, ActRollNodeAgents: true, ActKillNodeAgents: true, ActKillNodeAgent: true,

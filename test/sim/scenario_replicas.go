@@ -162,8 +162,12 @@ func (r *runner) signalLeader(ctx context.Context, action string) error {
 		r.logf("pausing leader %s (%s)", l.name, l.id)
 		return l.r.Signal(syscall.SIGSTOP)
 	}
-	r.logf("killing leader %s (%s)", l.name, l.id)
-	if err := l.r.Signal(syscall.SIGKILL); err != nil {
+	sig := syscall.SIGKILL
+	if action == ActStopLeader {
+		sig = syscall.SIGTERM
+	}
+	r.logf("%s: leader %s (%s)", action, l.name, l.id)
+	if err := l.r.Signal(sig); err != nil {
 		return err
 	}
 	select {

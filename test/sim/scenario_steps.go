@@ -121,6 +121,32 @@ func (r *runner) resumePaused() error {
 	return p.r.Signal(syscall.SIGCONT)
 }
 
+// failSave waits for a replica stopped at its test point (pauseAt), then takes the API
+// server down for downFor and resumes the replica while it is down: its next save fails.
+// A run whose replica never stopped there (another fault ended it first) logs so.
+func (r *runner) failSave(ctx context.Context, downFor time.Duration) error {
+	err := pollUntil(ctx, 100*time.Millisecond, time.Minute, func(context.Context) (bool, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, s := range r.replicas {
+			if s.alive() && strings.Contains(s.r.Log(), `"Pausing at test point"`) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		r.logf("no replica stopped at its test point: no failed save")
+		return r.resumePaused()
+	}
+	return r.h.Cluster.RestartAPIServer(ctx, func(ctx context.Context) error {
+		if err := r.resumePaused(); err != nil {
+			return err
+		}
+		return sleepUntil(ctx, time.Now().Add(downFor))
+	})
+}
+
 // editTarget rewrites each node's BMC annotation to name the spare BMC, a unique machine
 // switched off: a mapping edited mid-incident must not move its calls (they go to the
 // target the fence recorded), or a read back of the spare would "verify" a running node.
@@ -165,8 +191,10 @@ func (r *runner) act(ctx context.Context, st Step) error {
 		return r.flap(ctx, st, nodes)
 	case ActPowerOn:
 		return r.powerOn(ctx, nodes)
-	case ActKillLeader, ActPauseLeader:
+	case ActKillLeader, ActPauseLeader, ActStopLeader:
 		return r.signalLeader(ctx, st.Action)
+	case ActFailSave:
+		return r.failSave(ctx, st.DownFor.Duration)
 	case ActResumePaused:
 		return r.resumePaused()
 	case ActEditTarget:
