@@ -281,11 +281,12 @@ func TestDefaultDeploymentHardening(t *testing.T) {
 
 // TestRenderMetricsSecurity: by default /metrics is served over HTTPS to reviewed tokens
 // (the controller may review them, scrapers get a ClusterRole, the ServiceMonitor sends
-// Prometheus' token); metrics.secure=false serves plain HTTP and grants none of that.
+// Prometheus' token); metrics.secure=false serves plain HTTP and grants none of that
+// (the controller's subjectaccessreviews stay: TestRenderWordPolicies).
 func TestRenderMetricsSecurity(t *testing.T) {
 	monitor := map[string]any{"serviceMonitor": map[string]any{"enabled": true}}
 	secure := []string{
-		"- --metrics-secure=true", "resources: [tokenreviews]", "resources: [subjectaccessreviews]",
+		"- --metrics-secure=true", "resources: [tokenreviews]",
 		"name: kubefence-metrics-reader", "nonResourceURLs: [/metrics]", "scheme: https",
 		"bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token", "insecureSkipVerify: true",
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -115,5 +116,69 @@ func checkAsksForFences(t *testing.T, m manifest, name string) {
 		if !slices.ContainsFunc(rulesOf(t, role), func(r rbacRule) bool { return r.grants(a) }) {
 			t.Errorf("ClusterRole %s may not %s nodefences", name, verb)
 		}
+	}
+}
+
+// TestRenderWordPolicies: each word's admission policy carries the label the controller
+// finds it by (fencing.kubefence.io/word), fails closed and is bound with Deny, so the
+// controller trusts the check it made when the word was set (pkg/oncall.PolicyInForce);
+// no other policy carries the label. Whether metrics are secure or not, and with the
+// policies or without, the controller may read the policies and their bindings and ask
+// a SubjectAccessReview (of a word's author, when no policy is in force); TokenReviews
+// only for secure metrics.
+func TestRenderWordPolicies(t *testing.T) {
+	const label = "fencing.kubefence.io/word"
+	noPolicies := map[string]any{"confirmOffPolicy": map[string]any{"enabled": false}, "cancelPolicy": map[string]any{"enabled": false}}
+	for name, tc := range map[string]struct {
+		values           map[string]any
+		secure, policies bool
+	}{
+		"default":                                {nil, true, true},
+		"metrics.secure=false":                   {map[string]any{"metrics": map[string]any{"secure": false}}, false, true},
+		"no word policies, metrics.secure=false": {map[string]any{"metrics": map[string]any{"secure": false}, "confirmOffPolicy": noPolicies["confirmOffPolicy"], "cancelPolicy": noPolicies["cancelPolicy"]}, false, false},
+		"no word policies":                       {noPolicies, true, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := RenderAs(chartDir, tc.values, "fencing", "ops")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := parseManifest(t, out)
+			deployments := m.ofKind("Deployment")
+			if len(deployments) != 1 {
+				t.Fatalf("%d Deployments, want the controller's", len(deployments))
+			}
+			sa := str(deployments[0], "spec", "template", "spec", "serviceAccountName")
+			m.requireAllowed(t, name, "ops", sa, access{group: "authorization.k8s.io", resource: "subjectaccessreviews"}, "create")
+			for _, res := range []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"} {
+				m.requireAllowed(t, name, "ops", sa, access{group: "admissionregistration.k8s.io", resource: res}, "get", "list")
+			}
+			if got := m.allowed(t, "ops", sa, access{verb: "create", group: "authentication.k8s.io", resource: "tokenreviews"}); got != tc.secure {
+				t.Errorf("the controller may create tokenreviews: %v, want %v", got, tc.secure)
+			}
+			labelled := map[string]string{}
+			for _, p := range m.ofKind("ValidatingAdmissionPolicy") {
+				if w := str(p, "metadata", "labels", label); w != "" {
+					labelled[w] = str(p, "metadata", "name")
+				}
+			}
+			want := map[string]string{}
+			if tc.policies {
+				want = map[string]string{"confirm-off": "fencing-kubefence-confirm-off", "cancel": "fencing-kubefence-cancel"}
+			}
+			if !maps.Equal(labelled, want) {
+				t.Errorf("policies labelled %s: %v, want %v", label, labelled, want)
+			}
+			for word, policy := range want {
+				if fp := str(m.find("ValidatingAdmissionPolicy", "", policy), "spec", "failurePolicy"); fp != "Fail" {
+					t.Errorf("policy of %s: failurePolicy %q, want Fail", word, fp)
+				}
+				if !slices.ContainsFunc(m.ofKind("ValidatingAdmissionPolicyBinding"), func(b map[string]any) bool {
+					return str(b, "spec", "policyName") == policy && slices.Contains(strs(b, "spec", "validationActions"), "Deny")
+				}) {
+					t.Errorf("policy %s of %s has no binding with validationActions Deny", policy, word)
+				}
+			}
+		})
 	}
 }

@@ -3,7 +3,10 @@ package oncall
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,11 +23,12 @@ var (
 	byAnnotations = map[Kind]string{ConfirmOff: v1alpha1.ConfirmOffByAnnotation, Cancel: v1alpha1.CancelByAnnotation}
 )
 
-// Permission is the SubjectAccessReview that asks whether w's author, as the admission
-// policy recorded them (the -by annotation), may give w: create nodefences/confirm or
-// nodefences/cancel, the check the chart's policy makes when the word is set. The loop
-// asks it again before it acts, since the policy may be off, or the cluster may have no
-// ValidatingAdmissionPolicy at all. nil when w names no author.
+// Permission is the SubjectAccessReview that asks whether w's author, by the user name
+// its -by annotation records, may give w: create nodefences/confirm or nodefences/cancel,
+// the check the chart's policy makes when the word is set. The loop asks it when that
+// policy is not in force (PolicyInForce): turned off, or a cluster without
+// ValidatingAdmissionPolicy. It names no groups, as the word records none. nil when w
+// names no author.
 func Permission(w Word) *authorizationv1.SubjectAccessReview {
 	if w.By == "" {
 		return nil
@@ -51,19 +55,37 @@ func Read(ctx context.Context, client kubernetes.Interface, w Word, node *corev1
 	return f, err
 }
 
-// AskPermission asks the API server whether w's author may give w (Permission), and
-// returns why the loop must not act on w, or "" when it may. A word that names no author
-// is refused without asking, and so is one the controller may not ask about (its role
-// has no create subjectaccessreviews); any other failed request is an error, asked again
-// at the next sync. A review is a question: it writes nothing.
+// AskPermission returns why the loop must not act on w, or "" when it may. A word that
+// names no author is refused without asking. While the chart's admission policy of w is
+// in force (PolicyInForce), the API server checked w's writer when it was set, groups
+// included, and held -by to them: w stands. Otherwise the controller asks itself
+// (review), by user name only; a refusal then says the policy is not in force and which
+// chart value turns it on, since a person allowed only through a group is refused here.
+// A failed read is an error, asked again at the next sync. It writes nothing.
 func AskPermission(ctx context.Context, client kubernetes.Interface, w Word) (string, error) {
-	sar := Permission(w)
-	what := fmt.Sprintf("create nodefences/%s", subresources[w.Kind])
-	if sar == nil {
-		return fmt.Sprintf("it names no author (%s is empty or missing), so nobody is known to be allowed to %s; the admission policy that records the author may be off",
-			byAnnotations[w.Kind], what), nil
+	if w.By == "" {
+		return fmt.Sprintf("it names no author (%s is empty or missing), so nobody is known to be allowed to create nodefences/%s; the admission policy that records the author may be off",
+			byAnnotations[w.Kind], subresources[w.Kind]), nil
 	}
-	got, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	off, err := PolicyInForce(ctx, client, w.Kind)
+	if err != nil || off == "" {
+		return "", err
+	}
+	denied, err := review(ctx, client, w)
+	if err != nil || denied == "" {
+		return "", err
+	}
+	return fmt.Sprintf("%s; the admission policy of %s is not in force (%s; the chart value %s=true renders it), so %s was checked by user name only, groups unknown",
+		denied, w.Kind, off, policyValues[w.Kind], w.By), nil
+}
+
+// review asks the API server's authorizer whether w's author, by user name, may give w
+// (Permission). One the controller may not ask about (its role has no create
+// subjectaccessreviews) is refused; any other failed request is an error. A review is a
+// question: it writes nothing.
+func review(ctx context.Context, client kubernetes.Interface, w Word) (string, error) {
+	what := fmt.Sprintf("create nodefences/%s", subresources[w.Kind])
+	got, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, Permission(w), metav1.CreateOptions{})
 	switch {
 	case apierrors.IsForbidden(err):
 		return fmt.Sprintf("the controller may not ask whether %s may %s: %v", w.By, what, err), nil
@@ -80,4 +102,72 @@ func AskPermission(ctx context.Context, client kubernetes.Interface, w Word) (st
 		return fmt.Sprintf("%s may not %s: %s", w.By, what, why), nil
 	}
 	return "", nil
+}
+
+// WordPolicyLabel marks a ValidatingAdmissionPolicy as the chart's policy for one word,
+// its value the word (confirm-off, cancel): the policy that lets a word be set only by
+// someone the authorizer allows to give it, who names themself in its -by annotation.
+const WordPolicyLabel = "fencing.kubefence.io/word"
+
+// policyValues are the chart values that render each word's policy.
+var policyValues = map[Kind]string{ConfirmOff: "confirmOffPolicy.enabled", Cancel: "cancelPolicy.enabled"}
+
+// PolicyInForce says whether the API server holds every setting of a word of kind to
+// its policy: a ValidatingAdmissionPolicy labelled WordPolicyLabel=kind whose
+// failurePolicy is Fail (unset is Fail, the API's default), and a binding of it whose
+// validationActions include Deny. Such a policy checked the word when it was set, with
+// the writer's whole user info (groups too), and held -by to the writer's user name; the
+// controller cannot ask that again, as a word records no groups. It returns "" when one
+// is in force, else why none is. A cluster that serves no admissionregistration.k8s.io/v1
+// policies (NotFound) or a controller that may not read them (Forbidden) has none in
+// force; any other failed read is an error, asked again at the next sync. The reads are
+// live, as the policy may have been turned off a moment ago.
+func PolicyInForce(ctx context.Context, client kubernetes.Interface, kind Kind) (string, error) {
+	selector := WordPolicyLabel + "=" + string(kind)
+	api := client.AdmissionregistrationV1()
+	policies, err := api.ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if why, err := unread("validatingadmissionpolicies", err); why != "" || err != nil {
+		return why, err
+	}
+	if len(policies.Items) == 0 {
+		return fmt.Sprintf("no ValidatingAdmissionPolicy is labelled %s", selector), nil
+	}
+	bindings, err := api.ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})
+	if why, err := unread("validatingadmissionpolicybindings", err); why != "" || err != nil {
+		return why, err
+	}
+	return inForce(policies.Items, bindings.Items), nil
+}
+
+// unread turns a failed list of what into why no policy is known to be in force, or an
+// error to ask again.
+func unread(what string, err error) (string, error) {
+	switch {
+	case err == nil:
+		return "", nil
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("the cluster serves no admissionregistration.k8s.io/v1 %s", what), nil
+	case apierrors.IsForbidden(err):
+		return fmt.Sprintf("the controller may not list %s: %v", what, err), nil
+	}
+	return "", fmt.Errorf("list %s: %w", what, err)
+}
+
+// inForce returns "" when one of policies fails closed and is bound with Deny, else why
+// none is.
+func inForce(policies []admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) string {
+	var why []string
+	for _, p := range policies {
+		if fp := p.Spec.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail {
+			why = append(why, fmt.Sprintf("policy %s has failurePolicy %s, which lets through a change it fails to check", p.Name, *fp))
+			continue
+		}
+		if slices.ContainsFunc(bindings, func(b admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool {
+			return b.Spec.PolicyName == p.Name && slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny)
+		}) {
+			return ""
+		}
+		why = append(why, fmt.Sprintf("policy %s has no binding with validationActions Deny", p.Name))
+	}
+	return strings.Join(why, "; ")
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,5 +87,100 @@ func TestRead(t *testing.T) {
 		if err != nil || !f.Read || f.NodeGone != gone || f.Denied != "" {
 			t.Errorf("%s: facts %+v, %v; want read, gone %v, allowed", node, f, err, gone)
 		}
+	}
+}
+
+// wordPolicy is the chart's admission policy of word, named name, failing as fail.
+func wordPolicy(name string, word Kind, fail admissionregistrationv1.FailurePolicyType) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{WordPolicyLabel: string(word), "app.kubernetes.io/name": "kubefence"}},
+		Spec:       admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: &fail}}
+}
+
+// policyBinding binds policy with actions.
+func policyBinding(policy string, actions ...admissionregistrationv1.ValidationAction) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: policy},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy, ValidationActions: actions}}
+}
+
+// TestAskPermissionTrustsPolicyInForce: carol is on call through a group, which a word
+// does not record, so a review of her user name is refused. Her word stands while the
+// chart's policy of that word is in force (labelled for it, failing closed, bound with
+// Deny), as the API server checked her, groups included, when she set it; without that
+// policy it is refused, saying she was checked by user name only and which chart value
+// turns the policy on.
+func TestAskPermissionTrustsPolicyInForce(t *testing.T) {
+	fail, ignore := admissionregistrationv1.Fail, admissionregistrationv1.Ignore
+	deny, warn, audit := admissionregistrationv1.Deny, admissionregistrationv1.Warn, admissionregistrationv1.Audit
+	confirm := Word{Kind: ConfirmOff, By: "carol", Reason: "chassis lost power"}
+	cancel := Word{Kind: Cancel, By: "carol", Reason: "decommissioned"}
+	byName := "so carol was checked by user name only, groups unknown"
+	for name, tc := range map[string]struct {
+		word    Word
+		objects []runtime.Object
+		list    error // the answer to a list of policies, nil: the objects
+		says    []string
+		err     bool
+	}{
+		"policy and its Deny binding": {word: confirm, objects: []runtime.Object{wordPolicy("kf-confirm-off", ConfirmOff, fail), policyBinding("kf-confirm-off", deny)}},
+		"failurePolicy unset (Fail)": {word: confirm, objects: []runtime.Object{
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{WordPolicyLabel: "confirm-off"}}},
+			policyBinding("p", warn, deny)}},
+		"cancel: its policy": {word: cancel, objects: []runtime.Object{wordPolicy("kf-cancel", Cancel, fail), policyBinding("kf-cancel", deny)}},
+		"binding missing": {word: confirm, objects: []runtime.Object{wordPolicy("kf-confirm-off", ConfirmOff, fail), policyBinding("other", deny)},
+			says: []string{"policy kf-confirm-off has no binding with validationActions Deny", byName, "confirmOffPolicy.enabled=true"}},
+		"binding warns and audits only": {word: confirm, objects: []runtime.Object{wordPolicy("kf-confirm-off", ConfirmOff, fail), policyBinding("kf-confirm-off", warn, audit)},
+			says: []string{"policy kf-confirm-off has no binding with validationActions Deny", byName}},
+		"failurePolicy Ignore": {word: confirm, objects: []runtime.Object{wordPolicy("kf-confirm-off", ConfirmOff, ignore), policyBinding("kf-confirm-off", deny)},
+			says: []string{"policy kf-confirm-off has failurePolicy Ignore", byName}},
+		"unlabelled policy": {word: confirm, objects: []runtime.Object{
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "kf-confirm-off"}}, policyBinding("kf-confirm-off", deny)},
+			says: []string{"no ValidatingAdmissionPolicy is labelled fencing.kubefence.io/word=confirm-off", byName}},
+		"cancel: only the confirm-off policy": {word: cancel, objects: []runtime.Object{wordPolicy("kf-confirm-off", ConfirmOff, fail), policyBinding("kf-confirm-off", deny)},
+			says: []string{"no ValidatingAdmissionPolicy is labelled fencing.kubefence.io/word=cancel", "cancelPolicy.enabled=true", "carol may not create nodefences/cancel"}},
+		"policy disabled": {word: confirm, says: []string{"carol may not create nodefences/confirm: no rule allows it",
+			"the admission policy of confirm-off is not in force (no ValidatingAdmissionPolicy is labelled", byName}},
+		"no ValidatingAdmissionPolicy served": {word: confirm,
+			list: apierrors.NewNotFound(schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}, ""),
+			says: []string{"the cluster serves no admissionregistration.k8s.io/v1 validatingadmissionpolicies", byName, "confirmOffPolicy.enabled=true"}},
+		"controller may not read policies": {word: confirm,
+			list: apierrors.NewForbidden(schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}, "", errors.New("no")),
+			says: []string{"the controller may not list validatingadmissionpolicies", byName}},
+		"list fails otherwise": {word: confirm, list: errors.New("connection refused"), err: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			kube, asked := reviewing(t, "alice")
+			for _, o := range tc.objects {
+				if err := kube.Tracker().Add(o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.list != nil {
+				kube.PrependReactor("list", "validatingadmissionpolicies", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, tc.list
+				})
+			}
+			denied, err := AskPermission(context.Background(), kube, tc.word)
+			if (err != nil) != tc.err {
+				t.Fatalf("error %v, want one: %v", err, tc.err)
+			}
+			if tc.says == nil {
+				if denied != "" {
+					t.Errorf("refused: %s", denied)
+				}
+				if len(*asked) != 0 {
+					t.Errorf("reviews asked %+v; the policy in force answers", *asked)
+				}
+				return
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(denied, s) {
+					t.Errorf("refusal %q does not say %q", denied, s)
+				}
+			}
+			if len(*asked) != 1 || (*asked)[0].User != "carol" || len((*asked)[0].Groups) != 0 {
+				t.Errorf("reviews asked %+v, want one of carol's user name", *asked)
+			}
+		})
 	}
 }
