@@ -24,6 +24,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/kubemetrics"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
@@ -161,6 +162,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		return err
 	}
 	health.SetSynced()
+	go ctrls.Planned.Run(ctx, maintenance.RediscoverEvery)
 	klog.FromContext(ctx).Info("Caches synced", "identity", identity)
 
 	ids := announce(ctx, o, client, cfg.LeaderElection.Namespace, identity, registry)

@@ -39,6 +39,9 @@ type Controllers struct {
 	Monitor   *devicemonitor.Monitor
 	Orphans   *orphans.Repair
 	Retention *incidents.Retention
+	// Planned follows the planned-absence kinds (Machines, NodeMaintenances), and those
+	// installed after the start once Run finds them.
+	Planned *maintenance.Reader
 }
 
 // Assembly is what the controllers are built from.
@@ -86,7 +89,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Controllers{Config: cfg, Caches: set, Health: &agentcall.Health{}}
+	out := &Controllers{Config: cfg, Caches: set, Health: &agentcall.Health{}, Planned: planned}
 	if cfg.ExternalRemediation.Enabled {
 		out.Requests, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
 			Fencing: a.Fencing, Machines: a.Dynamic, Nodes: nodes, Policies: cfg.Policies, Incidents: store,
