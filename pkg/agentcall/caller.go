@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
@@ -106,7 +105,8 @@ func (a *Caller) request(ctx context.Context, name string, node *corev1.Node, ta
 			return plugin.Request{}, cfg, err
 		}
 	}
-	req := plugin.Request{Node: node.Name, Target: target, Params: maps.Clone(cfg.Params), Epoch: epoch, Incident: incident}
+	req := plugin.Request{Node: node.Name, Target: target, Params: maps.Clone(cfg.Params), Epoch: epoch, Incident: incident,
+		ExpectIdentity: ExpectedIdentity(node, target)}
 	if req.Params == nil {
 		req.Params = map[string]string{}
 	}
@@ -207,63 +207,11 @@ func (a *Caller) ownersOf(cfg v1alpha1.Agent, target string) (map[string][]strin
 	return map[string][]string{target: names}, nil
 }
 
-// targetIndex indexes the node cache by agent and target (targetKey), as targetOwners
-// maps them.
-const targetIndex = "agentTarget"
-
-// Index adds to the node cache inf an index by agent and target, and looks targets up
-// in it from then on instead of listing every node at each call.
-func (a *Caller) Index(inf cache.SharedIndexInformer) error {
-	if err := inf.AddIndexers(cache.Indexers{targetIndex: a.targetKeys}); err != nil {
-		return fmt.Errorf("index nodes by target: %w", err)
-	}
-	a.owned = indexedOwners(inf.GetIndexer())
-	return nil
-}
-
 // NetworkFence reports whether agent is a csi-addons NetworkFence agent, whose fence
 // holds whether or not its level verified.
 func (a *Caller) NetworkFence(agent string) bool {
 	cfg, ok := a.config[agent]
 	return ok && cfg.NetworkFence != nil
-}
-
-func targetKey(agent, target string) string { return agent + "\x00" + target }
-
-// targetKeys are a node's targetIndex keys: one for each configured agent that acts for
-// the node (actsFor, as targetOwners asks) and whose target the node resolves.
-func (a *Caller) targetKeys(obj any) ([]string, error) {
-	node, ok := obj.(*corev1.Node)
-	if !ok {
-		return nil, nil
-	}
-	var keys []string
-	for name, cfg := range a.config {
-		if !a.actsFor(name, node) {
-			continue
-		}
-		if t, err := a.targetOf(cfg, node); err == nil {
-			keys = append(keys, targetKey(name, t))
-		}
-	}
-	return keys, nil
-}
-
-// indexedOwners looks owners up in a node cache indexed by targetIndex.
-func indexedOwners(idx cache.Indexer) func(agent, target string) ([]string, error) {
-	return func(agent, target string) ([]string, error) {
-		objs, err := idx.ByIndex(targetIndex, targetKey(agent, target))
-		if err != nil {
-			return nil, err
-		}
-		names := make([]string, 0, len(objs))
-		for _, o := range objs {
-			if n, ok := o.(*corev1.Node); ok {
-				names = append(names, n.Name)
-			}
-		}
-		return names, nil
-	}
 }
 
 // unshared refuses a target that another node, one this agent also acts for, maps to as
@@ -333,6 +281,7 @@ func (a *Caller) Call(ctx context.Context, step fencer.Step, node *corev1.Node, 
 			ev.ErrKind = plugin.KindTimeout
 		}
 		a.metrics.errors.WithLabelValues(step.Agent, method, string(ev.ErrKind)).Inc()
+		a.countMismatch(step.Agent, err)
 	}
 	return ev
 }
@@ -411,6 +360,7 @@ func (a *Caller) Unfence(ctx context.Context, at v1alpha1.Attempt, restore strin
 		return res, nil
 	}
 	a.metrics.errors.WithLabelValues(at.Agent, MethodUnfence, string(plugin.KindOf(err))).Inc()
+	a.countMismatch(at.Agent, err)
 	// The outcome of a failed or timed-out Unfence is unknown: a command sent just
 	// before the deadline can still have landed. What the target says now is read
 	// back with a call of its own, so that the incident records the state, not the

@@ -27,6 +27,17 @@ type TargetCheck struct {
 	Err     error
 	// At is when the answer came back, on the caller's clock.
 	At time.Time
+	// Identity is the device's own identity as the agent read it; Expect the node's
+	// (ExpectedIdentity). Either is "" when it was not known: not checked.
+	Identity, Expect string
+	// SharesUUID names the other nodes that report the node's systemUUID (cloned VMs):
+	// a BMC's GUID cannot tell them apart.
+	SharesUUID []string
+}
+
+// Mismatch reports whether the device proved another machine's (plugin.KindTargetMismatch).
+func (t TargetCheck) Mismatch() bool {
+	return t.Err != nil && plugin.KindOf(t.Err) == plugin.KindTargetMismatch
 }
 
 // Up reports whether the device answered with a state.
@@ -88,6 +99,7 @@ func (a *Caller) CheckAll(ctx context.Context, policies []v1alpha1.Policy, nodes
 		}()
 	}
 	wg.Wait()
+	noteShared(out, nodes)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Node != out[j].Node {
 			return out[i].Node < out[j].Node
@@ -114,6 +126,8 @@ func (a *Caller) checkTarget(ctx context.Context, agent string, node *corev1.Nod
 	res, err := a.invoke(ctx, agent, MethodStatus, req, start.Add(cfg.Timeout.Duration))
 	tc.At = a.now()
 	tc.Latency = tc.At.Sub(start)
+	tc.Identity, tc.Expect = res.Identity, req.ExpectIdentity
+	a.countMismatch(agent, err)
 	if err != nil {
 		tc.Err = err
 		return tc
@@ -122,16 +136,21 @@ func (a *Caller) checkTarget(ctx context.Context, agent string, node *corev1.Nod
 	return tc
 }
 
-// PrintTargetChecks writes checks as a table: node, agent, target, state, latency, error.
+// PrintTargetChecks writes checks as a table: node, agent, target, state, the device's
+// identity against the node's, latency, error.
 func PrintTargetChecks(w io.Writer, checks []TargetCheck) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tAGENT\tTARGET\tSTATE\tLATENCY\tERROR")
+	fmt.Fprintln(tw, "NODE\tAGENT\tTARGET\tSTATE\tIDENTITY\tLATENCY\tERROR")
 	for _, tc := range checks {
 		state, errText := string(tc.State), ""
 		if tc.Err != nil {
 			state, errText = "error", tc.Err.Error()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", tc.Node, tc.Agent, tc.Target, state, tc.Latency.Round(time.Millisecond), errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tc.Node, tc.Agent, tc.Target, state, identityText(tc),
+			tc.Latency.Round(time.Millisecond), errText)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printShared(w, checks)
 }

@@ -117,22 +117,64 @@ func TestCheckTargetsRefusesABadTemplate(t *testing.T) {
 }
 
 // TestPrintTargetChecks: the check's table, as an operator reads it: one row a device,
-// the state or "error" with the reason, the latency to the millisecond.
+// the state or "error" with the reason, the device's identity against the node's, the
+// latency to the millisecond.
 func TestPrintTargetChecks(t *testing.T) {
 	var out bytes.Buffer
 	err := PrintTargetChecks(&out, []TargetCheck{
-		{Node: "node-1", Agent: "ipmi", Target: "10.0.0.1", State: plugin.StateOn, Latency: 12345678 * time.Nanosecond},
+		{Node: "node-1", Agent: "ipmi", Target: "10.0.0.1", State: plugin.StateOn, Latency: 12345678 * time.Nanosecond,
+			Identity: "a0", Expect: "A0"},
 		{Node: "node-2", Agent: "ipmi", Target: "10.0.0.2", Latency: 5 * time.Second,
 			Err: errors.New("dial 10.0.0.2:623: i/o timeout")},
+		{Node: "node-3", Agent: "ipmi", Target: "10.0.0.9", Latency: time.Second, Identity: "b9", Expect: "c3",
+			Err: plugin.Errorf(plugin.KindTargetMismatch, "b9 is not c3")},
+		{Node: "node-4", Agent: "ipmi", Target: "10.0.0.4", State: plugin.StateOn, Latency: time.Second, Identity: "d4"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "" +
-		"NODE    AGENT  TARGET    STATE  LATENCY  ERROR\n" +
-		"node-1  ipmi   10.0.0.1  on     12ms     \n" +
-		"node-2  ipmi   10.0.0.2  error  5s       dial 10.0.0.2:623: i/o timeout\n"
+		"NODE    AGENT  TARGET    STATE  IDENTITY                             LATENCY  ERROR\n" +
+		"node-1  ipmi   10.0.0.1  on     a0 (matches the node's)              12ms     \n" +
+		"node-2  ipmi   10.0.0.2  error  not checked                          5s       dial 10.0.0.2:623: i/o timeout\n" +
+		"node-3  ipmi   10.0.0.9  error  MISMATCH: device b9, node c3         1s       TargetMismatch: b9 is not c3\n" +
+		"node-4  ipmi   10.0.0.4  on     d4 (node reports none: not checked)  1s       \n"
 	if out.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// TestExpectedIdentity: a BMC target is compared with the node's systemUUID, a cloud
+// target with the instance ID that ends its providerID.
+func TestExpectedIdentity(t *testing.T) {
+	node := &corev1.Node{Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/i-0a1b2c3d4e5f60718"},
+		Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{SystemUUID: " EC2A0A0A-0000-1111-2222-333344445555 "}}}
+	for target, want := range map[string]string{
+		"10.0.0.7:623":                           "EC2A0A0A-0000-1111-2222-333344445555",
+		"https://bmc-7.example":                  "EC2A0A0A-0000-1111-2222-333344445555",
+		"aws:///us-east-1a/i-0a1b2c3d4e5f60718":  "i-0a1b2c3d4e5f60718",
+		"openstack:///5f2c2d9e-9d0b-4f3a-8a3e-1": "i-0a1b2c3d4e5f60718",
+	} {
+		if got := ExpectedIdentity(node, target); got != want {
+			t.Errorf("ExpectedIdentity(%s) = %q, want %q", target, got, want)
+		}
+	}
+}
+
+// TestSharedSystemUUIDs: cloned VMs that report one systemUUID are named, case apart.
+func TestSharedSystemUUIDs(t *testing.T) {
+	mk := func(name, id string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{SystemUUID: id}}}
+	}
+	got := SharedSystemUUIDs([]*corev1.Node{mk("b", "AA-1"), mk("a", "aa-1"), mk("c", "bb-2"), mk("d", "")})
+	if len(got) != 1 || !slices.Equal(got["aa-1"], []string{"a", "b"}) {
+		t.Errorf("shared = %v, want aa-1: [a b]", got)
+	}
+	checks := []TargetCheck{{Node: "a", Expect: "AA-1"}, {Node: "b", Expect: "aa-1"}, {Node: "c", Expect: "bb-2"}}
+	noteShared(checks, []*corev1.Node{mk("b", "AA-1"), mk("a", "aa-1"), mk("c", "bb-2"), mk("d", "")})
+	var out bytes.Buffer
+	if err := PrintTargetChecks(&out, checks); err != nil || !strings.Contains(out.String(), "WARNING: node a reports the same systemUUID AA-1 as b") ||
+		!strings.Contains(out.String(), "node b reports the same systemUUID aa-1 as a") || strings.Contains(out.String(), "node c reports") {
+		t.Errorf("printed %q, %v", out.String(), err)
 	}
 }

@@ -3,5 +3,9 @@
 // a node whose device reads off while the node lives (the annotation
 // fencing.kubefence.io/target-reads-off, a TargetReadsOff Event, kubefence_target_reads_off):
 // that device is another machine's, and the incident loop holds the node's fencing while
-// the mark stands. It writes that annotation on Nodes and Events, nothing else.
+// the mark stands. A node whose mapping changes (its target annotation, label or
+// providerID, or its systemUUID) has its devices read again at once, not at the next
+// round; a device that proves another machine's (its identity is not the node's) and
+// systemUUIDs several nodes share are told with Events and in the log. It writes that
+// annotation on Nodes and Events, nothing else.
 package devicemonitor

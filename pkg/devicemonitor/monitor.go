@@ -51,8 +51,9 @@ type Monitor struct {
 	// nil reads only what the Node says.
 	Planned *maintenance.Reader
 
-	up  *prometheus.GaugeVec
-	off *offReads
+	up     *prometheus.GaugeVec
+	off    *offReads
+	mapped *mappings
 }
 
 // New is a monitor whose metrics (kubefence_target_up, kubefence_target_reads_off) go to
@@ -64,6 +65,7 @@ func New(m Monitor, reg prometheus.Registerer, renewInterval time.Duration) *Mon
 	}, []string{"node", "agent"})
 	reg.MustRegister(m.up)
 	m.off = newOffReads(reg, renewInterval)
+	m.mapped = &mappings{}
 	if m.Interval <= 0 {
 		m.Interval = DefaultInterval
 	}
@@ -79,6 +81,7 @@ func (m *Monitor) Run(ctx context.Context) {
 	for {
 		if nodes, err := m.Nodes.List(everything()); err == nil { // a cache read; a failed round is skipped
 			m.record(ctx, m.Checker.CheckAll(ctx, m.Policies, m.probed(nodes)))
+			m.tellShared(ctx, nodes)
 		}
 		next := time.After(m.Interval + time.Duration(rand.Int64N(int64(m.Interval/10)+1)))
 		for waiting := true; waiting; {
@@ -86,6 +89,9 @@ func (m *Monitor) Run(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			case <-look.C:
+				if nodes, err := m.Nodes.List(everything()); err == nil {
+					m.remap(ctx, nodes)
+				}
 				m.checkPending(ctx)
 			case <-next:
 				waiting = false
@@ -94,17 +100,27 @@ func (m *Monitor) Run(ctx context.Context) {
 	}
 }
 
-// record exports a round's reads and keeps its reads of off.
+// record exports a round's reads, the only ones of every node, and keeps its reads of off.
 func (m *Monitor) record(ctx context.Context, checks []agentcall.TargetCheck) {
+	m.up.Reset()
+	m.apply(ctx, checks)
+}
+
+// apply exports reads of some nodes' devices, keeps their reads of off and the mapping
+// each read, and tells of a device that proved another machine's.
+func (m *Monitor) apply(ctx context.Context, checks []agentcall.TargetCheck) {
 	for _, tc := range m.off.note(checks) {
 		m.clear(ctx, tc)
 	}
-	m.up.Reset()
+	m.mapped.note(checks)
 	for _, tc := range checks {
 		up := 0.0
-		if tc.Up() {
+		switch {
+		case tc.Up():
 			up = 1
-		} else {
+		case tc.Mismatch():
+			m.tellMismatch(ctx, tc)
+		default:
 			klog.FromContext(ctx).Error(tc.Err, "Fence device check failed", "node", tc.Node, "agent", tc.Agent, "target", tc.Target)
 		}
 		m.up.WithLabelValues(tc.Node, tc.Agent).Set(up)

@@ -36,7 +36,7 @@ const (
 // Fence call whose outcome stayed unknown (no state could be read back after it).
 func givenUp(a *v1alpha1.Attempt, lv Level) bool {
 	switch plugin.ErrorKind(a.ErrorKind) {
-	case plugin.KindAgentDown, plugin.KindPermanent, plugin.KindUnknown:
+	case plugin.KindAgentDown, plugin.KindPermanent, plugin.KindUnknown, plugin.KindTargetMismatch:
 		return true
 	}
 	return a.Try > lv.Retries
@@ -149,6 +149,11 @@ func record(a *v1alpha1.Attempt, ev Event, now time.Time, readBack time.Duration
 		t := micro(now)
 		a.Finished = &t
 	}
+	if ev.Err != nil && ev.ErrKind == plugin.KindTargetMismatch && (ev.Kind == FenceReturned || ev.Kind == StateRead) {
+		// The device proved another machine's before the agent sent anything (Mismatched).
+		fail(ev.ErrKind, ev.Err.Error())
+		return
+	}
 	switch ev.Kind {
 	case FenceReturned:
 		if ev.Err != nil {
@@ -233,6 +238,9 @@ func readBackUntil(a *v1alpha1.Attempt, now time.Time, readBack time.Duration) {
 
 // settle moves the incident on once the current level is decided.
 func settle(st *v1alpha1.NodeFenceStatus, lv Level, now time.Time) {
+	if Mismatched(st) != "" {
+		return // held where it is: no next level
+	}
 	verified, exhausted := 0, 0
 	for _, agent := range lv.Agents {
 		a := latest(st, st.Level, agent)

@@ -30,6 +30,7 @@ import (
 //	                   incident nobody wrote), not read live
 //	                   fence, and the live read shows a renewal since      Cancel → Cancelled
 //	                   fence (or forced past a budget hold)                StartFencing → Fencing
+//	Fencing, Held      a device proved another machine's (Mismatched)      NotYet → Held
 //	Fencing            always                                              Fence (Next, Apply) → Fenced / Failed
 //	Fenced             always                                              Release → Remediated
 //	Remediated         unhealthy again: pods bound since the release       ReleaseLate
@@ -44,6 +45,9 @@ func Lifecycle(nf *v1alpha1.NodeFence, f Facts) Action {
 	case "", v1alpha1.PhasePending, v1alpha1.PhaseHeld:
 		return decide(nf, f)
 	case v1alpha1.PhaseFencing:
+		if a, held := mismatchHold(&nf.Status); held {
+			return a
+		}
 		return Action{Kind: ActFence}
 	case v1alpha1.PhaseFenced:
 		return Action{Kind: ActRelease}
@@ -158,6 +162,10 @@ func decide(nf *v1alpha1.NodeFence, f Facts) Action {
 	if st.BootID == "" {
 		// The boot the node had when the incident was decided: recovery needs a new one.
 		st.BootID = f.Obs.BootID
+	}
+	if a, held := mismatchHold(st); held {
+		// Neither policy nor force moves it: its recorded target is another machine.
+		return a
 	}
 	own := nf.Spec.RequestedBy == v1alpha1.RequestedByController
 	request := strings.HasPrefix(nf.Spec.RequestedBy, v1alpha1.RequestedByRemediationPrefix)

@@ -89,6 +89,11 @@ type Step struct {
 
 // Next returns what to do for the incident at now. It never changes st.
 func Next(st *v1alpha1.NodeFenceStatus, plan Plan, now time.Time) Step {
+	if why := Mismatched(st); why != "" {
+		// Nothing more is sent, not even through a verified level's other agents: the
+		// controller saves and hands the incident to the Lifecycle, which holds it.
+		return Step{Kind: DoWait, Until: now, Reason: why}
+	}
 	if st.Verified() {
 		return Step{Kind: Done, Level: st.VerifiedLevel}
 	}

@@ -9,6 +9,7 @@ import "github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 //	            │        │          │
 //	            └────────┴─▶ Cancelled (a sign of life before any fence)
 //	                                └─▶ Failed (every level failed; nothing released)
+//	                                └─▶ Held (a device is another machine's: TargetMismatch)
 //
 // Pending and Held move to themselves when the reason for not fencing yet changes. A
 // person's word adds two ways (pkg/oncall): confirm-off moves Pending, Held, Fencing and
@@ -20,7 +21,9 @@ var phaseMoves = map[v1alpha1.Phase][]v1alpha1.Phase{
 	"":                    {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled, v1alpha1.PhaseRecovered},
 	v1alpha1.PhasePending: {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled, v1alpha1.PhaseFenced, v1alpha1.PhaseRecovered},
 	v1alpha1.PhaseHeld:    {v1alpha1.PhasePending, v1alpha1.PhaseHeld, v1alpha1.PhaseFencing, v1alpha1.PhaseCancelled, v1alpha1.PhaseFenced, v1alpha1.PhaseRecovered},
-	v1alpha1.PhaseFencing: {v1alpha1.PhaseFenced, v1alpha1.PhaseFailed, v1alpha1.PhaseRecovered},
+	// Held: a fence device proved another machine's before anything was sent (Mismatched).
+	// Cancelled: a person's cancel of an incident whose first call a pause held, none sent.
+	v1alpha1.PhaseFencing: {v1alpha1.PhaseFenced, v1alpha1.PhaseFailed, v1alpha1.PhaseRecovered, v1alpha1.PhaseHeld, v1alpha1.PhaseCancelled},
 	// A node that booted anew before its release is not released (remediate.ErrNodeRebooted):
 	// Remediated then records that nothing was.
 	v1alpha1.PhaseFenced:     {v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered},

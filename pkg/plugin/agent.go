@@ -71,6 +71,12 @@ type Request struct {
 	// incident (a target check). An agent may keep what it does per incident apart with
 	// it: the NetworkFence agent trusts only a NetworkFence made for the incident asking.
 	Incident string
+	// ExpectIdentity is the identity the node reports for itself: its
+	// status.nodeInfo.systemUUID for a BMC, the instance ID of its spec.providerID for
+	// a cloud; empty when the node reports none. An agent that can read the device's
+	// own identity compares the two before it sends anything and answers
+	// KindTargetMismatch when they differ. Empty means "not checked", never a match.
+	ExpectIdentity string
 }
 
 // Result is the outcome of a call, with what the agent observed.
@@ -78,6 +84,9 @@ type Result struct {
 	State PowerState
 	// Evidence says what the agent did and read back, in words a person can check.
 	Evidence string
+	// Identity is the device's own identity as the agent read it (a BMC's system GUID,
+	// an instance ID); empty when the device cannot tell or was not asked.
+	Identity string
 }
 
 // Agent is the contract every fence agent implements. Calls must be idempotent:

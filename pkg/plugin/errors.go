@@ -21,6 +21,10 @@ const (
 	// KindNotVerified: the device accepted the action, but reading it back disagrees
 	// (still on after the wait). Retried like Retryable, reported apart.
 	KindNotVerified ErrorKind = "NotVerified"
+	// KindTargetMismatch: the device's own identity (a system GUID, an instance ID) is
+	// not the one the node reports; nothing was sent. Retrying or another level through
+	// the same mapping would not help: the mapping is wrong and a person must fix it.
+	KindTargetMismatch ErrorKind = "TargetMismatch"
 )
 
 // Kinds the controller and the fencer record of a call or an attempt; no agent returns

@@ -85,8 +85,10 @@ func TestGRPCRoundTrip(t *testing.T) {
 		Epoch:    7,
 		Restore:  "acl iqn.2026-11.io.kubefence:node-1",
 		Incident: "node-1-x7k2p",
+
+		ExpectIdentity: "4c4c4544-0042-3510-8052-b4c04f335331",
 	}
-	res := Result{State: StateOff, Evidence: "chassis power is off"}
+	res := Result{State: StateOff, Evidence: "chassis power is off", Identity: "4c4c4544-0042-3510-8052-b4c04f335331"}
 	desc := Description{
 		Name:    "ipmi",
 		Version: "1.2.3",
@@ -174,6 +176,8 @@ func TestGRPCTypedErrorsSurviveWire(t *testing.T) {
 		"permanent":          {err: Errorf(KindPermanent, "bad password"), wantKind: KindPermanent, wantMsg: "bad password"},
 		"target unreachable": {err: Errorf(KindTargetUnreachable, "no route"), wantKind: KindTargetUnreachable, wantMsg: "no route"},
 		"unsupported":        {err: Errorf(KindUnsupported, "no reboot"), wantKind: KindUnsupported, wantMsg: "no reboot"},
+		"target mismatch": {err: Errorf(KindTargetMismatch, "bmc system GUID a is not the node's systemUUID b"),
+			wantKind: KindTargetMismatch, wantMsg: "bmc system GUID a is not the node's systemUUID b"},
 		"wrapped kind": {
 			err:      fmt.Errorf("power off: %w", Errorf(KindPermanent, "bad password")),
 			wantKind: KindPermanent, wantMsg: "power off: Permanent: bad password",
@@ -306,7 +310,7 @@ func TestFromStatusTransportFailures(t *testing.T) {
 // (State, Evidence) delivers both across the plugin boundary, as it does in process
 // (without it, the NodeFence history of a failed call lost what the BMC said).
 func TestGRPCFailedCallKeepsItsResult(t *testing.T) {
-	read := Result{State: StateOn, Evidence: "chassis power is on 8s after power off was accepted"}
+	read := Result{State: StateOn, Evidence: "chassis power is on 8s after power off was accepted", Identity: "guid-of-the-bmc"}
 	fail := &Error{Kind: KindPermanent, Message: "not verified off"}
 	agent := connect(t, &fakeAgent{
 		fence:   func(context.Context, Request, Action) (Result, error) { return read, fail },

@@ -28,6 +28,7 @@ var kindCodes = map[ErrorKind]codes.Code{
 	KindTargetUnreachable: codes.Aborted,
 	KindUnsupported:       codes.Unimplemented,
 	KindNotVerified:       codes.Aborted,
+	KindTargetMismatch:    codes.FailedPrecondition,
 }
 
 // toStatus turns an error returned by an agent implementation into the gRPC
@@ -69,7 +70,7 @@ func toStatusWith(ctx context.Context, err error, res Result) error {
 		}
 		details = append(details, bad)
 	}
-	if res.State != "" || res.Evidence != "" {
+	if res.State != "" || res.Evidence != "" || res.Identity != "" {
 		details = append(details, protoadapt.MessageV1Of(resultToProto(res)))
 	}
 	st, derr := status.New(code, msg).WithDetails(details...)
@@ -145,6 +146,8 @@ func requestToProto(r Request) *agentpb.Request {
 		Epoch:    r.Epoch,
 		Restore:  r.Restore,
 		Incident: r.Incident,
+
+		ExpectIdentity: r.ExpectIdentity,
 	}
 }
 
@@ -157,15 +160,17 @@ func requestFromProto(r *agentpb.Request) Request {
 		Epoch:    r.GetEpoch(),
 		Restore:  r.GetRestore(),
 		Incident: r.GetIncident(),
+
+		ExpectIdentity: r.GetExpectIdentity(),
 	}
 }
 
 func resultToProto(r Result) *agentpb.Result {
-	return &agentpb.Result{State: string(r.State), Evidence: r.Evidence}
+	return &agentpb.Result{State: string(r.State), Evidence: r.Evidence, Identity: r.Identity}
 }
 
 func resultFromProto(r *agentpb.Result) Result {
-	return Result{State: parseState(r.GetState()), Evidence: r.GetEvidence()}
+	return Result{State: parseState(r.GetState()), Evidence: r.GetEvidence(), Identity: r.GetIdentity()}
 }
 
 // parseState reads anything but the three known states as unknown, so a buggy

@@ -211,7 +211,7 @@ func (c *Cluster) startNodes(ctx context.Context, opts Options, names []string, 
 			return err
 		}
 		b, err := bmc.StartIPMI(ctx, bmc.IPMIOptions{Dir: filepath.Join(opts.Dir, "bmc", name),
-			Address: bridgeIP, PoweredOn: true, OffHook: hook})
+			Address: bridgeIP, PoweredOn: true, OffHook: hook, GUID: bmc.HostGUID()}) // the kubelets report the host's
 		if err != nil {
 			return err
 		}

@@ -34,6 +34,9 @@ type NodeSpec struct {
 	// ExternalIP, when set, is reported among the node's addresses: an address no test
 	// sends anything to, which storage fencing (NetworkFence) cuts off.
 	ExternalIP string
+	// SystemUUID is the status.nodeInfo.systemUUID the kubelet reports: its BMC's GUID as
+	// the machine reads it from SMBIOS. Empty: one derived from the name, no BMC's.
+	SystemUUID string
 }
 
 // Options configures Start.

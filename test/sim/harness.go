@@ -144,7 +144,7 @@ func StartHarness(ctx context.Context, o HarnessOptions) (h *Harness, err error)
 		}
 		h.BMCs[name] = b
 		h.machines[name] = &machine{bmc: b}
-		opts.Nodes = append(opts.Nodes, NodeSpec{Name: name, Power: h.machines[name],
+		opts.Nodes = append(opts.Nodes, NodeSpec{Name: name, Power: h.machines[name], SystemUUID: b.SystemUUID(),
 			Annotations: map[string]string{IPMIAddressKey: net.JoinHostPort(b.Host(), strconv.Itoa(b.Port()))}})
 	}
 	if o.Cluster != nil {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -134,7 +135,7 @@ func (n *Node) applyStatus(s *corev1.NodeStatus, now metav1.Time) {
 	sum := sha256.Sum256([]byte(n.Name()))
 	s.NodeInfo = corev1.NodeSystemInfo{
 		BootID: n.BootID(), MachineID: hex.EncodeToString(sum[:16]),
-		SystemUUID: hex.EncodeToString(sum[16:]), KernelVersion: "6.1.0-sim",
+		SystemUUID: cmp.Or(n.spec.SystemUUID, hex.EncodeToString(sum[16:])), KernelVersion: "6.1.0-sim",
 		OSImage: "kubefence simulated node", ContainerRuntimeVersion: "sim://1.0",
 		KubeletVersion: KubeVersion, OperatingSystem: "linux", Architecture: "amd64",
 	}

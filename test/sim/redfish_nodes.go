@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,12 +26,14 @@ const (
 // startRedfish gives node a Redfish BMC (one server, system "1", TLS from ca) and returns
 // the node's spec.
 func (h *Harness) startRedfish(name string, ca *redfish.CA) (NodeSpec, error) {
-	srv, err := redfish.Start(redfish.Options{CA: ca, Systems: []redfish.SystemOptions{{ID: "1", PoweredOn: true}}})
+	sum := sha256.Sum256([]byte("redfish system of " + name))
+	uuid := fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+	srv, err := redfish.Start(redfish.Options{CA: ca, Systems: []redfish.SystemOptions{{ID: "1", PoweredOn: true, UUID: uuid}}})
 	if err != nil {
 		return NodeSpec{}, fmt.Errorf("start Redfish BMC of %s: %w", name, err)
 	}
 	h.Redfish[name] = srv
-	return NodeSpec{Name: name, Power: srv.Power("1"),
+	return NodeSpec{Name: name, Power: srv.Power("1"), SystemUUID: strings.ToUpper(uuid),
 		Labels:      map[string]string{BMCKindLabel: "redfish"},
 		Annotations: map[string]string{RedfishAddressKey: net.JoinHostPort(srv.Host(), strconv.Itoa(srv.Port()))},
 	}, nil

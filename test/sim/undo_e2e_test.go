@@ -213,7 +213,9 @@ func TestLeaderKilledBeforeItsReleaseRecord(t *testing.T) {
 }
 
 // TestWrongMappingNeverVerifies: the node's IPMI annotation names a spare machine's BMC,
-// unique and switched off. The leader's first check of every fence device reads it off
+// unique and switched off, whose GUID cannot tell it from the node's own (the spare's
+// board carries the same one, as cloned firmware does: a device that differs is refused
+// before the first off, TestMismatchedDeviceHoldsTheFence). The leader's first check of every fence device reads it off
 // while the node renews its Lease, so the node is marked and its fencing held: when the
 // node then dies, nothing is powered off and nothing released (a fence would have read
 // the spare back as off and released the pods of a running machine). A person fixes the
@@ -225,12 +227,12 @@ func TestWrongMappingNeverVerifies(t *testing.T) {
 	defer cancel()
 	h := fastHarnessWith(t, ctx, HarnessOptions{})
 	dir := t.TempDir()
-	spare, err := bmc.StartIPMI(ctx, bmc.IPMIOptions{Dir: filepath.Join(dir, "spare"), PoweredOn: false})
+	victim := deployWeb(t, ctx, h.Cluster)
+	spare, err := bmc.StartIPMI(ctx, bmc.IPMIOptions{Dir: filepath.Join(dir, "spare"), PoweredOn: false, GUID: h.BMCs[victim].GUID()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = spare.Stop() })
-	victim := deployWeb(t, ctx, h.Cluster)
 	nodes := h.Cluster.Client.CoreV1().Nodes()
 	own, err := nodes.Get(ctx, victim, metav1.GetOptions{})
 	if err != nil {

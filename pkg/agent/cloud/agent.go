@@ -79,7 +79,7 @@ func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Act
 	}
 	s, err := a.open(ctx, req, action)
 	if err != nil {
-		return agentkit.Unknown(), err
+		return s.result(), err
 	}
 	err = agentkit.Power(ctx, s, action)
 	return s.Result(s.state), err
@@ -89,7 +89,7 @@ func (a *Agent) Fence(ctx context.Context, req plugin.Request, action plugin.Act
 func (a *Agent) Status(ctx context.Context, req plugin.Request) (plugin.Result, error) {
 	s, err := a.open(ctx, req, plugin.ActionOn)
 	if err != nil {
-		return agentkit.Unknown(), err
+		return s.result(), err
 	}
 	_, err = s.read(ctx)
 	return s.Result(s.state), err
@@ -115,6 +115,11 @@ func (a *Agent) open(ctx context.Context, req plugin.Request, action plugin.Acti
 		return nil, err
 	}
 	s := &session{Evidence: agentkit.NewEvidence(agentkit.Values(req.Secrets)...), p: p, state: plugin.StateUnknown}
+	// The instance proves it is the node's before any API is called: the target may
+	// come from an annotation or a template, the expected ID from the providerID.
+	if err := instanceIdentity.Check(&s.Evidence, t.id, expectedInstance(req.ExpectIdentity)); err != nil {
+		return s, err
+	}
 	switch t.provider {
 	case providerAWS:
 		err = a.openAWS(ctx, s, t, req, action)
@@ -178,6 +183,30 @@ func parseTarget(providerID string) (target, error) {
 		return target{provider: providerOpenStack, zone: host, id: path}, nil
 	}
 	return target{}, bad(fmt.Sprintf("unknown provider %q", scheme))
+}
+
+// instanceIdentity compares the instance a call acts on with the node's providerID.
+var instanceIdentity = agentkit.Identity{
+	Device: "instance", Node: "the node's providerID instance",
+	Same: func(got, want string) (string, bool) { return "same ID", strings.EqualFold(got, want) },
+}
+
+// expectedInstance is the instance ID the node reports: its providerID's, or the
+// expectation itself when it is a bare ID.
+func expectedInstance(expect string) string {
+	expect = strings.TrimSpace(expect)
+	if t, err := parseTarget(expect); err == nil {
+		return t.id
+	}
+	return expect
+}
+
+// result is what a call that stopped in open observed: nothing, or the identity read.
+func (s *session) result() plugin.Result {
+	if s == nil {
+		return agentkit.Unknown()
+	}
+	return s.Result(s.state)
 }
 
 // regionOf derives the region from an availability zone: us-east-1a → us-east-1,

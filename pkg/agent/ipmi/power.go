@@ -42,6 +42,12 @@ func (a *Agent) open(ctx context.Context, req plugin.Request) (*session, error) 
 	for _, provider := range p.providers {
 		err := s.try(ctx, a.clients[provider], provider, req.Node)
 		if err == nil {
+			// The device proves it is the node's before anything is sent; a mismatch is
+			// the same through every provider, so none other is tried.
+			if err := s.checkIdentity(ctx, req.ExpectIdentity); err != nil {
+				s.close(ctx)
+				return s, err
+			}
 			return s, nil
 		}
 		if len(p.providers) == 1 {

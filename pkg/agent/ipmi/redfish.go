@@ -57,7 +57,7 @@ func NewRedfishClient(c Conn) (PowerClient, error) {
 	if len(cl.Registry.Drivers) != 1 {
 		return nil, fmt.Errorf("bmclib registered %d %s providers, want 1", len(cl.Registry.Drivers), bmcredfish.ProviderName)
 	}
-	return &redfishClient{bmc: cl}, nil
+	return &redfishClient{bmc: cl, conn: c, hc: hc}, nil
 }
 
 // redfishHTTPClient verifies the BMC's certificate unless told not to. bmclib clones
@@ -93,6 +93,9 @@ func redfishHTTPClient(c Conn) (*http.Client, error) {
 type redfishClient struct {
 	bmc *bmclib.Client
 	mu  sync.Mutex
+	// conn and hc reach the service again for what bmclib does not read (SystemGUID).
+	conn Conn
+	hc   *http.Client
 }
 
 func (r *redfishClient) Open(ctx context.Context) error {

@@ -310,9 +310,14 @@ type Request struct {
 	Restore string `protobuf:"bytes,6,opt,name=restore,proto3" json:"restore,omitempty"`
 	// Incident names the NodeFence the call is for; empty for a call outside any incident
 	// (a target check). An agent may keep what it does per incident apart with it.
-	Incident      string `protobuf:"bytes,7,opt,name=incident,proto3" json:"incident,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Incident string `protobuf:"bytes,7,opt,name=incident,proto3" json:"incident,omitempty"`
+	// ExpectIdentity is the identity the node reports for itself (its systemUUID for a
+	// BMC, the instance ID of its providerID for a cloud); empty when it reports none.
+	// An agent that can read the device's own identity compares it before it sends
+	// anything, and answers TargetMismatch when the two differ.
+	ExpectIdentity string `protobuf:"bytes,8,opt,name=expect_identity,json=expectIdentity,proto3" json:"expect_identity,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Request) Reset() {
@@ -394,6 +399,13 @@ func (x *Request) GetIncident() string {
 	return ""
 }
 
+func (x *Request) GetExpectIdentity() string {
+	if x != nil {
+		return x.ExpectIdentity
+	}
+	return ""
+}
+
 type FenceRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Request *Request               `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
@@ -450,8 +462,11 @@ func (x *FenceRequest) GetAction() string {
 type Result struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// State is a plugin.PowerState value; anything else is read as "unknown".
-	State         string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
-	Evidence      string `protobuf:"bytes,2,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	State    string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Evidence string `protobuf:"bytes,2,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	// Identity is the device's own identity as the agent read it (a system GUID, an
+	// instance ID); empty when the device cannot tell.
+	Identity      string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +515,13 @@ func (x *Result) GetEvidence() string {
 	return ""
 }
 
+func (x *Result) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
@@ -523,7 +545,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x12\n" +
-	"\x10ValidateResponse\"\xfd\x02\n" +
+	"\x10ValidateResponse\"\xa6\x03\n" +
 	"\aRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12?\n" +
@@ -531,7 +553,8 @@ const file_agent_proto_rawDesc = "" +
 	"\asecrets\x18\x04 \x03(\v2(.kubefence.agent.v1.Request.SecretsEntryR\asecrets\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\x12\x18\n" +
 	"\arestore\x18\x06 \x01(\tR\arestore\x12\x1a\n" +
-	"\bincident\x18\a \x01(\tR\bincident\x1a9\n" +
+	"\bincident\x18\a \x01(\tR\bincident\x12'\n" +
+	"\x0fexpect_identity\x18\b \x01(\tR\x0eexpectIdentity\x1a9\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -540,10 +563,11 @@ const file_agent_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"]\n" +
 	"\fFenceRequest\x125\n" +
 	"\arequest\x18\x01 \x01(\v2\x1b.kubefence.agent.v1.RequestR\arequest\x12\x16\n" +
-	"\x06action\x18\x02 \x01(\tR\x06action\":\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\"V\n" +
 	"\x06Result\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
-	"\bevidence\x18\x02 \x01(\tR\bevidence2\x83\x03\n" +
+	"\bevidence\x18\x02 \x01(\tR\bevidence\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity2\x83\x03\n" +
 	"\x05Agent\x12U\n" +
 	"\bDescribe\x12#.kubefence.agent.v1.DescribeRequest\x1a$.kubefence.agent.v1.DescribeResponse\x12U\n" +
 	"\bValidate\x12#.kubefence.agent.v1.ValidateRequest\x1a$.kubefence.agent.v1.ValidateResponse\x12E\n" +

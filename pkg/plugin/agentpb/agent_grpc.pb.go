@@ -36,7 +36,8 @@ const (
 //
 // Agent is served by every fence agent binary over go-plugin's gRPC transport.
 // Failures carry a google.rpc.ErrorInfo detail with domain "kubefence.io" and
-// the error kind (Retryable, Permanent, TargetUnreachable, Unsupported) as reason.
+// the error kind (Retryable, Permanent, TargetUnreachable, Unsupported, NotVerified,
+// TargetMismatch) as reason.
 type AgentClient interface {
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 	Validate(ctx context.Context, in *ValidateRequest, opts ...grpc.CallOption) (*ValidateResponse, error)
@@ -109,7 +110,8 @@ func (c *agentClient) Unfence(ctx context.Context, in *Request, opts ...grpc.Cal
 //
 // Agent is served by every fence agent binary over go-plugin's gRPC transport.
 // Failures carry a google.rpc.ErrorInfo detail with domain "kubefence.io" and
-// the error kind (Retryable, Permanent, TargetUnreachable, Unsupported) as reason.
+// the error kind (Retryable, Permanent, TargetUnreachable, Unsupported, NotVerified,
+// TargetMismatch) as reason.
 type AgentServer interface {
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	Validate(context.Context, *ValidateRequest) (*ValidateResponse, error)

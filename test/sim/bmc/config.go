@@ -19,6 +19,7 @@ const (
 	powerFile    = "power"
 	eventsFile   = "events.log"
 	passwordFile = "password"
+	guidFile     = "guid"
 	simLogFile   = "ipmi_sim.log"
 	stateDir     = "state"
 )
@@ -132,10 +133,7 @@ func writeConfig(opts IPMIOptions, port int) error {
 	if err := os.MkdirAll(filepath.Join(opts.Dir, stateDir), 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
-	guid, err := randomGUID()
-	if err != nil {
-		return err
-	}
+	guid := opts.GUID
 	script := filepath.Join(opts.Dir, chassisFile)
 	ignore := 0
 	if opts.IgnorePowerOff {
@@ -196,4 +194,65 @@ func randomGUID() (string, error) {
 		return "", fmt.Errorf("generate guid: %w", err)
 	}
 	return hex.EncodeToString(b), nil
+}
+
+// keepGUID returns guid, checked, or else the one a previous run in dir kept, or else a
+// random one; it keeps what it returns in dir, so that a restarted BMC is the same machine.
+func keepGUID(dir, guid string) (string, error) {
+	path := filepath.Join(dir, guidFile)
+	guid = strings.ReplaceAll(guid, "-", "")
+	if guid == "" {
+		if b, err := os.ReadFile(path); err == nil {
+			guid = strings.TrimSpace(string(b))
+		}
+	}
+	if guid == "" {
+		var err error
+		if guid, err = randomGUID(); err != nil {
+			return "", err
+		}
+	}
+	if b, err := hex.DecodeString(guid); err != nil || len(b) != 16 {
+		return "", fmt.Errorf("GUID %q is not 32 hex digits", guid)
+	}
+	if err := os.WriteFile(path, []byte(guid+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", guidFile, err)
+	}
+	return guid, nil
+}
+
+// uuidText writes 32 hex digits as a lower-case UUID; smbios swaps the first three
+// fields' bytes, as SMBIOS stores them little-endian.
+func uuidText(guid string, smbios bool) string {
+	b, err := hex.DecodeString(guid)
+	if err != nil || len(b) != 16 {
+		return ""
+	}
+	if smbios {
+		b[0], b[1], b[2], b[3] = b[3], b[2], b[1], b[0]
+		b[4], b[5] = b[5], b[4]
+		b[6], b[7] = b[7], b[6]
+	}
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// hostUUIDFile is where Linux shows the machine's SMBIOS system UUID, which a kubelet
+// reports as its node's systemUUID.
+const hostUUIDFile = "/sys/class/dmi/id/product_uuid"
+
+// HostGUID is the GUID a BMC of this host would send (IPMIOptions.GUID) for the kubelets
+// that run on it to match: the host's SMBIOS UUID in the BMC's byte order; "" when the
+// host shows none (no DMI, not readable), and the kubelets report none either.
+func HostGUID() string {
+	b, err := os.ReadFile(hostUUIDFile)
+	if err != nil {
+		return ""
+	}
+	raw, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(b)), "-", ""))
+	if err != nil || len(raw) != 16 {
+		return ""
+	}
+	// uuidText's swap is its own inverse.
+	return strings.ReplaceAll(uuidText(hex.EncodeToString(raw), true), "-", "")
 }

@@ -43,6 +43,10 @@ type IPMIOptions struct {
 	// OffHook, if set, is an executable the BMC runs (without arguments) when it cuts
 	// power, before it records the power off: a real node's power supply.
 	OffHook string
+	// GUID is the system GUID the BMC answers Get System GUID with: 32 hex digits (dashes
+	// allowed, as GUID() gives them), in the order the BMC sends them. Empty: the one a
+	// previous run in Dir kept, else random.
+	GUID string
 }
 
 // IPMISim is one running ipmi_sim process serving a BMC on 127.0.0.1.
@@ -98,6 +102,9 @@ func StartIPMI(ctx context.Context, opts IPMIOptions) (*IPMISim, error) {
 		return nil, fmt.Errorf("start ipmi sim: %w", err)
 	}
 	if err := initPower(opts.Dir, opts.PoweredOn); err != nil {
+		return nil, fmt.Errorf("start ipmi sim: %w", err)
+	}
+	if opts.GUID, err = keepGUID(opts.Dir, opts.GUID); err != nil {
 		return nil, fmt.Errorf("start ipmi sim: %w", err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -238,6 +245,14 @@ func (s *IPMISim) PID() int { return s.cmd.Process.Pid }
 
 // Dir is the directory holding this BMC's configuration, state and logs.
 func (s *IPMISim) Dir() string { return s.opts.Dir }
+
+// GUID is the system GUID the BMC sends, as a UUID in the order it sends the bytes.
+func (s *IPMISim) GUID() string { return uuidText(s.opts.GUID, false) }
+
+// SystemUUID is the BMC's GUID as the machine behind it would report it to its kubelet
+// (status.nodeInfo.systemUUID): read from SMBIOS, whose first three fields are
+// little-endian, in upper case like dmidecode.
+func (s *IPMISim) SystemUUID() string { return strings.ToUpper(uuidText(s.opts.GUID, true)) }
 
 // freeUDPPort asks the kernel for a free UDP port on addr and releases it.
 func freeUDPPort(addr string) (int, error) {

@@ -153,7 +153,7 @@ func (s *Server) getSystem(w http.ResponseWriter, r *http.Request) {
 	}
 	sys.settle(s.now())
 	uri := systemsURI + "/" + sys.id
-	writeJSON(w, http.StatusOK, map[string]any{
+	body := map[string]any{
 		"@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem",
 		"@odata.id":   uri,
 		"Id":          sys.id,
@@ -166,7 +166,11 @@ func (s *Server) getSystem(w http.ResponseWriter, r *http.Request) {
 				"ResetType@Redfish.AllowableValues": allowedResetTypes,
 			},
 		},
-	})
+	}
+	if sys.uuid != "" {
+		body["UUID"] = sys.uuid
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (s *Server) resetSystem(w http.ResponseWriter, r *http.Request) {

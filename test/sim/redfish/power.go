@@ -50,6 +50,7 @@ type system struct {
 	id             string
 	on             bool
 	ignorePowerOff bool
+	uuid           string
 	// pending is a power change requested but not yet in effect.
 	pending *transition
 	events  []PowerEvent

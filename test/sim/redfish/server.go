@@ -39,6 +39,9 @@ type SystemOptions struct {
 	// IgnorePowerOff makes broken firmware: ForceOff and GracefulShutdown are
 	// acknowledged (204) and logged as ActionIgnoredOff, and the power stays on.
 	IgnorePowerOff bool
+	// UUID is the system's UUID property (what its machine reports as systemUUID);
+	// empty serves none.
+	UUID string
 }
 
 // Server is a running Redfish service on 127.0.0.1.
@@ -79,7 +82,7 @@ func Start(opts Options) (*Server, error) {
 		if _, dup := s.systems[so.ID]; dup {
 			return nil, fmt.Errorf("start redfish sim: Systems[%d].ID %q is a duplicate", i, so.ID)
 		}
-		s.systems[so.ID] = &system{id: so.ID, on: so.PoweredOn, ignorePowerOff: so.IgnorePowerOff}
+		s.systems[so.ID] = &system{id: so.ID, on: so.PoweredOn, ignorePowerOff: so.IgnorePowerOff, uuid: so.UUID}
 		s.order = append(s.order, so.ID)
 	}
 	if s.ca == nil {

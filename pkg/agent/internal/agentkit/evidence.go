@@ -22,6 +22,8 @@ type Evidence struct {
 	steps   []string
 	// now stamps the steps; nil is time.Now. Tests set it.
 	now func() time.Time
+	// identity is the device's own identity as read, "" until CheckIdentity read one.
+	identity string
 }
 
 // NewEvidence returns an empty record that scrubs secrets from every step.
@@ -46,7 +48,7 @@ func (e *Evidence) Steps() []string { return slices.Clone(e.steps) }
 
 // Result is what the call observed: state, and the steps joined by "; ".
 func (e *Evidence) Result(state plugin.PowerState) plugin.Result {
-	return plugin.Result{State: state, Evidence: strings.Join(e.steps, "; ")}
+	return plugin.Result{State: state, Evidence: strings.Join(e.steps, "; "), Identity: e.identity}
 }
 
 // Message returns the text of err without the kind that a plugin error's Error puts

@@ -36,4 +36,8 @@ const (
 	// ReasonTargetReadsOff: a node's fence device read off while the node renewed its
 	// Lease; the mapping names another machine, and the node's fencing is held.
 	ReasonTargetReadsOff = "TargetReadsOff"
+	// ReasonTargetMismatch: a fence device's own identity (a BMC's system GUID, an
+	// instance ID) is not the node's (systemUUID, providerID); nothing was sent to it, and
+	// the incident is held until a person fixes the mapping.
+	ReasonTargetMismatch = "TargetMismatch"
 )
