@@ -159,6 +159,8 @@ func TestCountersStartAtZero(t *testing.T) {
 	want := map[string]bool{
 		fmt.Sprintf(`kubefence_incidents_total{phase="%s"}`, v1alpha1.PhaseFailed):                                                    false,
 		fmt.Sprintf(`kubefence_holds_total{reason="%s"}`, policy.ReasonStorm):                                                         false,
+		fmt.Sprintf(`kubefence_holds_total{reason="%s"}`, v1alpha1.ReasonTargetMismatch):                                              false,
+		`kubefence_target_mismatch_total{agent="ipmi"}`:                                                                               false,
 		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindAgentDied, agentcall.MethodFence):  false,
 		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindPermanent, agentcall.MethodStatus): false,
 	}

@@ -109,7 +109,8 @@ func (m *Metrics) InitCounters() {
 	}
 	for _, r := range []string{policy.ReasonStorm, policy.ReasonZoneDark, policy.ReasonPaused, policy.ReasonExcluded, policy.ReasonMaintenance,
 		policy.ReasonNothingToRelease, policy.ReasonCooldown, policy.ReasonControlPlane, policy.ReasonMaxConcurrent,
-		policy.ReasonRateLimited, policy.ReasonControllerHere, policy.ReasonTargetReadsOff, fencer.ReasonOutlived} {
+		policy.ReasonRateLimited, policy.ReasonControllerHere, policy.ReasonTargetReadsOff, fencer.ReasonOutlived,
+		v1alpha1.ReasonTargetMismatch} {
 		m.Holds.WithLabelValues(r)
 	}
 }
