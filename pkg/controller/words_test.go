@@ -154,16 +154,21 @@ func TestFixtureCancel(t *testing.T) {
 		want    v1alpha1.Phase
 		step    string
 	}{
-		"held":            {v1alpha1.PhaseHeld, "", false, v1alpha1.PhaseCancelled, v1alpha1.StepCancelledByPerson},
-		"fence sent":      {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, false, v1alpha1.PhaseRemediated, v1alpha1.StepWordRefused},
-		"node gone, held": {v1alpha1.PhaseHeld, "", true, v1alpha1.PhaseRecovered, v1alpha1.StepDecommissioned},
-		"node gone, sent": {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, true, v1alpha1.PhaseRecovered, v1alpha1.StepDecommissioned},
+		"held": {v1alpha1.PhaseHeld, "", false, v1alpha1.PhaseCancelled, v1alpha1.StepCancelledByPerson},
+		// A pause held its first call: Fencing, and nothing sent.
+		"fencing, nothing sent": {v1alpha1.PhaseFencing, "", false, v1alpha1.PhaseCancelled, v1alpha1.StepCancelledByPerson},
+		"fence sent":            {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, false, v1alpha1.PhaseRemediated, v1alpha1.StepWordRefused},
+		"node gone, held":       {v1alpha1.PhaseHeld, "", true, v1alpha1.PhaseRecovered, v1alpha1.StepDecommissioned},
+		"node gone, sent":       {v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified, true, v1alpha1.PhaseRecovered, v1alpha1.StepDecommissioned},
 	} {
 		t.Run(name, func(t *testing.T) {
 			nf := fencedIncident(tc.phase, tc.attempt)
 			nf.Annotations = word
 			f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
 			f.authorize("bob")
+			if tc.phase == v1alpha1.PhaseFencing {
+				f.c.peers.pauses = pausedBy(t, map[string]string{"patch-night": "alice"})
+			}
 			if tc.delete {
 				if err := f.kube.CoreV1().Nodes().Delete(context.Background(), "node-1", metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)

@@ -187,9 +187,14 @@ func cancelAnswer(nf *v1alpha1.NodeFence, w Word, f Facts) Answer {
 	case phase == "":
 		// Not decided yet: the loop writes its first status, then the word is answered.
 		return Answer{Act: ActNone}
-	case phase == v1alpha1.PhasePending || phase == v1alpha1.PhaseHeld:
+	case phase == v1alpha1.PhasePending || phase == v1alpha1.PhaseHeld || (phase == v1alpha1.PhaseFencing && len(nf.Status.Attempts) == 0):
+		// Fencing with no attempt: its first call was held (a pause) and none was sent;
+		// every call is on record before it is sent (write-ahead).
 		msg := fmt.Sprintf("%s: incident ended before any fence; node %s gets no new automatic incident until it shows a sign of life or a new boot, or a person sets %s=true on this one",
 			w, nf.Spec.NodeName, v1alpha1.RetryAnnotation)
+		if phase == v1alpha1.PhaseFencing {
+			msg += "; its node agent, if it read the incident, has stopped feeding its watchdog and the node may still reset"
+		}
 		return Answer{Act: ActAccept, Phase: v1alpha1.PhaseCancelled, Step: v1alpha1.StepCancelledByPerson, Message: msg,
 			Condition: metav1.Condition{Type: v1alpha1.ConditionHeld, Status: metav1.ConditionFalse,
 				Reason: v1alpha1.ConditionReasonCancelled, Message: msg}}
