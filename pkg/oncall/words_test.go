@@ -50,7 +50,7 @@ func TestDecide(t *testing.T) {
 		"cancel of a held incident":                {v1alpha1.PhaseHeld, cancelWord, read(Facts{}), ActAccept, v1alpha1.PhaseCancelled, v1alpha1.ConditionReasonCancelled, "before any fence"},
 		"cancel of a pending incident":             {v1alpha1.PhasePending, cancelWord, read(Facts{}), ActAccept, v1alpha1.PhaseCancelled, v1alpha1.ConditionReasonCancelled, "bob"},
 		"cancel by an author who may not":          {v1alpha1.PhaseHeld, cancelWord, read(Facts{Denied: "bob may not create nodefences/cancel"}), ActRefuse, "", "", "refused: bob may not"},
-		"cancel of a fencing incident is refused":  {v1alpha1.PhaseFencing, cancelWord, read(Facts{}), ActRefuse, "", "", "never undoes one"},
+		"cancel of a fencing incident, none sent":  {v1alpha1.PhaseFencing, cancelWord, read(Facts{}), ActAccept, v1alpha1.PhaseCancelled, v1alpha1.ConditionReasonCancelled, "may still reset"},
 		"cancel of a released incident is refused": {v1alpha1.PhaseRemediated, cancelWord, read(Facts{}), ActRefuse, "", "", "never undoes one"},
 		"cancel of a gone node's fencing incident": {v1alpha1.PhaseFencing, cancelWord, read(Facts{NodeGone: true}), ActAccept, v1alpha1.PhaseRecovered, v1alpha1.ConditionReasonDecommissioned, "Nothing it did is undone"},
 		"cancel of a gone node's failed incident":  {v1alpha1.PhaseFailed, cancelWord, read(Facts{NodeGone: true}), ActAccept, v1alpha1.PhaseRecovered, v1alpha1.ConditionReasonDecommissioned, "decommissioned"},
@@ -149,5 +149,16 @@ func TestWaiting(t *testing.T) {
 	cancelled.Status.Timeline = []v1alpha1.Step{{Type: v1alpha1.StepCancelledByPerson}}
 	if !CancelledByPerson(cancelled) || CancelledByPerson(incident(v1alpha1.PhaseCancelled, nil)) {
 		t.Error("CancelledByPerson tells a person's cancel from a sign of life wrongly")
+	}
+}
+
+// TestCancelOfAFencingIncidentThatSentACall: a Fencing incident with a call on record (it
+// may have landed) is never cancelled.
+func TestCancelOfAFencingIncidentThatSentACall(t *testing.T) {
+	nf := incident(v1alpha1.PhaseFencing, cancelWord)
+	nf.Status.Attempts = []v1alpha1.Attempt{{Level: 1, Agent: "ipmi", Try: 1, State: v1alpha1.AttemptVerifying}}
+	w, _ := Pending(nf)
+	if a := Decide(nf, w, Facts{Read: true}); a.Act != ActRefuse || !strings.Contains(a.Message, "sent a fence (1 call(s)); a cancel never undoes one") {
+		t.Errorf("answer %+v, want refused: a call was sent", a)
 	}
 }
