@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -20,7 +21,7 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && (os.Args[1] == "check" || os.Args[1] == "explain") {
+	if len(os.Args) > 1 && slices.Contains(app.Subcommands, os.Args[1]) {
 		os.Exit(app.Subcommand(context.Background(), os.Args[1], os.Args[2:], os.Stdout, os.Stderr))
 	}
 	var o app.AppOptions

@@ -39,9 +39,14 @@ func RunExplain(ctx context.Context, o AppOptions, node string, w io.Writer) err
 	return oncall.Explainer{Config: cfg, Kube: kube, Fencing: fencing, Now: time.Now, PauseConfigMap: o.PauseConfigMap}.Explain(ctx, node, w)
 }
 
+// Subcommands are the names Subcommand runs.
+var Subcommands = []string{"check", "explain", "uninstall-check"}
+
 // Subcommand runs "fence-controller check" (every node's fence device read once, as a
-// table) or "fence-controller explain NODE" (why the node is or is not fenced, and what
-// happens next), and returns the exit code. Flags may come before or after the node.
+// table), "fence-controller explain NODE" (why the node is or is not fenced, and what
+// happens next) or "fence-controller uninstall-check" (what an uninstall now would leave
+// in place; exit code 1 when anything, unless --force), and returns the exit code. Flags
+// may come before or after the node.
 func Subcommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fence-controller "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -49,6 +54,7 @@ func Subcommand(ctx context.Context, name string, args []string, stdout, stderr 
 	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
 	fs.StringVar(&o.PauseConfigMap, "pause-configmap", oncall.DefaultPauseConfigMap, "the pause requests' ConfigMap (explain)")
+	force := fs.Bool("force", false, "uninstall-check: print what stays in place, and exit 0 all the same")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -63,9 +69,24 @@ func Subcommand(ctx context.Context, name string, args []string, stdout, stderr 
 			}
 		}
 		err = RunExplain(ctx, o, node, stdout)
+	case "uninstall-check":
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "usage: fence-controller uninstall-check [--kubeconfig FILE] [--force]\n")
+			return 2
+		}
+		var c UninstallCheck
+		if c, err = uninstallClients(o.Kubeconfig); err == nil {
+			ok, err = RunUninstallCheck(ctx, c, *force, stdout)
+		}
 	default:
 		ok, err = RunCheck(ctx, o, stdout)
 	}
+	return exitCode(ok, err, stderr)
+}
+
+// exitCode is a subcommand's: 1 when it failed (the error written to stderr) or found
+// what it reports (!ok), else 0.
+func exitCode(ok bool, err error, stderr io.Writer) int {
 	switch {
 	case err != nil:
 		fmt.Fprintln(stderr, err)

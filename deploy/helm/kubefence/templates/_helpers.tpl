@@ -51,6 +51,14 @@ an upgrade of the default install keeps its Lease, and so its one leader.
 {{- $le.name | default (printf "%s-controller" (include "kubefence.fullname" .)) -}}
 {{- end -}}
 
+{{/*
+The pre-delete hook's Job (templates/pre-delete-check.yaml): its name is a label value of
+its pods (job-name), so at most 63 characters.
+*/}}
+{{- define "kubefence.uninstallCheckName" -}}
+{{- printf "%s-uninstall-check" (include "kubefence.fullname" . | trunc 47 | trimSuffix "-") -}}
+{{- end -}}
+
 {{/* The metrics Service, and the ClusterRole that may scrape it. */}}
 {{- define "kubefence.metricsService" -}}
 {{- printf "%s-metrics" (include "kubefence.fullname" .) -}}
