@@ -88,6 +88,9 @@ func checkUninstallJob(t *testing.T, r rendered, job map[string]any, ns string) 
 	if ann["helm.sh/hook-delete-policy"] != "before-hook-creation,hook-succeeded" || ann["helm.sh/hook-weight"] == nil {
 		t.Errorf("hook annotations %v: want a weight, and a failed Job kept for its log", ann)
 	}
+	if ann["helm.sh/hook-output-log-policy"] != "hook-succeeded,hook-failed" {
+		t.Errorf("hook annotations %v: want helm to print the report either way", ann)
+	}
 	if n := str(job, "metadata", "name"); len(n) > 63 || !strings.HasSuffix(n, "-uninstall-check") || str(job, "metadata", "namespace") != ns {
 		t.Errorf("Job %s/%s: want <fullname>-uninstall-check, at most 63 characters (its pods' job-name label), in %s", str(job, "metadata", "namespace"), n, ns)
 	}

@@ -318,7 +318,7 @@ func PrintLeftovers(w io.Writer, leftovers []Leftover, notes []string, force boo
 		b.WriteString("\n--force: the uninstall goes on, and every fence listed above stays in place.\n")
 	} else {
 		b.WriteString("\nThe uninstall is refused. Remove the above and uninstall again; or go on anyway, leaving them in place," +
-			" with helm uninstall --no-hooks, or after helm upgrade --reuse-values --set uninstall.force=true.\n")
+			" with helm uninstall --no-hooks, or after helm upgrade --reset-then-reuse-values --set uninstall.force=true.\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
