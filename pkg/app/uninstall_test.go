@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -56,6 +57,16 @@ func ourNetworkFence(name string) *unstructured.Unstructured {
 // checkWith is the check over fake clients holding objs; noNetworkFences makes the
 // NetworkFence list answer NotFound, as an API server without csi-addons' CRD does.
 func checkWith(noNetworkFences bool, objs ...runtime.Object) UninstallCheck {
+	return checkListing(func() error {
+		if noNetworkFences {
+			return apierrors.NewNotFound(netfence.Resource.GroupResource(), "")
+		}
+		return nil
+	}, objs...)
+}
+
+// checkListing is checkWith whose NetworkFence list fails with listErr() when not nil.
+func checkListing(listErr func() error, objs ...runtime.Object) UninstallCheck {
 	var kube, fencing, dyn []runtime.Object
 	for _, o := range objs {
 		switch o.(type) {
@@ -69,9 +80,9 @@ func checkWith(noNetworkFences bool, objs ...runtime.Object) UninstallCheck {
 	}
 	d := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{netfence.Resource: "NetworkFenceList"}, dyn...)
-	if noNetworkFences {
+	if err := listErr(); err != nil {
 		d.PrependReactor("list", "networkfences", func(clienttesting.Action) (bool, runtime.Object, error) {
-			return true, nil, apierrors.NewNotFound(netfence.Resource.GroupResource(), "")
+			return true, nil, err
 		})
 	}
 	return UninstallCheck{Kube: kubefake.NewSimpleClientset(kube...), Fencing: fencingfake.NewSimpleClientset(fencing...), Dynamic: d}
@@ -127,6 +138,10 @@ func TestUninstallCheck(t *testing.T) {
 				incident("node-3-a", "node-3", v1alpha1.PhaseFailed)},
 			want: []string{"NodeFence node-3-a (node node-3, phase Failed)", "ended Failed, but node node-3 still carries its taints fencing.kubefence.io/fenced",
 				"kubectl taint node node-3 fencing.kubefence.io/fenced-"},
+		},
+		"an incident the controller has not taken up": {
+			objs: []runtime.Object{node("node-1", nil), incident("node-1-a", "node-1", "")},
+			want: []string{"NodeFence node-1-a (node node-1, phase new)", "nothing was fenced yet", "fencing.kubefence.io/cancel="},
 		},
 		"a fence in flight": {
 			objs: []runtime.Object{node("node-1", nil), incident("node-1-a", "node-1", v1alpha1.PhaseFencing, func(st *v1alpha1.NodeFenceStatus) {
@@ -191,5 +206,26 @@ func TestUninstallCheckExitCodes(t *testing.T) {
 	ok, err := RunUninstallCheck(context.Background(), checkWith(true, node("node-1", nil)), false, &out)
 	if code := exitCode(ok, err, &errs); code != 0 {
 		t.Errorf("nothing open: exit %d, want 0 (err %v)", code, err)
+	}
+}
+
+// TestUninstallCheckNetworkFencesForbidden: a role that may not list NetworkFences (the
+// chart grants it only with networkFenceAgents) leaves a note with the command to look,
+// and holds nothing up; any other error fails the check.
+func TestUninstallCheckNetworkFencesForbidden(t *testing.T) {
+	forbidden := func() error {
+		return apierrors.NewForbidden(netfence.Resource.GroupResource(), "", errors.New("no rule"))
+	}
+	var out bytes.Buffer
+	ok, err := RunUninstallCheck(context.Background(), checkListing(forbidden, node("node-1", nil)), false, &out)
+	if err != nil || !ok {
+		t.Fatalf("ok=%v err=%v, want ok", ok, err)
+	}
+	if want := "note: NetworkFences not read"; !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "kubectl get networkfences -l app.kubernetes.io/managed-by=kubefence") {
+		t.Errorf("output lacks %q and the command to look:\n%s", want, out.String())
+	}
+	broken := func() error { return apierrors.NewInternalError(errors.New("etcd down")) }
+	if ok, err := RunUninstallCheck(context.Background(), checkListing(broken, node("node-1", nil)), false, &out); err == nil || ok {
+		t.Errorf("a failed list: ok=%v err=%v, want an error", ok, err)
 	}
 }
