@@ -61,7 +61,7 @@ func TestHeartbeatsOnRealNodes(t *testing.T) {
 	}
 	leader := leaderNode(t, ctx, c)
 	waitFor(t, ctx, "the node agents running on every node", func() (bool, error) {
-		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, Release+"-node-agent", metav1.GetOptions{})
+		ds, err := c.Client.AppsV1().DaemonSets(Namespace).Get(ctx, Fullname+"-node-agent", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}

@@ -27,14 +27,20 @@ import (
 	"github.com/kubefence/kubefence/test/sim"
 )
 
-// Where and how the tests install kubefence: as docs/getting-started.md tells a user.
+// Where and how the tests install kubefence: as docs/getting-started.md tells a user,
+// under a release name other than the chart's own, as users name theirs: every name the
+// chart renders must follow it (a controller that watched the default name once sat
+// unready and fenced nothing).
 const (
-	Namespace      = "kubefence-system"
-	Release        = "kubefence"
+	Namespace = "kubefence-system"
+	Release   = "fencing"
+	// Fullname is the chart's kubefence.fullname for Release: the release name and the
+	// chart's, since the release name does not contain "kubefence".
+	Fullname       = Release + "-kubefence"
 	ChartImage     = "kubefence/kubefence" // the chart's default image.repository, on docker.io
 	BMCSecret      = "bmc-credentials"
 	BMCAnnotation  = "fencing.kubefence.io/ipmi-address"
-	controllerName = "kubefence-controller"
+	controllerName = Fullname + "-controller"
 )
 
 // helmBin is the helm binary hack/deps.sh builds (helm.sh/helm/v3 at deploy/render's
