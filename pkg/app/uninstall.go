@@ -169,7 +169,7 @@ func incidentLeftover(nf *v1alpha1.NodeFence, owned []string) Leftover {
 	case st.Verified():
 		l.Stays = append(l.Stays, verifiedStays(nf)...)
 		l.Remove = append(l.Remove,
-			"power "+node+" on"+deviceOf(nf)+" and leave kubefence installed until the incident reads Recovered:"+
+			bootAgain(nf)+" and leave kubefence installed until the incident reads Recovered:"+
 				" its recovery removes its taints and undoes its fences; then run this check again",
 			"or, "+node+" gone for good (the incident's fences are then not undone: remove them as listed here):",
 			"kubectl delete node "+node,
@@ -216,14 +216,17 @@ func targetOf(a v1alpha1.Attempt) string {
 	return " (device " + a.Target + ")"
 }
 
-// deviceOf names the device that holds nf's node powered off, when an attempt names one.
-func deviceOf(nf *v1alpha1.NodeFence) string {
+// bootAgain is how nf's node comes back with a new boot, the proof its recovery waits
+// for: powered on at the device that holds it off, or rebooted when no attempt read it
+// off (a storage or network fence, a person's confirm-off).
+func bootAgain(nf *v1alpha1.NodeFence) string {
+	node := nf.Spec.NodeName
 	for _, a := range slices.Backward(nf.Status.Attempts) {
 		if a.State == v1alpha1.AttemptVerified && a.Target != "" && a.PowerState == "off" {
-			return " at its fence device " + a.Target + " (agent " + a.Agent + ")"
+			return "power " + node + " on at its fence device " + a.Target + " (agent " + a.Agent + ")"
 		}
 	}
-	return " at its BMC or cloud console"
+	return "power " + node + " on, or reboot it, at its BMC or cloud console"
 }
 
 // removedACLs lists the iSCSI ACL rules nf's fences removed: an iSCSI agent's Fence

@@ -125,6 +125,14 @@ func TestUninstallCheck(t *testing.T) {
 				"Node node-1", "kubectl taint node node-1 fencing.kubefence.io/fenced-", "kubectl taint node node-1 node.kubernetes.io/out-of-service-",
 				"kubectl annotate node node-1 fencing.kubefence.io/taints-", "added by incident node-1-a"},
 		},
+		"a storage fence, nothing powered off": {
+			objs: []runtime.Object{node("node-1", nil), incident("node-1-a", "node-1", v1alpha1.PhaseFenced, func(st *v1alpha1.NodeFenceStatus) {
+				verifiedOff(st)
+				st.Attempts = st.Attempts[1:]
+			})},
+			want:    []string{"power node-1 on, or reboot it, at its BMC or cloud console", "iSCSI ACL rules agent iscsi removed"},
+			wantNot: []string{"fence device"},
+		},
 		"kubefence's taint with no incident": {
 			objs: []runtime.Object{node("node-2", nil, fenced)},
 			want: []string{"Node node-2", "no incident records adding them", "kubectl taint node node-2 fencing.kubefence.io/fenced-"},
