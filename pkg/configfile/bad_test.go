@@ -75,6 +75,8 @@ var badConfigs = map[string]struct {
 		`config: agents[0].timeout: Invalid value: "1ns": must be from 100ms to 1h0m0s`},
 	"onTimeout 30ns": {"timeout: 30s", "timeout: 30s\n  onTimeout: 30ns",
 		`config: agents[0].onTimeout: Invalid value: "30ns": must be from 100ms to 1h0m0s`},
+	"offDelay 11m": {"timeout: 30s", "timeout: 30s\n  offDelay: 11m",
+		`config: agents[0].offDelay: Invalid value: "11m0s": must be from 0s to 10m0s`},
 	"a million retries": {"retries: 1", "retries: 1000000",
 		"config: policies[0].levels[0].retries: Invalid value: 1000000: must be from 0 to 20"},
 	"maxUnhealthy 150%": {"maxUnhealthy: 40%", "maxUnhealthy: 150%",

@@ -25,7 +25,7 @@ import (
 // in between is written with the next of those: losing it to a crash only means the
 // fence is issued and read back again, which agents do idempotently.
 func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
-	plan := fencer.PlanFor(pol, c.opts.Tuning.PollInterval)
+	plan := fencer.PlanFor(pol, c.opts.Config.Agents, c.opts.Tuning.PollInterval)
 	unsaved := false
 	wait := func(d time.Duration) (time.Duration, error) {
 		if !unsaved {

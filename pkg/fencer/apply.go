@@ -90,7 +90,7 @@ func Apply(st *v1alpha1.NodeFenceStatus, plan Plan, ev Event, now time.Time) err
 	if a.State == v1alpha1.AttemptVerified || a.State == v1alpha1.AttemptFailed {
 		return fmt.Errorf("try %d of agent %s is already %s", ev.Try, ev.Agent, a.State)
 	}
-	record(a, ev, now, plan.readBack())
+	record(a, ev, now, lv.readBack())
 	settle(st, lv, now)
 	return nil
 }
@@ -206,9 +206,15 @@ func lostOutcome(kind plugin.ErrorKind) bool {
 // lostInFlight records an attempt found still Fencing by a sync that did not send its
 // call: it was written before the call, and the call's outcome was lost to a crash, a
 // handover or a failed save. The call may have reached the device, so its outcome is
-// unknown, and it is read back, never sent again.
+// unknown, and it is read back, never sent again. Whatever sent it has ended by now (a
+// replica that lost its Lease exits and stops its agents; one that slept re-reads the
+// Lease before it sends; a failed save follows a call that returned), so the device acts
+// on it, if at all, within its stated delay from now: the read back lasts that long,
+// whatever was left of the attempt's own deadline, and a call that was written and never
+// sent costs one read back, not the level's timeout.
 func lostInFlight(a *v1alpha1.Attempt, now time.Time, readBack time.Duration) {
 	unknownOutcome(a, fmt.Sprintf("the Fence call sent at %s was found in flight", Stamp(a.Started.Time)), now, readBack)
+	a.Deadline = micro(now.Add(readBack))
 }
 
 // unknownOutcome records a Fence call whose outcome was lost (lostOutcome). It is

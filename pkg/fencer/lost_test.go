@@ -2,6 +2,7 @@ package fencer
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -113,21 +114,47 @@ func TestLostOutcomeIsReadBackFirst(t *testing.T) {
 	}
 }
 
-// TestLostOutcomeReadBackOnThenRetried: an off read back on through the whole read back
-// (at least plan.ReadBack, and to the attempt's deadline) did not land and will not: the
-// retry may go out then, and not before.
+// TestLostOutcomeReadBackOnThenRetried: a call found in flight and read back on through
+// the whole read back (the device's stated delay, from when it was found) did not land
+// and will not: the retry may go out then, and not before (the floor), whatever the
+// device's delay; and not only at the level's deadline (a call written and never sent
+// costs one read back, not the level's timeout).
 func TestLostOutcomeReadBackOnThenRetried(t *testing.T) {
-	plan := twoLevels(v1alpha1.ModeAll)
-	plan.Levels[0].Agents = []string{"ipmi"}
-	st := &v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFencing}
-	mustApply(t, st, plan, Event{Kind: FenceIssued, Level: 1, Agent: "ipmi", Try: 1}, t0)
-	resumed := t0.Add(9 * time.Second)
+	for _, delay := range []time.Duration{0, 45 * time.Second} {
+		t.Run(fmt.Sprintf("offDelay %s", delay), func(t *testing.T) {
+			plan := twoLevels(v1alpha1.ModeAll)
+			plan.Levels[0].Agents, plan.Levels[0].Timeout = []string{"ipmi"}, time.Minute
+			plan.Levels[0].ReadBack = delay
+			st := &v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhaseFencing}
+			mustApply(t, st, plan, Event{Kind: FenceIssued, Level: 1, Agent: "ipmi", Try: 1}, t0)
+			resumed := t0.Add(time.Second)
+			now := retryAfterLostCall(t, st, plan, resumed)
+			floor := resumed.Add(max(delay, DefaultReadBack))
+			if now.Before(floor) {
+				t.Errorf("retry at %s, before the read back's end %s", now, floor)
+			}
+			if limit := floor.Add(plan.Levels[0].Backoff + time.Second); now.After(limit) {
+				t.Errorf("retry at %s, after %s: it waited for more than the read back and the backoff", now, limit)
+			}
+			if step := Next(st, plan, now); step.Try != 2 {
+				t.Errorf("retry is try %d, want 2", step.Try)
+			}
+		})
+	}
+}
+
+// retryAfterLostCall drives st from resumed against a device that never goes off until
+// the machine's next step is a Fence call, and returns when that is.
+func retryAfterLostCall(t *testing.T, st *v1alpha1.NodeFenceStatus, plan Plan, resumed time.Time) time.Time {
+	t.Helper()
 	bmc := &slowBMC{delay: time.Hour} // the lost off never lands
 	now := resumed
-	for Next(st, plan, now).Kind != DoFence {
+	for range 10000 {
 		step := Next(st, plan, now)
 		ev := Event{Level: step.Level, Agent: step.Agent, Try: step.Try}
 		switch step.Kind {
+		case DoFence:
+			return now
 		case DoVerify:
 			ev.Kind, ev.State = StateRead, bmc.state(now)
 			now = now.Add(plan.PollInterval)
@@ -141,10 +168,6 @@ func TestLostOutcomeReadBackOnThenRetried(t *testing.T) {
 		}
 		mustApply(t, st, plan, ev, now)
 	}
-	if floor := resumed.Add(DefaultReadBack); now.Before(floor) {
-		t.Errorf("retry at %s, before the read back's end %s", now, floor)
-	}
-	if step := Next(st, plan, now); step.Try != 2 {
-		t.Errorf("retry is try %d, want 2", step.Try)
-	}
+	t.Fatal("no retry in 10000 steps")
+	return now
 }

@@ -16,6 +16,10 @@ type Level struct {
 	Timeout time.Duration
 	Retries int32
 	Backoff time.Duration
+	// ReadBack is how long, at least, the state is read back after an off whose outcome
+	// is unknown (unknownOutcome), before the same agent may send another: the longest of
+	// its agents' stated delays (agents[].offDelay). Zero means DefaultReadBack.
+	ReadBack time.Duration
 }
 
 // Plan is the ordered list of levels for one incident.
@@ -23,26 +27,25 @@ type Plan struct {
 	Levels []Level
 	// PollInterval is how often a state is read back while verifying.
 	PollInterval time.Duration
-	// ReadBack is how long, at least, the state is read back after a Fence call whose
-	// outcome is unknown (unknownOutcome), before the same agent may send another:
-	// the longest a device may take to act after it took a command. Zero means
-	// DefaultReadBack.
-	ReadBack time.Duration
 }
 
-// DefaultReadBack gives a call whose outcome is unknown a few reads before its attempt
-// is judged: longer than a slow BMC takes to act on a command it acknowledged (seconds).
-const DefaultReadBack = 5 * time.Second
+// DefaultReadBack is v1alpha1.DefaultOffDelay: longer than a BMC takes to act on a
+// command it acknowledged.
+const DefaultReadBack = v1alpha1.DefaultOffDelay
 
-func (p Plan) readBack() time.Duration {
-	if p.ReadBack > 0 {
-		return p.ReadBack
+func (l Level) readBack() time.Duration {
+	if l.ReadBack > 0 {
+		return l.ReadBack
 	}
 	return DefaultReadBack
 }
 
-// PlanFor builds the plan of a (defaulted) policy.
-func PlanFor(p *v1alpha1.Policy, poll time.Duration) Plan {
+// PlanFor builds the plan of a (defaulted) policy whose levels name agents.
+func PlanFor(p *v1alpha1.Policy, agents []v1alpha1.Agent, poll time.Duration) Plan {
+	delay := map[string]time.Duration{}
+	for _, a := range agents {
+		delay[a.Name] = a.OffDelay.Duration
+	}
 	plan := Plan{PollInterval: poll}
 	for _, l := range p.Levels {
 		lv := Level{Agents: l.Agents, Mode: l.Mode, Timeout: l.Timeout.Duration, Backoff: l.Backoff.Duration}
@@ -51,6 +54,9 @@ func PlanFor(p *v1alpha1.Policy, poll time.Duration) Plan {
 		}
 		if l.Retries != nil {
 			lv.Retries = *l.Retries
+		}
+		for _, a := range lv.Agents {
+			lv.ReadBack = max(lv.ReadBack, delay[a])
 		}
 		plan.Levels = append(plan.Levels, lv)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/app"
+	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
@@ -62,7 +63,13 @@ func pausedLeader(t *testing.T, point string) {
 		t.Errorf("taints recorded %v, want %s and %s", got, remediate.FencedTaint.Key, remediate.OutOfServiceTaint.Key)
 	}
 	remediated := stepTime(t, nf, v1alpha1.StepRemediated)
-	if budget := haLeaseDuration + haRetryPeriod + agentTime; remediated.Sub(paused) > budget {
+	budget := haLeaseDuration + haRetryPeriod + agentTime
+	if point == testpoint.BeforeFenceCall {
+		// The call was written ahead and not sent: the standby finds it in flight and reads
+		// it back for the device's stated delay, then retries after the level's backoff.
+		budget += fencer.DefaultReadBack + v1alpha1.DefaultLevelBackoff
+	}
+	if remediated.Sub(paused) > budget {
 		t.Errorf("remediated %s after the leader paused, more than lease + retry + agent time (%s)", remediated.Sub(paused), budget)
 	}
 	t.Logf("paused at %s; standby took over %s later; remediated %s after the pause",

@@ -81,6 +81,13 @@ func (r *runner) adjustConfig(c *v1alpha1.Config) error {
 		c.LeaderElection.RenewDeadline = metav1.Duration{Duration: 3 * time.Second}
 		c.LeaderElection.RetryPeriod = metav1.Duration{Duration: 500 * time.Millisecond}
 	}
+	// The slow BMC's delay is the device's stated delay: an off whose outcome is unknown
+	// is read back that long before another goes out.
+	if d := r.sc.BMC.OffDelay.Duration; d > 0 {
+		for i := range c.Agents {
+			c.Agents[i].OffDelay = metav1.Duration{Duration: d + time.Second}
+		}
+	}
 	if r.storage != nil {
 		sum, err := copyFile(filepath.Join(r.o.BinDir, "fence-agent-iscsi"), filepath.Join(c.PluginDir, iscsiAgent))
 		if err != nil {

@@ -216,6 +216,7 @@ items:
 {{- with .a.params }}{{ $_ := set $a "params" . }}{{ end -}}
 {{- with .a.timeout }}{{ $_ := set $a "timeout" . }}{{ end -}}
 {{- with .a.onTimeout }}{{ $_ := set $a "onTimeout" . }}{{ end -}}
+{{- with .a.offDelay }}{{ $_ := set $a "offDelay" . }}{{ end -}}
 {{- with .a.secret }}{{ $_ := set $a "secretRef" (dict "namespace" $.root.Release.Namespace "name" .) }}{{ end -}}
 {{- toJson $a -}}
 {{- end -}}
@@ -245,6 +246,7 @@ unless pinned: kubefence-config-init computes it from the image at pod start.
 {{- with .target }}{{ $_ := set $a "target" . }}{{ end -}}
 {{- with .timeout }}{{ $_ := set $a "timeout" . }}{{ end -}}
 {{- with .onTimeout }}{{ $_ := set $a "onTimeout" . }}{{ end -}}
+{{- with .offDelay }}{{ $_ := set $a "offDelay" . }}{{ end -}}
 {{- $nf := dict -}}
 {{- with .driver }}{{ $_ := set $nf "driver" . }}{{ end -}}
 {{- with .className }}{{ $_ := set $nf "className" . }}{{ end -}}

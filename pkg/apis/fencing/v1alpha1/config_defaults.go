@@ -14,24 +14,26 @@ import (
 
 // Defaults that hold when the file leaves a field empty.
 const (
-	DefaultLeaseStaleAfter    = 30 * time.Second
-	DefaultNotReadyAfter      = 30 * time.Second
-	DefaultAgentTimeout       = 30 * time.Second
-	DefaultHistoryMaxAge      = 30 * 24 * time.Hour
-	DefaultHistoryKeepPerNode = 10
-	DefaultLevelTimeout       = 60 * time.Second
-	DefaultLevelBackoff       = 2 * time.Second
-	DefaultLevelRetries       = 1
-	DefaultMaxConcurrent      = 10
-	DefaultMaxUnhealthy       = "40%"
-	DefaultPluginDir          = "/usr/libexec/kubefence/agents"
-	DefaultLeaseNamespace     = "kubefence-system"
-	DefaultLeaseName          = "kubefence-controller"
-	DefaultFlapWindow         = 10 * time.Minute
-	DefaultFlapThreshold      = 3
-	DefaultCooldown           = 10 * time.Minute
-	DefaultMinWait            = 5 * time.Second
-	DefaultExcludeLabel       = "fencing.kubefence.io/exclude"
+	DefaultLeaseStaleAfter = 30 * time.Second
+	DefaultNotReadyAfter   = 30 * time.Second
+	DefaultAgentTimeout    = 30 * time.Second
+	// DefaultOffDelay and MaxOffDelay: agents[].offDelay, a device's stated delay.
+	DefaultOffDelay, MaxOffDelay = 5 * time.Second, 10 * time.Minute
+	DefaultHistoryMaxAge         = 30 * 24 * time.Hour
+	DefaultHistoryKeepPerNode    = 10
+	DefaultLevelTimeout          = 60 * time.Second
+	DefaultLevelBackoff          = 2 * time.Second
+	DefaultLevelRetries          = 1
+	DefaultMaxConcurrent         = 10
+	DefaultMaxUnhealthy          = "40%"
+	DefaultPluginDir             = "/usr/libexec/kubefence/agents"
+	DefaultLeaseNamespace        = "kubefence-system"
+	DefaultLeaseName             = "kubefence-controller"
+	DefaultFlapWindow            = 10 * time.Minute
+	DefaultFlapThreshold         = 3
+	DefaultCooldown              = 10 * time.Minute
+	DefaultMinWait               = 5 * time.Second
+	DefaultExcludeLabel          = "fencing.kubefence.io/exclude"
 	// The node agents' default --isolation, and how old an armed report may be.
 	DefaultWatchdogIsolation    = 10 * time.Second
 	DefaultWatchdogReportMaxAge = 2 * time.Minute
@@ -105,6 +107,7 @@ func (c *Config) Default() {
 	for i := range c.Agents {
 		defaultDuration(&c.Agents[i].Timeout, DefaultAgentTimeout)
 		defaultDuration(&c.Agents[i].OnTimeout, c.Agents[i].Timeout.Duration)
+		defaultDuration(&c.Agents[i].OffDelay, DefaultOffDelay)
 		if nf := c.Agents[i].NetworkFence; nf != nil && len(nf.AddressTypes) == 0 {
 			nf.AddressTypes = []string{AddressInternalIP}
 		}
@@ -309,6 +312,7 @@ func (a *Agent) validateCommon(p *field.Path) field.ErrorList {
 	if a.OnTimeout != a.Timeout { // defaulted from it otherwise, and checked there
 		errs = append(errs, within(p.Child("onTimeout"), a.OnTimeout, MinCallTimeout, MaxCallTimeout)...)
 	}
+	errs = append(errs, within(p.Child("offDelay"), a.OffDelay, 0, MaxOffDelay)...)
 	if a.Target.Annotation != "" {
 		errs = append(errs, qualifiedKey(p.Child("target", "annotation"), a.Target.Annotation)...)
 	}

@@ -209,6 +209,12 @@ type Agent struct {
 	// before anything else happens, so its outcome is recorded, never assumed. From 100ms
 	// to 1h.
 	OnTimeout metav1.Duration `json:"onTimeout,omitempty"`
+	// OffDelay is the longest this agent's device takes to act on an off it acknowledged
+	// (its stated delay): an off whose outcome is unknown (the call timed out or its agent
+	// died, it was found in flight after a restart or handover, or it was acknowledged and
+	// not yet read off) is read back at least this long before this agent sends another.
+	// From 0 to 10m; default 5s.
+	OffDelay metav1.Duration `json:"offDelay,omitempty"`
 }
 
 // NetworkFence is a csi-addons NetworkFence (csiaddons.openshift.io/v1alpha1) as a
