@@ -75,8 +75,29 @@ func GenerateChaos(seed uint64) *Scenario {
 		refence(sc)
 	}
 	lostOutcome(rng, sc, fault)
+	if rng.IntN(5) == 0 {
+		mappingEdited(sc)
+	}
 	sc.setDefaults()
 	return sc
+}
+
+// mappingEdited edits web-0's node mapping to name a spare, switched-off BMC (another
+// machine's) after the controller started and before the node fails, between two rounds
+// of the device monitor: the device must prove it is the node's before the first off, so
+// the incident is held (TargetMismatch), and nothing is powered off or released, where
+// "already off, nothing sent" once verified a running node.
+func mappingEdited(sc *Scenario) {
+	if sc.Storage != "" || len(sc.Steps) == 0 {
+		return
+	}
+	sc.Steps = []Step{{Action: ActEditTarget, Node: "@web-0"}, sc.Steps[0]}
+	sc.PauseAt = ""
+	sc.Expect = Expect{
+		Incidents:     []IncidentExpect{{Node: "@web-0", Phase: string(v1alpha1.PhaseHeld), Message: v1alpha1.ReasonTargetMismatch}},
+		NothingFenced: true,
+		Hold:          secs(10),
+	}
 }
 
 // lostOutcome, drawn after everything else, loses the outcome of the Fence call against
