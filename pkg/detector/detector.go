@@ -376,8 +376,10 @@ func (d *Detector) observeNode(st *nodeState, node *corev1.Node, ready *corev1.N
 	}
 }
 
-// LastLife is when this process last saw node's kubelet at work: its Lease renewTime or
-// its Ready heartbeat change. Zero if neither was seen.
+// LastLife is when this process last saw node's kubelet at work: its Lease renewTime, its
+// Ready heartbeat change, or the start of a probe it answered (heartbeats). Zero if none
+// was seen. A watchdog fence or an off read that life after it contradicts is never
+// counted (selffence, devicemonitor).
 func (d *Detector) LastLife(node string) time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -385,10 +387,13 @@ func (d *Detector) LastLife(node string) time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	if st.statusSeen.After(st.renewalSeen) {
-		return st.statusSeen
+	last := st.renewalSeen
+	for _, t := range []time.Time{st.statusSeen, st.kubeletAnswered} {
+		if t.After(last) {
+			last = t
+		}
 	}
-	return st.renewalSeen
+	return last
 }
 
 // ForConfig is a detector with cfg's detection timings.

@@ -91,3 +91,23 @@ func (d *Detector) snapshot(name string) nodeState {
 }
 
 func ptrInt32(v int32) *int32 { return &v }
+
+// TestLastLifeCountsAProbeAnswer: a kubelet that answered a probe after its Lease went
+// silent was alive then: LastLife says so, so that a watchdog fence or an off read it
+// contradicts is not counted. A probe left unanswered is no sign of life.
+func TestLastLifeCountsAProbeAnswer(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	renew := metav1.NewMicroTime(t0)
+	d := New(Thresholds{LeaseStaleAfter: 30 * time.Second, Heartbeats: true})
+	d.ObserveLease(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec: coordinationv1.LeaseSpec{RenewTime: &renew}}, t0)
+	before := d.LastLife("node-1")
+	d.ObserveKubeletProbe("node-1", t0.Add(20*time.Second), false)
+	if got := d.LastLife("node-1"); !got.Equal(before) {
+		t.Errorf("LastLife after an unanswered probe = %s, want %s as before it", got, before)
+	}
+	d.ObserveKubeletProbe("node-1", t0.Add(40*time.Second), true)
+	if got, want := d.LastLife("node-1"), t0.Add(40*time.Second); !got.Equal(want) {
+		t.Errorf("LastLife after an answered probe = %s, want %s", got, want)
+	}
+}
