@@ -237,20 +237,27 @@ func uuidText(guid string, smbios bool) string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// hostUUIDFile is where Linux shows the machine's SMBIOS system UUID, which a kubelet
-// reports as its node's systemUUID.
-const hostUUIDFile = "/sys/class/dmi/id/product_uuid"
+// hostUUIDFiles are where a kubelet on this host finds what it reports as its node's
+// systemUUID: the machine's SMBIOS system UUID, or on a machine without DMI (a VM or a
+// container that shows none) the machine ID.
+var hostUUIDFiles = []string{"/sys/class/dmi/id/product_uuid", "/etc/machine-id"}
 
 // HostGUID is the GUID a BMC of this host would send (IPMIOptions.GUID) for the kubelets
-// that run on it to match: the host's SMBIOS UUID in the BMC's byte order; "" when the
-// host shows none (no DMI, not readable), and the kubelets report none either.
+// that run on it to match: the identity they report, in the BMC's byte order; "" when the
+// host shows none, and the kubelets report none either.
 func HostGUID() string {
-	b, err := os.ReadFile(hostUUIDFile)
-	if err != nil {
-		return ""
+	var raw []byte
+	for _, f := range hostUUIDFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if raw, err = hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(b)), "-", "")); err == nil && len(raw) == 16 {
+			break
+		}
+		raw = nil
 	}
-	raw, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(b)), "-", ""))
-	if err != nil || len(raw) != 16 {
+	if raw == nil {
 		return ""
 	}
 	// uuidText's swap is its own inverse.
