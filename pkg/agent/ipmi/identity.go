@@ -66,7 +66,7 @@ func (c *ipmitoolClient) SystemGUID(ctx context.Context) (string, error) {
 }
 
 // SystemGUID reads the ComputerSystem's UUID, which bmclib does not: over the same
-// verified TLS client, with HTTP basic auth (no second session), from the system named
+// verified TLS client, with HTTP basic auth (no second Redfish login), from the system named
 // SystemName or the only one. A service with several systems and no name to choose,
 // or a system without a UUID, cannot tell (errNoGUID).
 func (r *redfishClient) SystemGUID(ctx context.Context) (string, error) {
