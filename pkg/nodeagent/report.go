@@ -30,6 +30,14 @@ const (
 	// v1alpha1.LabelValue(node): a node name may be longer than a label value. The whole
 	// name is the Lease's holder (NodeOf).
 	NodeLabel = "fencing.kubefence.io/node"
+	// ReportFormat is the format of the reports this build writes, and the newest it
+	// reads. A report without one is of format 1, the first (v0.1.0's agents wrote none).
+	// A change a reader must not miss (a new field that restricts what the controller
+	// may count on) takes a new format; Decode refuses a report of a format newer than
+	// its own, so a controller older than its node agents counts on none of their
+	// watchdogs instead of misreading them. Adding a field an older reader may safely
+	// ignore keeps the format.
+	ReportFormat = 1
 )
 
 // LeaseName is the name of node's report Lease.
@@ -53,6 +61,12 @@ func NodeOf(l *coordinationv1.Lease) string {
 // holds. The controller counts on a node's watchdog only from these reports
 // (selffence.Verify).
 type Report struct {
+	// Format is the report's format (ReportFormat of the agent that wrote it); 0, absent,
+	// is format 1.
+	Format int `json:"format,omitempty"`
+	// Version is the writing agent's release (buildinfo), for people and the version
+	// skew check: the controller reads it, and counts on nothing because of it.
+	Version string `json:"version,omitempty"`
 	// BootID is the boot the agent runs in (/proc/sys/kernel/random/boot_id).
 	BootID string `json:"bootID"`
 	// Watchdog is the state of the node's watchdog.
@@ -143,6 +157,13 @@ func Decode(lease *coordinationv1.Lease) (Report, error) {
 }
 
 func (r Report) validate() error {
+	switch {
+	case r.Format < 0:
+		return fmt.Errorf("format %d: negative", r.Format)
+	case r.Format > ReportFormat:
+		return fmt.Errorf("format %d (node agent %s): newer than this controller reads (at most %d); upgrade the controller before the node agents",
+			r.Format, orUnknown(r.Version), ReportFormat)
+	}
 	if r.Watchdog.Armed {
 		d, err := time.ParseDuration(r.Watchdog.Timeout)
 		if err != nil || d <= 0 {
@@ -175,6 +196,13 @@ func (r Report) validate() error {
 		}
 	}
 	return nil
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "of an unknown version"
+	}
+	return v
 }
 
 // IsolationLimit is the agent's isolation (Decode checked it).

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/watchdog"
 )
 
@@ -21,7 +22,7 @@ import (
 // Current is the report as of now.
 func (a *Agent) Current() Report {
 	a.mu.Lock()
-	r := Report{BootID: a.BootID, Isolation: a.Isolation.String(), ReportInterval: a.ReportEvery.String(), Members: MembersOf(a.members),
+	r := Report{Format: ReportFormat, Version: buildinfo.Version(), BootID: a.BootID, Isolation: a.Isolation.String(), ReportInterval: a.ReportEvery.String(), Members: MembersOf(a.members),
 		Holds: slices.Clone(a.holds)}
 	feeder, peers := a.feeder, a.peers
 	a.mu.Unlock()
