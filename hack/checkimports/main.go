@@ -57,6 +57,9 @@ var rules = []rule{
 	{Dir: "pkg/oncall", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|remediate|plugin|fencer|app|agent|nodeagent)(/|$)`, Why: "a person's word is decided here and carried out by the incident loop: no agent call, no release, no write"},
 	{Dir: "pkg/testpoint", Forbidden: `^$MOD/pkg/(controller|app|agentcall|plugin|fencer|incidents)(/|$)`, Why: "the tests' pause points stop the process and know nothing else"},
 	{Dir: "pkg/loopmetrics", Forbidden: `^$MOD/pkg/(controller|agentcall|devicemonitor|requests|orphans|incidents|remediate|app|agentwatch|oncall|maintenance)(/|$)`, Why: "the loop's metrics are names and labels; they observe nothing themselves"},
+	{Dir: "pkg/caches/tombstone", Forbidden: `^$MOD/`, Why: "unwrapping a missed delete knows no kind, so that every controller's handlers may use it"},
+	{Dir: "pkg/internal/fixture", Forbidden: `^$MOD/`, Allowed: `^$MOD/pkg/apis(/|$)`, Why: "the tests' shared fixture knows only the API types, so that the tests of any package may use it"},
+	{Dir: "pkg", Forbidden: `^$MOD/pkg/internal/fixture(/|$)`, Why: "the shared fixture is for tests; production code never imports it"},
 	{Dir: "pkg", Forbidden: `^$MOD/(cmd|test|hack)(/|$)`, Why: "libraries never import binaries, tests or tools"},
 }
 

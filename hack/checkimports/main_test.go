@@ -15,6 +15,8 @@ func TestViolations(t *testing.T) {
 		{Path: mod + "/pkg/agent/ipmi", Deps: []string{mod + "/pkg/plugin", "k8s.io/klog/v2"}},
 		{Path: mod + "/pkg/fencer", Deps: []string{mod + "/pkg/remediate"}},
 		{Path: mod + "/pkg/util", Deps: []string{mod + "/test/sim", mod + "/hack/images", mod + "/cmdline"}},
+		{Path: mod + "/pkg/remediate", Deps: []string{mod + "/pkg/internal/fixture"}},
+		{Path: mod + "/pkg/internal/fixture", Deps: []string{mod + "/pkg/apis/fencing/v1alpha1", "k8s.io/client-go/kubernetes/fake"}},
 		{Path: mod + "/cmd/x", Deps: []string{mod + "/test/sim"}},
 	}
 	got, err := violations(mod, rules, pkgs)
@@ -27,6 +29,7 @@ func TestViolations(t *testing.T) {
 		"pkg/fencer imports example.com/m/pkg/remediate: the state machine does not reach into its wiring",
 		"pkg/util imports example.com/m/test/sim: libraries never import binaries, tests or tools",
 		"pkg/util imports example.com/m/hack/images: libraries never import binaries, tests or tools",
+		"pkg/remediate imports example.com/m/pkg/internal/fixture: the shared fixture is for tests; production code never imports it",
 	}
 	slices.Sort(got)
 	slices.Sort(want)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/caches"
+	"github.com/kubefence/kubefence/pkg/caches/tombstone"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
 	"github.com/kubefence/kubefence/pkg/oncall/life"
@@ -78,7 +79,7 @@ func New(opts Options) (*Watch, error) {
 	}
 	if _, err := opts.Caches.Fencing.Fencing().V1alpha1().NodeFences().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {
-			if nf, ok := unwrapDeleted(obj).(*v1alpha1.NodeFence); ok {
+			if nf, ok := tombstone.Unwrap(obj).(*v1alpha1.NodeFence); ok {
 				w.watchdogs.forget(nf.Name, "")
 			}
 		},
@@ -150,7 +151,7 @@ func (w *Watch) watchReports(inf cache.SharedIndexInformer) error {
 		AddFunc:    func(obj any) { w.onReport(obj) },
 		UpdateFunc: func(_, obj any) { w.onReport(obj) },
 		DeleteFunc: func(obj any) {
-			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
+			if l, ok := tombstone.Unwrap(obj).(*coordinationv1.Lease); ok {
 				w.watchdogs.forget("", nodeagent.NodeOf(l))
 			}
 		},
@@ -183,11 +184,4 @@ func (w *Watch) ObserveReport(l *coordinationv1.Lease) {
 			w.enqueue(nf.Spec.NodeName)
 		}
 	}
-}
-
-func unwrapDeleted(obj any) any {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return d.Obj
-	}
-	return obj
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/caches/tombstone"
 	"github.com/kubefence/kubefence/pkg/coalesce"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/incidents"
@@ -197,7 +198,7 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 		AddFunc:    func(obj any) { c.onIdentityLease(obj) },
 		UpdateFunc: func(_, obj any) { c.onIdentityLease(obj) },
 		DeleteFunc: func(obj any) {
-			if l, ok := unwrapDeleted(obj).(*coordinationv1.Lease); ok {
+			if l, ok := tombstone.Unwrap(obj).(*coordinationv1.Lease); ok {
 				c.peers.replicas.Forget(l.Name)
 			}
 		},
@@ -222,7 +223,7 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 		UpdateFunc: func(_, obj any) { c.onNodeFence(obj) },
 		DeleteFunc: func(obj any) {
 			// A deleted incident's last write has nothing left to stand in for.
-			if nf, ok := unwrapDeleted(obj).(*v1alpha1.NodeFence); ok {
+			if nf, ok := tombstone.Unwrap(obj).(*v1alpha1.NodeFence); ok {
 				c.store.Forget(nf.Name)
 				c.dropEvents(nf.Name)
 				c.decide.admission.unclaim(nf.Name)
@@ -266,15 +267,8 @@ func (c *Controller) Remediator() *remediate.Remediator { return c.remedy }
 // this replica's epoch), for the repairs of closed incidents.
 func (c *Controller) Record() IncidentRecord { return IncidentRecord{c} }
 
-func unwrapDeleted(obj any) any {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return d.Obj
-	}
-	return obj
-}
-
 func (c *Controller) enqueueObject(obj any) {
-	if n, ok := unwrapDeleted(obj).(*corev1.Node); ok {
+	if n, ok := tombstone.Unwrap(obj).(*corev1.Node); ok {
 		c.queue.Add(n.Name)
 	}
 }

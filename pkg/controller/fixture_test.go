@@ -28,6 +28,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
 	"github.com/kubefence/kubefence/pkg/incidents"
+	shared "github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -37,7 +38,7 @@ import (
 // the machine and the agents' deadlines all read, and an agent made of function fields.
 // Each path test asserts the exact API requests the path sends.
 
-var f0 = time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)
+var f0 = shared.T0
 
 type fixture struct {
 	t    testing.TB
@@ -95,7 +96,7 @@ func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 	})
 	f.enforceResourceVersions()
 	f.machines = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{machinesV1beta2: "MachineList"}, machines...)
+		map[schema.GroupVersionResource]string{shared.MachinesV1beta2: "MachineList"}, machines...)
 	c := newLoop(t, loopParts{cfg: cfg, kube: f.kube, fencing: f.dyn, dynamic: f.machines, agents: plugintest.One{A: f.bmc}, recorder: f.rec})
 	c.now = func() time.Time { return f.now }
 	f.c = c
@@ -151,34 +152,11 @@ func (f *fixture) sync(node string) time.Duration {
 
 // requests are the API requests sent since the fixture was made (or last asked), as
 // "verb resource[/subresource] [name]", the kube client's first.
-func (f *fixture) requests() []string {
-	var out []string
-	for _, a := range append(f.kube.Actions(), f.dyn.Actions()...) {
-		s := a.GetVerb() + " " + a.GetResource().Resource
-		if sub := a.GetSubresource(); sub != "" {
-			s += "/" + sub
-		}
-		switch a := a.(type) {
-		case k8stesting.GetAction:
-			s += " " + a.GetName()
-		case k8stesting.DeleteAction:
-			s += " " + a.GetName()
-		case k8stesting.PatchAction:
-			s += " " + a.GetName()
-		}
-		out = append(out, s)
-	}
-	f.kube.ClearActions()
-	f.dyn.ClearActions()
-	return out
-}
+func (f *fixture) requests() []string { return shared.Actions(&f.kube.Fake, &f.dyn.Fake) }
 
 func (f *fixture) expectRequests(want ...string) {
 	f.t.Helper()
-	got := f.requests()
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		f.t.Errorf("API requests:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
-	}
+	shared.ExpectActions(f.t, want, &f.kube.Fake, &f.dyn.Fake)
 }
 
 func (f *fixture) expectCalls(want ...string) {
@@ -243,31 +221,18 @@ func (f *fixture) events() []string {
 	}
 }
 
-func fixtureNode(name, boot string, ready bool) *corev1.Node {
-	st := corev1.ConditionTrue
-	if !ready {
-		st = corev1.ConditionUnknown
-	}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"bmc": "bmc-" + name}},
-		Status: corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: boot},
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st, LastHeartbeatTime: metav1.NewTime(f0)}}}}
-}
+// fixtureNode and fixtureLease are the shared fixture's Node (whose "bmc" annotation
+// fixtureConfig's agent targets) and kubelet Lease.
+var (
+	fixtureNode  = shared.Node
+	fixtureLease = shared.Lease
+)
 
-func fixtureLease(node string, renewed time.Time) *coordinationv1.Lease {
-	rt := metav1.NewMicroTime(renewed)
-	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: NodeLeaseNamespace},
-		Spec: coordinationv1.LeaseSpec{RenewTime: &rt}}
-}
+// stepsOf are the messages of an incident's steps of one type.
+var stepsOf = shared.StepsOf
 
 // threeNodes are node-1..3, Ready on boot-N, their Leases renewed at f0.
-func threeNodes() []runtime.Object {
-	var objs []runtime.Object
-	for i := 1; i <= 3; i++ {
-		n := fmt.Sprintf("node-%d", i)
-		objs = append(objs, fixtureNode(n, "boot-"+n, true), fixtureLease(n, f0))
-	}
-	return objs
-}
+func threeNodes() []runtime.Object { return shared.Nodes(3, f0) }
 
 // renewAllBut renews every node Lease but those of dead, at the fixture's clock.
 func (f *fixture) renewAllBut(dead ...string) {

@@ -58,16 +58,6 @@ func rebootedNode(boot string) *corev1.Node {
 			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 }
 
-func stepsOf(nf *v1alpha1.NodeFence, typ string) []string {
-	var out []string
-	for _, s := range nf.Status.Timeline {
-		if s.Type == typ {
-			out = append(out, s.Message)
-		}
-	}
-	return out
-}
-
 // TestFailedUnfenceIsReadBack: an Unfence that times out or fails has an
 // unknown outcome. The state is read back at once and recorded; recovery releases nothing
 // (the taint stays) until an Unfence succeeds, and a retry that reads back the same state

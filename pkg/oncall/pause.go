@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/kubefence/kubefence/pkg/caches/tombstone"
 )
 
 // ConfigReason is the pause reason of the configuration's `paused: true`.
@@ -52,12 +54,7 @@ func NewPauses(inf cache.SharedIndexInformer, config bool, reg prometheus.Regist
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { p.observe(obj, false) },
 		UpdateFunc: func(_, obj any) { p.observe(obj, false) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			p.observe(obj, true)
-		},
+		DeleteFunc: func(obj any) { p.observe(tombstone.Unwrap(obj), true) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watch pause requests: %w", err)

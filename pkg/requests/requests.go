@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/caches/tombstone"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	fencinglisters "github.com/kubefence/kubefence/pkg/generated/listers/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/healthcheck"
@@ -96,7 +97,7 @@ func New(o Options) (*Requests, error) {
 		UpdateFunc: func(_, obj any) { r.onRequest(obj) },
 		// A deleted request's incident, if it has not called an agent, is cancelled by its
 		// node's sync (Withdrawn).
-		DeleteFunc: func(obj any) { r.onRequest(unwrapDeleted(obj)) },
+		DeleteFunc: func(obj any) { r.onRequest(tombstone.Unwrap(obj)) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watch remediation requests: %w", err)
@@ -106,13 +107,6 @@ func New(o Options) (*Requests, error) {
 
 // Synced reports whether the requests' cache has synced.
 func (r *Requests) Synced() bool { return r.informer.HasSynced() }
-
-func unwrapDeleted(obj any) any {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		return d.Obj
-	}
-	return obj
-}
 
 func (r *Requests) onRequest(obj any) {
 	kr, ok := obj.(*v1alpha1.KubefenceRemediation)

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -101,7 +102,7 @@ const fakeID = "i-0a1b2c3d4e5f60718"
 func TestAWSThrottlingIsRetriedWithinDeadline(t *testing.T) {
 	f := &fakeEC2{state: "running", stopTo: "stopped", throttle: 3}
 	url := newFakeEC2(t, f)
-	res, err := testAgent().Fence(callCtx(t, 20*time.Second), awsRequest(url, "us-east-1a", fakeID), plugin.ActionOff)
+	res, err := testAgent().Fence(fixture.CallCtx(t, 20*time.Second), awsRequest(url, "us-east-1a", fakeID), plugin.ActionOff)
 	if err != nil || res.State != plugin.StateOff {
 		t.Fatalf("fence = %+v, %v; want off after retries", res, err)
 	}
@@ -117,7 +118,7 @@ func TestAWSThrottledUntilDeadlineIsRetryable(t *testing.T) {
 	f := &fakeEC2{state: "running", stopTo: "stopped", throttle: -1}
 	url := newFakeEC2(t, f)
 	start := time.Now()
-	res, err := testAgent().Fence(callCtx(t, 1500*time.Millisecond), awsRequest(url, "us-east-1a", fakeID), plugin.ActionOff)
+	res, err := testAgent().Fence(fixture.CallCtx(t, 1500*time.Millisecond), awsRequest(url, "us-east-1a", fakeID), plugin.ActionOff)
 	if err == nil {
 		t.Fatalf("fence succeeded while throttled: %+v", res)
 	}
@@ -142,7 +143,7 @@ func TestAWSRejectedCredentialsArePermanentAndScrubbed(t *testing.T) {
 			url := newFakeEC2(t, f)
 			req := awsRequest(url, "us-east-1a", fakeID)
 			req.Secrets[SecretSessionToken] = "sessionTokenValue123456"
-			res, err := testAgent().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+			res, err := testAgent().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 			if err == nil || plugin.KindOf(err) != plugin.KindPermanent || !strings.Contains(err.Error(), code) {
 				t.Fatalf("fence = %v, want a permanent %s", err, code)
 			}
@@ -165,7 +166,7 @@ func TestAWSNeverStopsIsFailure(t *testing.T) {
 	url := newFakeEC2(t, f)
 	req := awsRequest(url, "us-east-1a", fakeID)
 	req.Params[ParamVerifyTimeout] = "800ms"
-	res, err := testAgent().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+	res, err := testAgent().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 	if err == nil {
 		t.Fatalf("fence of an instance stuck in stopping succeeded: %+v", res)
 	}
@@ -211,7 +212,7 @@ func TestAWSCredentialSources(t *testing.T) {
 			url := newFakeEC2(t, f)
 			req := awsRequest(url, "ap-south-1a", fakeID)
 			req.Secrets = tc.secrets
-			if _, err := a.Status(callCtx(t, 10*time.Second), req); err != nil {
+			if _, err := a.Status(fixture.CallCtx(t, 10*time.Second), req); err != nil {
 				t.Fatalf("status: %v", err)
 			}
 			_, _, auth := f.snapshot()

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -23,7 +24,7 @@ func TestAWSFenceOffStopsRunningInstance(t *testing.T) {
 	if st := observe(t, c, id); st != types.InstanceStateNameRunning {
 		t.Fatalf("new instance is %s, want running", st)
 	}
-	res, err := testAgent().Fence(callCtx(t, 30*time.Second), awsRequest(url, "us-east-1a", id), plugin.ActionOff)
+	res, err := testAgent().Fence(fixture.CallCtx(t, 30*time.Second), awsRequest(url, "us-east-1a", id), plugin.ActionOff)
 	if err != nil {
 		t.Fatalf("fence off: %v (evidence %q)", err, res.Evidence)
 	}
@@ -68,8 +69,8 @@ func TestAWSFenceOffWhenAlreadyOff(t *testing.T) {
 			url := moto(t)
 			c := ec2Client(url, "us-east-1")
 			id := runInstance(t, c)
-			mustDo(t, "prepare", tc.prepare(callCtx(t, 10*time.Second), c, id))
-			res, err := testAgent().Fence(callCtx(t, 30*time.Second), awsRequest(url, "us-east-1c", id), plugin.ActionOff)
+			mustDo(t, "prepare", tc.prepare(fixture.CallCtx(t, 10*time.Second), c, id))
+			res, err := testAgent().Fence(fixture.CallCtx(t, 30*time.Second), awsRequest(url, "us-east-1c", id), plugin.ActionOff)
 			if err != nil {
 				t.Fatalf("fence off: %v", err)
 			}
@@ -85,7 +86,7 @@ func TestAWSFenceOffWhenAlreadyOff(t *testing.T) {
 
 func TestAWSUnknownInstanceIsPermanent(t *testing.T) {
 	url := moto(t)
-	res, err := testAgent().Fence(callCtx(t, 30*time.Second), awsRequest(url, "us-east-1a", "i-0123456789abcdef0"), plugin.ActionOff)
+	res, err := testAgent().Fence(fixture.CallCtx(t, 30*time.Second), awsRequest(url, "us-east-1a", "i-0123456789abcdef0"), plugin.ActionOff)
 	if err == nil {
 		t.Fatalf("fence of an unknown instance succeeded: %+v", res)
 	}
@@ -116,7 +117,7 @@ func TestAWSWrongCredentialShape(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			req := awsRequest(url, "us-east-1a", id)
 			req.Secrets = tc.secrets
-			_, err := testAgent().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+			_, err := testAgent().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 			if err == nil || plugin.KindOf(err) != plugin.KindPermanent || !strings.Contains(err.Error(), tc.wantField) {
 				t.Fatalf("fence = %v, want a permanent error naming %s", err, tc.wantField)
 			}
@@ -151,7 +152,7 @@ func TestAWSRegion(t *testing.T) {
 			for k, v := range tc.params {
 				req.Params[k] = v
 			}
-			res, err := testAgent().Fence(callCtx(t, 30*time.Second), req, plugin.ActionOff)
+			res, err := testAgent().Fence(fixture.CallCtx(t, 30*time.Second), req, plugin.ActionOff)
 			if err != nil {
 				t.Fatalf("fence off: %v", err)
 			}
@@ -171,21 +172,21 @@ func TestAWSUnfenceStartsInstance(t *testing.T) {
 	id := runInstance(t, c)
 	a := testAgent()
 	req := awsRequest(url, "us-east-1a", id)
-	if _, err := a.Fence(callCtx(t, 30*time.Second), req, plugin.ActionOff); err != nil {
+	if _, err := a.Fence(fixture.CallCtx(t, 30*time.Second), req, plugin.ActionOff); err != nil {
 		t.Fatalf("fence off: %v", err)
 	}
-	st, err := a.Status(callCtx(t, 10*time.Second), req)
+	st, err := a.Status(fixture.CallCtx(t, 10*time.Second), req)
 	if err != nil || st.State != plugin.StateOff {
 		t.Fatalf("status after off = %+v, %v; want off", st, err)
 	}
-	res, err := a.Unfence(callCtx(t, 30*time.Second), req)
+	res, err := a.Unfence(fixture.CallCtx(t, 30*time.Second), req)
 	if err != nil || res.State != plugin.StateOn {
 		t.Fatalf("unfence = %+v, %v; want on", res, err)
 	}
 	if st := observe(t, c, id); st != types.InstanceStateNameRunning {
 		t.Errorf("moto says %s after unfence, want running", st)
 	}
-	st, err = a.Status(callCtx(t, 10*time.Second), req)
+	st, err = a.Status(fixture.CallCtx(t, 10*time.Second), req)
 	if err != nil || st.State != plugin.StateOn {
 		t.Errorf("status after unfence = %+v, %v; want on", st, err)
 	}
@@ -195,7 +196,7 @@ func TestAWSRebootStopsThenStarts(t *testing.T) {
 	url := moto(t)
 	c := ec2Client(url, "us-east-1")
 	id := runInstance(t, c)
-	res, err := testAgent().Fence(callCtx(t, 30*time.Second), awsRequest(url, "us-east-1a", id), plugin.ActionReboot)
+	res, err := testAgent().Fence(fixture.CallCtx(t, 30*time.Second), awsRequest(url, "us-east-1a", id), plugin.ActionReboot)
 	if err != nil || res.State != plugin.StateOn {
 		t.Fatalf("reboot = %+v, %v; want on", res, err)
 	}
@@ -234,7 +235,7 @@ func TestAWSRefuseSelf(t *testing.T) {
 			if tc.self != "" {
 				req.Params[ParamSelfInstanceID] = tc.self
 			}
-			_, err := testAgent(opts...).Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+			_, err := testAgent(opts...).Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 			if err == nil || plugin.KindOf(err) != plugin.KindPermanent || !strings.Contains(err.Error(), tc.wantError) {
 				t.Fatalf("fence = %v, want a permanent error containing %q", err, tc.wantError)
 			}
@@ -247,7 +248,7 @@ func TestAWSRefuseSelf(t *testing.T) {
 		req := awsRequest(url, "us-east-1a", id)
 		req.Params[ParamRefuseSelf] = "true"
 		req.Params[ParamSelfInstanceID] = "i-0fffffffffffffff0"
-		if _, err := testAgent().Fence(callCtx(t, 30*time.Second), req, plugin.ActionOff); err != nil {
+		if _, err := testAgent().Fence(fixture.CallCtx(t, 30*time.Second), req, plugin.ActionOff); err != nil {
 			t.Fatalf("fence of another instance: %v", err)
 		}
 		if st := observe(t, c, id); st != types.InstanceStateNameStopped {
@@ -277,8 +278,8 @@ func TestAWSStatusMapsStates(t *testing.T) {
 		}, plugin.StateOff},
 	}
 	for i, s := range steps {
-		mustDo(t, "prepare", s.act(callCtx(t, 10*time.Second)))
-		res, err := a.Status(callCtx(t, 10*time.Second), req)
+		mustDo(t, "prepare", s.act(fixture.CallCtx(t, 10*time.Second)))
+		res, err := a.Status(fixture.CallCtx(t, 10*time.Second), req)
 		if err != nil || res.State != s.want {
 			t.Errorf("step %d: status = %+v, %v; want %s", i, res, err, s.want)
 		}
@@ -291,11 +292,11 @@ func TestAWSStopProtectionIsPermanent(t *testing.T) {
 	url := moto(t)
 	c := ec2Client(url, "us-east-1")
 	id := runInstance(t, c)
-	_, err := c.ModifyInstanceAttribute(callCtx(t, 10*time.Second), &ec2.ModifyInstanceAttributeInput{
+	_, err := c.ModifyInstanceAttribute(fixture.CallCtx(t, 10*time.Second), &ec2.ModifyInstanceAttributeInput{
 		InstanceId: aws.String(id), DisableApiStop: &types.AttributeBooleanValue{Value: aws.Bool(true)},
 	})
 	mustDo(t, "enable stop protection", err)
-	res, err := testAgent().Fence(callCtx(t, 10*time.Second), awsRequest(url, "us-east-1a", id), plugin.ActionOff)
+	res, err := testAgent().Fence(fixture.CallCtx(t, 10*time.Second), awsRequest(url, "us-east-1a", id), plugin.ActionOff)
 	if err == nil || plugin.KindOf(err) != plugin.KindPermanent || !strings.Contains(err.Error(), "OperationNotPermitted") {
 		t.Fatalf("fence = %+v, %v; want a permanent OperationNotPermitted", res, err)
 	}

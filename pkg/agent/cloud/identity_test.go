@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -40,7 +41,7 @@ func TestInstanceMustBeTheNodes(t *testing.T) {
 				sent = func() []string { _, calls, _ := f.snapshot(); return calls }
 			}
 			req.ExpectIdentity = tc.expect
-			res, err := testAgent().Fence(callCtx(t, 20*time.Second), req, plugin.ActionOff)
+			res, err := testAgent().Fence(fixture.CallCtx(t, 20*time.Second), req, plugin.ActionOff)
 			if res.Identity != tc.id {
 				t.Errorf("identity %q, want %q", res.Identity, tc.id)
 			}

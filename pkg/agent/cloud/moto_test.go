@@ -210,9 +210,3 @@ func testAgent(opts ...Option) *Agent {
 	}
 	return New(append(base, opts...)...)
 }
-
-func callCtx(tb testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	tb.Cleanup(cancel)
-	return ctx
-}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -48,7 +49,7 @@ func TestOpenStackFenceOff(t *testing.T) {
 			if tc.secrets != nil {
 				req.Secrets = tc.secrets
 			}
-			res, err := testAgent().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+			res, err := testAgent().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 			if err != nil {
 				t.Fatalf("fence off: %v (evidence %q)", err, res.Evidence)
 			}
@@ -73,7 +74,7 @@ func TestOpenStackNeverShutoffIsFailure(t *testing.T) {
 	req := osRequest(f, srvID)
 	req.Params[ParamVerifyTimeout] = "500ms"
 	start := time.Now()
-	res, err := testAgent().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+	res, err := testAgent().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 	if err == nil {
 		t.Fatalf("fence of a server that never stops succeeded: %+v", res)
 	}
@@ -92,7 +93,7 @@ func TestOpenStackNeverShutoffIsFailure(t *testing.T) {
 func TestOpenStackDeadlineIsFailure(t *testing.T) {
 	s := fakeServer{status: "ACTIVE", neverSettles: true}
 	f := newFakeNova(t, map[string]*fakeServer{srvID: &s})
-	res, err := testAgent().Fence(callCtx(t, 400*time.Millisecond), osRequest(f, srvID), plugin.ActionOff)
+	res, err := testAgent().Fence(fixture.CallCtx(t, 400*time.Millisecond), osRequest(f, srvID), plugin.ActionOff)
 	if err == nil || res.State == plugin.StateOff {
 		t.Fatalf("fence = %+v, %v; want a failure at the deadline", res, err)
 	}
@@ -108,17 +109,17 @@ func TestOpenStackLockAndUnfence(t *testing.T) {
 	req.Params[ParamLock] = "true"
 	req.Params[ParamInterface] = "internal"
 	a := testAgent()
-	if _, err := a.Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff); err != nil {
+	if _, err := a.Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff); err != nil {
 		t.Fatalf("fence off: %v", err)
 	}
 	if got := f.server(srvID); got.status != "SHUTOFF" || !got.locked {
 		t.Fatalf("after fence: %+v, want SHUTOFF and locked", got)
 	}
-	st, err := a.Status(callCtx(t, 10*time.Second), req)
+	st, err := a.Status(fixture.CallCtx(t, 10*time.Second), req)
 	if err != nil || st.State != plugin.StateOff {
 		t.Fatalf("status = %+v, %v; want off", st, err)
 	}
-	res, err := a.Unfence(callCtx(t, 10*time.Second), req)
+	res, err := a.Unfence(fixture.CallCtx(t, 10*time.Second), req)
 	if err != nil || res.State != plugin.StateOn {
 		t.Fatalf("unfence = %+v, %v; want on", res, err)
 	}
@@ -184,7 +185,7 @@ func TestOpenStackErrors(t *testing.T) {
 					req.Params[k] = v
 				}
 			}
-			res, err := testAgent().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+			res, err := testAgent().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 			if err == nil || plugin.KindOf(err) != tc.wantKind || !strings.Contains(err.Error(), tc.wantText) {
 				t.Fatalf("fence = %v, want %s containing %q", err, tc.wantKind, tc.wantText)
 			}
@@ -206,7 +207,7 @@ func TestOpenStackAuthURLFromSecret(t *testing.T) {
 	req := osRequest(f, srvID)
 	delete(req.Params, ParamAuthURL)
 	req.Secrets[SecretAuthURL] = f.url
-	res, err := testAgent().Status(callCtx(t, 10*time.Second), req)
+	res, err := testAgent().Status(fixture.CallCtx(t, 10*time.Second), req)
 	if err != nil || res.State != plugin.StateOff {
 		t.Fatalf("status = %+v, %v; want off", res, err)
 	}

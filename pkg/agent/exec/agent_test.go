@@ -8,15 +8,9 @@ import (
 	"time"
 
 	fenceexec "github.com/kubefence/kubefence/pkg/agent/exec"
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
-
-func callCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // TestOffStatusOn drives the script through off, status and on, and checks the
 // device file and the script's own log: the password reached the script on
@@ -33,17 +27,17 @@ func TestOffStatusOn(t *testing.T) {
 		want     plugin.PowerState
 		evidence []string
 	}{
-		{"status on", func() (plugin.Result, error) { return agent.Status(callCtx(t, 10*time.Second), req) },
+		{"status on", func() (plugin.Result, error) { return agent.Status(fixture.CallCtx(t, 10*time.Second), req) },
 			plugin.StateOn, []string{"status exit 0 (on)"}},
 		{"fence off", func() (plugin.Result, error) {
-			return agent.Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+			return agent.Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 		}, plugin.StateOff, []string{"action=off exit 0", "status exit 2 (off)", "verified off after 2 status read(s)"}},
-		{"status off", func() (plugin.Result, error) { return agent.Status(callCtx(t, 10*time.Second), req) },
+		{"status off", func() (plugin.Result, error) { return agent.Status(fixture.CallCtx(t, 10*time.Second), req) },
 			plugin.StateOff, []string{"status exit 2 (off)"}},
 		{"fence off again", func() (plugin.Result, error) {
-			return agent.Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+			return agent.Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 		}, plugin.StateOff, []string{"already off, nothing sent"}},
-		{"unfence", func() (plugin.Result, error) { return agent.Unfence(callCtx(t, 10*time.Second), req) },
+		{"unfence", func() (plugin.Result, error) { return agent.Unfence(fixture.CallCtx(t, 10*time.Second), req) },
 			plugin.StateOn, []string{"action=on exit 0", "verified on after 1 status read(s)"}},
 	}
 	for _, s := range steps {
@@ -119,7 +113,7 @@ func TestFenceFailures(t *testing.T) {
 			req := dev.request()
 			tc.mutate(&req)
 			start := time.Now()
-			res, err := fenceexec.New().Fence(callCtx(t, tc.timeout), req, plugin.ActionOff)
+			res, err := fenceexec.New().Fence(fixture.CallCtx(t, tc.timeout), req, plugin.ActionOff)
 			if err == nil {
 				t.Fatalf("fence succeeded: %+v", res)
 			}
@@ -150,7 +144,7 @@ func TestSecretsWithLineBreaksRefused(t *testing.T) {
 	dev := newDevice(t, "on")
 	req := dev.request()
 	req.Secrets["password"] = "pw\naction=on"
-	_, err := fenceexec.New().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+	_, err := fenceexec.New().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 	if err == nil || plugin.KindOf(err) != plugin.KindPermanent || !strings.Contains(err.Error(), "secret password") {
 		t.Fatalf("err = %v, want a permanent error naming secret password", err)
 	}

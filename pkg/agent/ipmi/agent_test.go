@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/agent/ipmi"
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
@@ -51,13 +52,6 @@ func requestFor(s *bmc.IPMISim) plugin.Request {
 		Secrets: map[string]string{ipmi.SecretUsername: s.User(), ipmi.SecretPassword: s.Password()},
 		Epoch:   7,
 	}
-}
-
-func callCtx(t testing.TB, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func poweredOn(t *testing.T, s *bmc.IPMISim) bool {
@@ -106,7 +100,7 @@ func TestFenceOffSeveralBMCs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = agent.Fence(callCtx(t, 15*time.Second), requestFor(sims[i]), plugin.ActionOff)
+			results[i], errs[i] = agent.Fence(fixture.CallCtx(t, 15*time.Second), requestFor(sims[i]), plugin.ActionOff)
 		}()
 	}
 	wg.Wait()
@@ -182,7 +176,7 @@ func TestPowerActions(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := startBMC(t, bmc.IPMIOptions{PoweredOn: tc.startOn})
-			res, err := tc.call(ipmi.New(), callCtx(t, 15*time.Second), requestFor(s))
+			res, err := tc.call(ipmi.New(), fixture.CallCtx(t, 15*time.Second), requestFor(s))
 			if err != nil {
 				t.Fatalf("call: %v", err)
 			}
@@ -212,7 +206,7 @@ func TestStatus(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := startBMC(t, bmc.IPMIOptions{PoweredOn: on})
-			res, err := ipmi.New().Status(callCtx(t, 10*time.Second), requestFor(s))
+			res, err := ipmi.New().Status(fixture.CallCtx(t, 10*time.Second), requestFor(s))
 			if err != nil {
 				t.Fatalf("status: %v", err)
 			}
@@ -223,7 +217,7 @@ func TestStatus(t *testing.T) {
 			if err := s.SetPower(!on); err != nil {
 				t.Fatal(err)
 			}
-			res, err = ipmi.New().Status(callCtx(t, 10*time.Second), requestFor(s))
+			res, err = ipmi.New().Status(fixture.CallCtx(t, 10*time.Second), requestFor(s))
 			if err != nil {
 				t.Fatalf("status: %v", err)
 			}
@@ -245,7 +239,7 @@ func TestBadCredentialsArePermanent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			req := requestFor(s)
 			req.Secrets = secrets
-			res, err := ipmi.New().Fence(callCtx(t, 15*time.Second), req, plugin.ActionOff)
+			res, err := ipmi.New().Fence(fixture.CallCtx(t, 15*time.Second), req, plugin.ActionOff)
 			if err == nil {
 				t.Fatal("fence with bad credentials succeeded")
 			}
@@ -288,7 +282,7 @@ func TestUnreachableBMC(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			start := time.Now()
-			_, err := ipmi.New().Fence(callCtx(t, deadline), req, plugin.ActionOff)
+			_, err := ipmi.New().Fence(fixture.CallCtx(t, deadline), req, plugin.ActionOff)
 			if err == nil {
 				t.Fatal("fence of an unreachable bmc succeeded")
 			}
@@ -314,7 +308,7 @@ func TestBrokenBMCNeverSucceeds(t *testing.T) {
 	for _, action := range []plugin.Action{plugin.ActionOff, plugin.ActionReboot} {
 		t.Run(string(action), func(t *testing.T) {
 			start := time.Now()
-			res, err := ipmi.New().Fence(callCtx(t, 10*time.Second), req, action)
+			res, err := ipmi.New().Fence(fixture.CallCtx(t, 10*time.Second), req, action)
 			if err == nil {
 				t.Fatalf("fence %s of a BMC that ignores power off succeeded: %+v", action, res)
 			}
@@ -371,7 +365,7 @@ exec %q "$@"
 	// At Operator privilege, as docs/bmc-setup.md advises: ipmi_sim powers off and on.
 	req := requestFor(s)
 	req.Params[ipmi.ParamPrivilege] = "operator"
-	if _, err := ipmi.New().Fence(callCtx(t, 15*time.Second), req, plugin.ActionReboot); err != nil {
+	if _, err := ipmi.New().Fence(fixture.CallCtx(t, 15*time.Second), req, plugin.ActionReboot); err != nil {
 		t.Fatalf("reboot: %v", err)
 	}
 	b, err := os.ReadFile(record)

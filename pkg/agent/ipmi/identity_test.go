@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/agent/ipmi"
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 	"github.com/kubefence/kubefence/test/sim/redfish"
@@ -28,7 +29,7 @@ func TestFenceRefusesAnotherMachinesBMC(t *testing.T) {
 			req.ExpectIdentity = otherGUID
 			agent := ipmi.New()
 			for _, action := range []plugin.Action{plugin.ActionOff, plugin.ActionReboot, plugin.ActionOn} {
-				res, err := agent.Fence(callCtx(t, 15*time.Second), req, action)
+				res, err := agent.Fence(fixture.CallCtx(t, 15*time.Second), req, action)
 				if plugin.KindOf(err) != plugin.KindTargetMismatch {
 					t.Fatalf("fence %s = %+v, %v; want TargetMismatch", action, res, err)
 				}
@@ -44,7 +45,7 @@ func TestFenceRefusesAnotherMachinesBMC(t *testing.T) {
 			if got := actions(t, s); len(got) != 0 || poweredOn(t, s) != on {
 				t.Errorf("bmc events %v, on=%v; want none and the state it had", got, poweredOn(t, s))
 			}
-			if res, err := agent.Status(callCtx(t, 10*time.Second), req); plugin.KindOf(err) != plugin.KindTargetMismatch || res.Identity != s.GUID() {
+			if res, err := agent.Status(fixture.CallCtx(t, 10*time.Second), req); plugin.KindOf(err) != plugin.KindTargetMismatch || res.Identity != s.GUID() {
 				t.Errorf("status = %+v, %v; want TargetMismatch with the identity read", res, err)
 			}
 		})
@@ -64,7 +65,7 @@ func TestFenceAcceptsTheNodesGUIDInEachByteOrder(t *testing.T) {
 	for _, expect := range []string{s.SystemUUID(), s.GUID(), "5ea0ce6a-bf69-2cac-9bc9-785ef1c182a0"} {
 		req := requestFor(s)
 		req.ExpectIdentity = expect
-		res, err := agent.Fence(callCtx(t, 15*time.Second), req, plugin.ActionOff)
+		res, err := agent.Fence(fixture.CallCtx(t, 15*time.Second), req, plugin.ActionOff)
 		if err != nil {
 			t.Fatalf("fence with systemUUID %s: %v", expect, err)
 		}
@@ -82,7 +83,7 @@ func TestFenceAcceptsTheNodesGUIDInEachByteOrder(t *testing.T) {
 func TestIdentityNotCheckedWithoutTheNodes(t *testing.T) {
 	t.Parallel()
 	s := startBMC(t, bmc.IPMIOptions{PoweredOn: true})
-	res, err := ipmi.New().Fence(callCtx(t, 15*time.Second), requestFor(s), plugin.ActionOff)
+	res, err := ipmi.New().Fence(fixture.CallCtx(t, 15*time.Second), requestFor(s), plugin.ActionOff)
 	if err != nil {
 		t.Fatalf("fence: %v", err)
 	}
@@ -117,7 +118,7 @@ func TestRedfishComparesTheSystemUUID(t *testing.T) {
 			s := startRedfish(t, redfish.Options{Systems: []redfish.SystemOptions{{ID: "1", PoweredOn: tc.on, UUID: tc.uuid}}})
 			req := redfishRequest(s)
 			req.ExpectIdentity = tc.expect
-			res, err := ipmi.New().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+			res, err := ipmi.New().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 			if tc.wantKind != "" {
 				if plugin.KindOf(err) != tc.wantKind || !strings.Contains(err.Error(), tc.uuid) || !strings.Contains(err.Error(), tc.expect) {
 					t.Fatalf("fence = %+v, %v; want %s naming both", res, err, tc.wantKind)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/agent/ipmi"
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 	"github.com/kubefence/kubefence/test/sim/redfish"
@@ -92,7 +93,7 @@ func TestRedfishPowerActions(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			s := startRedfish(t, redfish.Options{Systems: []redfish.SystemOptions{{ID: "1", PoweredOn: tc.startOn}}})
-			res, err := tc.call(ipmi.New(), callCtx(t, 10*time.Second), redfishRequest(s))
+			res, err := tc.call(ipmi.New(), fixture.CallCtx(t, 10*time.Second), redfishRequest(s))
 			if err != nil {
 				t.Fatalf("call: %v", err)
 			}
@@ -126,7 +127,7 @@ func TestRedfishStatus(t *testing.T) {
 		if err := s.SetPower("1", on); err != nil {
 			t.Fatal(err)
 		}
-		res, err := ipmi.New().Status(callCtx(t, 10*time.Second), redfishRequest(s))
+		res, err := ipmi.New().Status(fixture.CallCtx(t, 10*time.Second), redfishRequest(s))
 		if err != nil {
 			t.Fatalf("status: %v", err)
 		}
@@ -144,7 +145,7 @@ func TestRedfishTransitional(t *testing.T) {
 	t.Parallel()
 	s := startRedfish(t, redfish.Options{TransitionDelay: 400 * time.Millisecond})
 	start := time.Now()
-	res, err := ipmi.New().Fence(callCtx(t, 10*time.Second), redfishRequest(s), plugin.ActionOff)
+	res, err := ipmi.New().Fence(fixture.CallCtx(t, 10*time.Second), redfishRequest(s), plugin.ActionOff)
 	if err != nil {
 		t.Fatalf("fence: %v", err)
 	}
@@ -158,7 +159,7 @@ func TestRedfishTransitional(t *testing.T) {
 
 	req := redfishRequest(s)
 	req.Params[ipmi.ParamVerifyTimeout] = "200ms"
-	res, err = ipmi.New().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOn)
+	res, err = ipmi.New().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOn)
 	if err == nil || res.State == plugin.StateOn {
 		t.Fatalf("on verified while PoweringOn: %+v", res)
 	}
@@ -178,7 +179,7 @@ func TestRedfishBadCredentials(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			req := redfishRequest(s)
 			req.Secrets = secrets
-			res, err := ipmi.New().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+			res, err := ipmi.New().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 			if err == nil {
 				t.Fatal("fence with bad credentials succeeded")
 			}
@@ -240,7 +241,7 @@ func TestRedfishUnreachable(t *testing.T) {
 				Params:  map[string]string{ipmi.ParamProtocol: ipmi.ProviderRedfish, ipmi.ParamTimeout: tc.timeout},
 				Secrets: map[string]string{ipmi.SecretUsername: "admin", ipmi.SecretPassword: testPassword}}
 			start := time.Now()
-			_, err := ipmi.New().Fence(callCtx(t, tc.deadline), req, plugin.ActionOff)
+			_, err := ipmi.New().Fence(fixture.CallCtx(t, tc.deadline), req, plugin.ActionOff)
 			elapsed := time.Since(start)
 			if err == nil {
 				t.Fatal("fence of an unreachable bmc succeeded")
@@ -265,7 +266,7 @@ func TestRedfishBrokenBMCNeverSucceeds(t *testing.T) {
 	req.Params[ipmi.ParamVerifyTimeout] = "500ms"
 	for _, action := range []plugin.Action{plugin.ActionOff, plugin.ActionReboot} {
 		t.Run(string(action), func(t *testing.T) {
-			res, err := ipmi.New().Fence(callCtx(t, 10*time.Second), req, action)
+			res, err := ipmi.New().Fence(fixture.CallCtx(t, 10*time.Second), req, action)
 			if err == nil {
 				t.Fatalf("fence %s of a BMC that ignores ForceOff succeeded: %+v", action, res)
 			}
@@ -311,7 +312,7 @@ func TestRedfishTLS(t *testing.T) {
 				req.Params[k] = v
 			}
 			before := s.OpenSessions()
-			res, err := ipmi.New().Status(callCtx(t, 10*time.Second), req)
+			res, err := ipmi.New().Status(fixture.CallCtx(t, 10*time.Second), req)
 			if !tc.wantErr {
 				if err != nil || res.State != plugin.StateOn || !strings.Contains(res.Evidence, tc.evid) {
 					t.Fatalf("status = %+v, %v", res, err)
@@ -336,12 +337,12 @@ func TestRedfishSystemName(t *testing.T) {
 	t.Parallel()
 	s := startRedfish(t, redfish.Options{Systems: []redfish.SystemOptions{{ID: "a", PoweredOn: true}, {ID: "b", PoweredOn: true}}})
 	req := redfishRequest(s)
-	_, err := ipmi.New().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff)
+	_, err := ipmi.New().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff)
 	if err == nil || plugin.KindOf(err) != plugin.KindPermanent || !strings.Contains(err.Error(), ipmi.ParamSystemName) {
 		t.Fatalf("fence without systemName on two systems: %v, want Permanent naming %s", err, ipmi.ParamSystemName)
 	}
 	req.Params[ipmi.ParamSystemName] = "b"
-	if _, err := ipmi.New().Fence(callCtx(t, 10*time.Second), req, plugin.ActionOff); err != nil {
+	if _, err := ipmi.New().Fence(fixture.CallCtx(t, 10*time.Second), req, plugin.ActionOff); err != nil {
 		t.Fatalf("fence b: %v", err)
 	}
 	if !rfOn(t, s, "a") || rfOn(t, s, "b") {
@@ -359,7 +360,7 @@ func TestProviderFallback(t *testing.T) {
 	req.Params[ipmi.ParamProviders] = "redfish,ipmi"
 	req.Params[ipmi.ParamPort] = fmt.Sprint(sim.Port())
 	req.Params[ipmi.ParamRedfishPort] = fmt.Sprint(freeTCPPort(t))
-	res, err := ipmi.New().Fence(callCtx(t, 15*time.Second), req, plugin.ActionOff)
+	res, err := ipmi.New().Fence(fixture.CallCtx(t, 15*time.Second), req, plugin.ActionOff)
 	if err != nil {
 		t.Fatalf("fence: %v", err)
 	}
@@ -376,7 +377,7 @@ func TestProviderFallback(t *testing.T) {
 	// Both down: the error names both, and the mixed kinds make it retryable.
 	req.Params[ipmi.ParamProviders] = "ipmi,redfish"
 	req.Secrets = map[string]string{ipmi.SecretUsername: sim.User(), ipmi.SecretPassword: "Wr0ng-" + testPassword}
-	_, err = ipmi.New().Fence(callCtx(t, 15*time.Second), req, plugin.ActionOff)
+	_, err = ipmi.New().Fence(fixture.CallCtx(t, 15*time.Second), req, plugin.ActionOff)
 	if err == nil {
 		t.Fatal("fence succeeded with every provider failing")
 	}
@@ -395,7 +396,7 @@ func TestProviderFallback(t *testing.T) {
 func TestRedfishRefusesDebugEnv(t *testing.T) {
 	s := startRedfish(t, redfish.Options{})
 	t.Setenv("DEBUG_BMCLIB", "true")
-	_, err := ipmi.New().Status(callCtx(t, 10*time.Second), redfishRequest(s))
+	_, err := ipmi.New().Status(fixture.CallCtx(t, 10*time.Second), redfishRequest(s))
 	if err == nil || !strings.Contains(err.Error(), "DEBUG_BMCLIB") {
 		t.Fatalf("status with DEBUG_BMCLIB=true: %v", err)
 	}

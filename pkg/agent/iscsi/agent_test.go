@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/agent/iscsi"
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/plugin/plugintest"
 )
@@ -25,7 +26,7 @@ func TestConformance(t *testing.T) {
 			return plugintest.Target{
 				Request: s.request(nodeA, map[string]string{iscsi.ParamTargets: disk1}),
 				Observe: func() (plugin.PowerState, error) {
-					ctx := callCtx(t, 10*time.Second)
+					ctx := fixture.CallCtx(t, 10*time.Second)
 					acl, err := s.ACL(ctx, tid)
 					if err != nil {
 						return plugin.StateUnknown, err

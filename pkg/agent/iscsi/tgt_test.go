@@ -1,7 +1,6 @@
 package iscsi_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/agent/iscsi"
+	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/test/sim/tgt"
 )
@@ -33,7 +33,7 @@ type storage struct {
 
 func startStorage(t *testing.T) *storage {
 	t.Helper()
-	ctx := callCtx(t, 30*time.Second)
+	ctx := fixture.CallCtx(t, 30*time.Second)
 	s, err := tgt.Start(ctx, tgt.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("start tgtd: %v", err)
@@ -71,23 +71,16 @@ func (s *storage) request(initiator string, params map[string]string) plugin.Req
 	return plugin.Request{Node: "node-a", Target: initiator, Params: p, Epoch: 3}
 }
 
-func callCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func (s *storage) mustLogin(t *testing.T, initiator, disk string) {
 	t.Helper()
-	if err := s.Login(callCtx(t, 15*time.Second), initiator, disk); err != nil {
+	if err := s.Login(fixture.CallCtx(t, 15*time.Second), initiator, disk); err != nil {
 		t.Fatalf("%s cannot log in to %s: %v", initiator, disk, err)
 	}
 }
 
 func (s *storage) mustBeRefused(t *testing.T, initiator, disk string) {
 	t.Helper()
-	err := s.Login(callCtx(t, 15*time.Second), initiator, disk)
+	err := s.Login(fixture.CallCtx(t, 15*time.Second), initiator, disk)
 	if err == nil || !strings.Contains(err.Error(), "Target not found") {
 		t.Fatalf("%s login to %s: got %v, want a refusal (Target not found)", initiator, disk, err)
 	}
@@ -95,7 +88,7 @@ func (s *storage) mustBeRefused(t *testing.T, initiator, disk string) {
 
 func (s *storage) acl(t *testing.T, disk string) []string {
 	t.Helper()
-	acl, err := s.ACL(callCtx(t, 15*time.Second), s.tids[disk])
+	acl, err := s.ACL(fixture.CallCtx(t, 15*time.Second), s.tids[disk])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +103,7 @@ func startIO(t *testing.T, s *storage, initiator, disk string) *tgt.IOLoop {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = loop.Stop() })
-	if err := loop.WaitConnected(callCtx(t, 15*time.Second)); err != nil {
+	if err := loop.WaitConnected(fixture.CallCtx(t, 15*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	return loop
@@ -127,7 +120,7 @@ func TestFenceCutsOffAndUnfenceRestores(t *testing.T) {
 
 	agent := iscsi.New()
 	req := s.request(nodeA, nil)
-	res, err := agent.Fence(callCtx(t, 30*time.Second), req, plugin.ActionOff)
+	res, err := agent.Fence(fixture.CallCtx(t, 30*time.Second), req, plugin.ActionOff)
 	if err != nil {
 		t.Fatalf("fence: %v\n%s", err, res.Evidence)
 	}
@@ -159,18 +152,18 @@ func TestFenceCutsOffAndUnfenceRestores(t *testing.T) {
 		t.Errorf("disk1 acl after fence = %v, want only node-b", got)
 	}
 
-	again, err := agent.Fence(callCtx(t, 30*time.Second), req, plugin.ActionOff)
+	again, err := agent.Fence(fixture.CallCtx(t, 30*time.Second), req, plugin.ActionOff)
 	if err != nil || again.State != plugin.StateOff || !strings.Contains(again.Evidence, "removed: none") {
 		t.Fatalf("second fence = %q, %v; want off with nothing removed\n%s", again.State, err, again.Evidence)
 	}
-	st, err := agent.Status(callCtx(t, 30*time.Second), req)
+	st, err := agent.Status(fixture.CallCtx(t, 30*time.Second), req)
 	if err != nil || st.State != plugin.StateOff {
 		t.Fatalf("status after fence = %q, %v", st.State, err)
 	}
 
 	// The controller passes both evidences back; the union is restored, nothing more.
 	restore := s.request(nodeA, map[string]string{iscsi.ParamRestore: res.Evidence + "\n" + again.Evidence})
-	un, err := agent.Unfence(callCtx(t, 30*time.Second), restore)
+	un, err := agent.Unfence(fixture.CallCtx(t, 30*time.Second), restore)
 	if err != nil || un.State != plugin.StateOn {
 		t.Fatalf("unfence = %q, %v\n%s", un.State, err, un.Evidence)
 	}
@@ -192,7 +185,7 @@ func TestFenceCutsOffAndUnfenceRestores(t *testing.T) {
 // protected target, and restores exactly the address rule.
 func TestFenceByAddressAndRestore(t *testing.T) {
 	s := startStorage(t)
-	ctx := callCtx(t, 60*time.Second)
+	ctx := fixture.CallCtx(t, 60*time.Second)
 	if err := s.BindAddress(ctx, s.tids[disk2], "127.0.0.1"); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +220,7 @@ func TestFenceByAddressAndRestore(t *testing.T) {
 // TestFenceErrors: each failure is typed, clear, and leaves the ACLs as they were.
 func TestFenceErrors(t *testing.T) {
 	s := startStorage(t)
-	ctx := callCtx(t, 60*time.Second)
+	ctx := fixture.CallCtx(t, 60*time.Second)
 	if err := s.BindAddress(ctx, s.tids[disk2], "ALL"); err != nil {
 		t.Fatal(err)
 	}
