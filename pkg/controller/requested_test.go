@@ -6,60 +6,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubefence/kubefence/pkg/requests"
-
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/healthcheck"
+	shared "github.com/kubefence/kubefence/pkg/internal/fixture"
+	"github.com/kubefence/kubefence/pkg/requests"
 )
 
-var machinesV1beta2 = schema.GroupVersionResource{Group: healthcheck.ClusterAPIGroup, Version: "v1beta2", Resource: "machines"}
+// The incident loop's side of the health checkers' requests (requested.go): the node's
+// sync opens the incident a request asked for, drives it under the node's policy, ends
+// the ask with it, cancels it when the request is withdrawn before fencing, and finishes
+// a fence under way. How a request finds its node and mirrors its incident is tested in
+// pkg/requests.
 
 // requestConfig is fixtureConfig with the external remediation contract on.
 func requestConfig() *v1alpha1.Config {
 	cfg := fixtureConfig()
 	cfg.ExternalRemediation.Enabled = true
 	return cfg
-}
-
-// nhcRequest is a KubefenceRemediation as NodeHealthCheck "workers" makes it for node.
-func nhcRequest(node string) *v1alpha1.KubefenceRemediation {
-	return &v1alpha1.KubefenceRemediation{ObjectMeta: metav1.ObjectMeta{
-		Namespace: "nhc", Name: node, UID: types.UID("9f8e7d6c-0000-4000-8000-" + strings.Repeat("a", 12)), ResourceVersion: "1",
-		Labels: map[string]string{"app.kubernetes.io/part-of": "node-healthcheck-controller"},
-		Annotations: map[string]string{v1alpha1.RemediationNodeNameAnnotation: node,
-			v1alpha1.RemediationTemplateNameAnnotation: "kubefence"},
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "remediation.medik8s.io/v1alpha1", Kind: "NodeHealthCheck", Name: "workers", UID: "nhc-uid"}},
-	}}
-}
-
-// machine is a Cluster API Machine in namespace capi whose status.nodeRef names node
-// ("" for none yet).
-func machine(name, node string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-		"metadata": map[string]any{"namespace": "capi", "name": name, "uid": name + "-uid"},
-		"spec":     map[string]any{"clusterName": "c1"},
-	}}
-	if node != "" {
-		u.Object["status"] = map[string]any{"nodeRef": map[string]any{"name": node}}
-	}
-	return u
-}
-
-// mhcRequest is a KubefenceRemediation as a MachineHealthCheck makes it: named after
-// the Machine, owned by it, no node annotation.
-func mhcRequest(machineName string) *v1alpha1.KubefenceRemediation {
-	return &v1alpha1.KubefenceRemediation{ObjectMeta: metav1.ObjectMeta{
-		Namespace: "capi", Name: machineName, UID: "11111111-2222-4333-8444-555555555555", ResourceVersion: "1",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: machineName, UID: "m-uid"}},
-	}}
 }
 
 // syncRequest runs one sync of the request with key at the fixture's clock.
@@ -93,30 +58,12 @@ func (f *fixture) cacheIncidents(node string) {
 	}
 }
 
-// expectConditions checks the request's Processing and Succeeded conditions (status
-// and reason) and that PermanentNodeDeletionExpected is False.
-func expectConditions(t *testing.T, kr *v1alpha1.KubefenceRemediation, processing, succeeded metav1.ConditionStatus, reason string) {
-	t.Helper()
-	for typ, want := range map[string]metav1.ConditionStatus{v1alpha1.ConditionProcessing: processing,
-		v1alpha1.ConditionSucceeded: succeeded, v1alpha1.ConditionPermanentNodeDeletionExpected: metav1.ConditionFalse} {
-		c := meta.FindStatusCondition(kr.Status.Conditions, typ)
-		switch {
-		case c == nil:
-			t.Errorf("%s: no %s condition", kr.Name, typ)
-		case c.Status != want:
-			t.Errorf("%s: %s=%s (%s: %s), want %s", kr.Name, typ, c.Status, c.Reason, c.Message, want)
-		case typ == v1alpha1.ConditionSucceeded && reason != "" && c.Reason != reason:
-			t.Errorf("%s: Succeeded reason %s (%s), want %s", kr.Name, c.Reason, c.Message, reason)
-		}
-	}
-}
-
 // TestFixtureRequestFences: NodeHealthCheck's request for a node opens one incident, in
 // the node's own sync, named for the request and requested by its caller; the node is
 // fenced and released under its policy, and the request shows Processing, then
 // Succeeded. The node's own detection (its Lease is stale too) opens no second incident.
 func TestFixtureRequestFences(t *testing.T) {
-	kr := nhcRequest("node-1")
+	kr := shared.NHCRequest("node-1")
 	f := newFixture(t, requestConfig(), append(threeNodes(), kr)...)
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
@@ -126,7 +73,7 @@ func TestFixtureRequestFences(t *testing.T) {
 	}
 	f.expectRequests("update kubefenceremediations/status")
 	got := f.request("nhc", "node-1")
-	expectConditions(t, got, metav1.ConditionTrue, metav1.ConditionUnknown, "Opening")
+	shared.ExpectConditions(t, got, metav1.ConditionTrue, metav1.ConditionUnknown, "Opening")
 	if got.Status.NodeName != "node-1" {
 		t.Errorf("status.nodeName %q, want node-1", got.Status.NodeName)
 	}
@@ -150,30 +97,13 @@ func TestFixtureRequestFences(t *testing.T) {
 		t.Errorf("requeue %s while the incident is open, want %s", d, requests.Recheck)
 	}
 	got = f.request("nhc", "node-1")
-	expectConditions(t, got, metav1.ConditionFalse, metav1.ConditionTrue, string(v1alpha1.PhaseRemediated))
+	shared.ExpectConditions(t, got, metav1.ConditionFalse, metav1.ConditionTrue, string(v1alpha1.PhaseRemediated))
 	if got.Status.NodeFence != nf.Name || got.Status.Phase != v1alpha1.PhaseRemediated {
 		t.Errorf("status nodeFence=%q phase=%s, want %s Remediated", got.Status.NodeFence, got.Status.Phase, nf.Name)
 	}
 	// Nothing changed: nothing is written.
 	f.syncRequest("nhc/node-1")
 	f.expectRequests()
-}
-
-// TestFixtureRequestJoinsOpenIncident: a request for a node whose own incident is open
-// is carried by that incident; no second one opens.
-func TestFixtureRequestJoinsOpenIncident(t *testing.T) {
-	open := fencedIncident(v1alpha1.PhaseFencing, v1alpha1.AttemptFencing)
-	f := newFixture(t, requestConfig(), append(threeNodes(), open, nhcRequest("node-1"))...)
-	f.syncRequest("nhc/node-1")
-	f.expectRequests("update kubefenceremediations/status")
-	got := f.request("nhc", "node-1")
-	if got.Status.NodeFence != open.Name || got.Status.Phase != v1alpha1.PhaseFencing {
-		t.Errorf("status nodeFence=%q phase=%s, want %s Fencing", got.Status.NodeFence, got.Status.Phase, open.Name)
-	}
-	expectConditions(t, got, metav1.ConditionTrue, metav1.ConditionUnknown, "")
-	if w := f.c.peers.requests.Wanted("node-1"); w != "" {
-		t.Errorf("node-1's sync asked to open an incident for %s, want none", w)
-	}
 }
 
 // TestFixtureRequestTimedOut: NodeHealthCheck's timeout stops kubefence. An incident held
@@ -192,7 +122,7 @@ func TestFixtureRequestTimedOut(t *testing.T) {
 		"fence under way": {attempt: v1alpha1.AttemptFencing, phase: v1alpha1.PhaseRemediated, calls: []string{"Status bmc-node-1"}, succeeded: metav1.ConditionTrue},
 	} {
 		t.Run(name, func(t *testing.T) {
-			kr := nhcRequest("node-1")
+			kr := shared.NHCRequest("node-1")
 			kr.Annotations[v1alpha1.RemediationTimedOutAnnotation] = f0.Add(30 * time.Second).Format(time.RFC3339)
 			nf := fencedIncident(v1alpha1.PhaseHeld, tc.attempt)
 			nf.Name = healthcheck.NodeFenceName("node-1", kr.UID)
@@ -215,7 +145,7 @@ func TestFixtureRequestTimedOut(t *testing.T) {
 			}
 			f.cacheIncidents("node-1")
 			f.syncRequest("nhc/node-1")
-			expectConditions(t, f.request("nhc", "node-1"), metav1.ConditionFalse, tc.succeeded, "")
+			shared.ExpectConditions(t, f.request("nhc", "node-1"), metav1.ConditionFalse, tc.succeeded, "")
 		})
 	}
 }
@@ -224,7 +154,7 @@ func TestFixtureRequestTimedOut(t *testing.T) {
 // undoes nothing: the incident stays Remediated while the node is down, and recovers,
 // with the fence undone, only on the node's new boot.
 func TestFixtureRequestWithdrawnKeepsTheFence(t *testing.T) {
-	kr := nhcRequest("node-1")
+	kr := shared.NHCRequest("node-1")
 	nf := fencedIncident(v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified)
 	req := healthcheck.Request(kr, "node-1")
 	nf.Name, nf.Labels, nf.Annotations, nf.Spec = req.Name, req.Labels, req.Annotations, req.Spec
@@ -245,42 +175,10 @@ func TestFixtureRequestWithdrawnKeepsTheFence(t *testing.T) {
 	}
 }
 
-// TestFixtureRequestProblems: a request that names no node kubefence can fence says why,
-// with Succeeded=False so that the health checker escalates at once, and opens nothing.
-func TestFixtureRequestProblems(t *testing.T) {
-	unlabelled := fixtureConfig()
-	unlabelled.ExternalRemediation.Enabled = true
-	unlabelled.Policies[0].NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"fencing": "on"}}
-	for name, tc := range map[string]struct {
-		cfg    *v1alpha1.Config
-		req    *v1alpha1.KubefenceRemediation
-		objs   []runtime.Object
-		reason string
-	}{
-		"no such node":                  {cfg: requestConfig(), req: nhcRequest("node-9"), reason: "NodeNotFound"},
-		"no policy governs the node":    {cfg: unlabelled, req: nhcRequest("node-1"), reason: "NoPolicy"},
-		"no such Machine":               {cfg: requestConfig(), req: mhcRequest("m-1"), reason: "MachineNotFound"},
-		"the Machine has no node (yet)": {cfg: requestConfig(), req: mhcRequest("m-1"), objs: []runtime.Object{machine("m-1", "")}, reason: "MachineHasNoNode"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			f := newFixture(t, tc.cfg, append(append(threeNodes(), tc.req), tc.objs...)...)
-			key := tc.req.Namespace + "/" + tc.req.Name
-			f.syncRequest(key)
-			f.expectRequests("update kubefenceremediations/status")
-			expectConditions(t, f.request(tc.req.Namespace, tc.req.Name), metav1.ConditionFalse, metav1.ConditionFalse, tc.reason)
-			for _, n := range []string{"node-1", "node-9"} {
-				if w := f.c.peers.requests.Wanted(n); w != "" {
-					t.Errorf("%s's sync asked to open an incident for %s", n, w)
-				}
-			}
-		})
-	}
-}
-
 // TestFixtureMachineRequest: MachineHealthCheck's request names a Machine; its node is
 // the Machine's status.nodeRef, and that node's sync opens the incident.
 func TestFixtureMachineRequest(t *testing.T) {
-	f := newFixture(t, requestConfig(), append(threeNodes(), mhcRequest("m-2"), machine("m-2", "node-2"))...)
+	f := newFixture(t, requestConfig(), append(threeNodes(), shared.MHCRequest("m-2"), shared.Machine("m-2", "node-2"))...)
 	f.syncRequest("capi/m-2")
 	got := f.request("capi", "m-2")
 	if got.Status.NodeName != "node-2" {
@@ -304,7 +202,7 @@ func TestFixtureMachineRequest(t *testing.T) {
 // request only after it sees the node healthy), and a request's incident is not cancelled
 // by a sign of life: a healthy node fenced again.
 func TestFixtureRequestAskEndsWithTheIncident(t *testing.T) {
-	f := newFixture(t, requestConfig(), append(threeNodes(), nhcRequest("node-1"))...)
+	f := newFixture(t, requestConfig(), append(threeNodes(), shared.NHCRequest("node-1"))...)
 	f.syncRequest("nhc/node-1")
 	if w := f.c.peers.requests.Wanted("node-1"); w != "nhc/node-1" {
 		t.Fatalf("node-1's sync asked for %q, want nhc/node-1", w)
