@@ -41,17 +41,17 @@ type options struct {
 
 func main() {
 	var o options
-	a := &nodeagent.Agent{}
+	var c nodeagent.Config
 	fs := flag.CommandLine
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
-	fs.StringVar(&a.Node, "node-name", os.Getenv("NODE_NAME"), "the node this agent runs on (default $NODE_NAME, from the downward API's spec.nodeName)")
-	fs.StringVar(&a.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the report Lease (default $POD_NAMESPACE)")
+	fs.StringVar(&c.Node, "node-name", os.Getenv("NODE_NAME"), "the node this agent runs on (default $NODE_NAME, from the downward API's spec.nodeName)")
+	fs.StringVar(&c.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the report Lease (default $POD_NAMESPACE)")
 	fs.StringVar(&o.bootIDFile, "boot-id-file", "/proc/sys/kernel/random/boot_id", "file holding the boot ID the agent reports")
-	fs.DurationVar(&a.Isolation, "isolation", 10*time.Second, "how long the node may go without a read of the NodeFences before it stops feeding its watchdog")
-	fs.DurationVar(&a.ReadEvery, "read-interval", 2*time.Second, "how often the NodeFences are read (a quorum read); at most a third of --isolation")
-	fs.DurationVar(&a.ReportEvery, "report-interval", 30*time.Second, "how often the report Lease is written when nothing in it changed")
+	fs.DurationVar(&c.Timing.Isolation, "isolation", 10*time.Second, "how long the node may go without a read of the NodeFences before it stops feeding its watchdog")
+	fs.DurationVar(&c.Timing.ReadEvery, "read-interval", 2*time.Second, "how often the NodeFences are read (a quorum read); at most a third of --isolation")
+	fs.DurationVar(&c.Timing.ReportEvery, "report-interval", 30*time.Second, "how often the report Lease is written when nothing in it changed")
 	fs.StringVar(&o.watchdog, "watchdog", "", "the watchdog to feed: a device of the Linux watchdog API such as /dev/watchdog (needs --peer-bind-address), or unix:PATH for an emulated one (tests); empty for none")
-	fs.DurationVar(&a.WatchdogTimeout, "watchdog-timeout", 5*time.Second, "the watchdog's countdown")
+	fs.DurationVar(&c.WatchdogTimeout, "watchdog-timeout", 5*time.Second, "the watchdog's countdown")
 	fs.BoolVar(&o.allowNowayout, "watchdog-allow-nowayout", false, "arm a watchdog device whose driver has nowayout (or whose nowayout state sysfs does not give): it never stops once opened, so every stop of this agent resets the node unless the next agent opens it within --watchdog-timeout")
 	fs.StringVar(&o.health, "health-probe-bind-address", ":8082", "address of /healthz (for the kubelet's probe) and /metrics, plain HTTP: the metrics say what the agent does, nothing secret")
 	fs.StringVar(&o.peerBind, "peer-bind-address", "", "host:port where the agent answers the other agents (UDP and TCP); empty: no peers, and only the agent's own reads keep its node alive")
@@ -71,26 +71,26 @@ func main() {
 		fmt.Println(buildinfo.String("fence-node-agent"))
 		return
 	}
-	if err := run(o, a); err != nil {
+	if err := run(o, c); err != nil {
 		klog.ErrorS(err, "fence-node-agent failed")
 		klog.Flush()
 		os.Exit(1)
 	}
 }
 
-func run(o options, a *nodeagent.Agent) error {
+func run(o options, c nodeagent.Config) error {
 	boot, err := os.ReadFile(o.bootIDFile)
 	if err != nil {
 		return fmt.Errorf("--boot-id-file: %w", err)
 	}
-	a.BootID = strings.TrimSpace(string(boot))
-	if a.Watchdog, err = device(o.watchdog, o.peerBind != "", o.allowNowayout); err != nil {
+	c.BootID = strings.TrimSpace(string(boot))
+	if c.Watchdog, err = device(o.watchdog, o.peerBind != "", o.allowNowayout); err != nil {
 		return err
 	}
-	if a.Peers, err = peers(o, a); err != nil {
+	if c.Peers, err = peers(o, c); err != nil {
 		return err
 	}
-	if err := a.Validate(); err != nil {
+	if err := c.Validate(); err != nil {
 		return err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
@@ -99,15 +99,16 @@ func run(o options, a *nodeagent.Agent) error {
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), int(2*o.qps)
 	cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " fence-node-agent"
-	if a.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+	if c.Clients.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
-	if a.Fencing, err = versioned.NewForConfig(cfg); err != nil {
+	if c.Clients.Fencing, err = versioned.NewForConfig(cfg); err != nil {
 		return err
 	}
-	if a.Metadata, err = metadata.NewForConfig(cfg); err != nil {
+	if c.Clients.Metadata, err = metadata.NewForConfig(cfg); err != nil {
 		return err
 	}
+	a := nodeagent.New(c)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ln, err := net.Listen("tcp", o.health)
@@ -130,12 +131,12 @@ func run(o options, a *nodeagent.Agent) error {
 		}
 	}()
 	defer srv.Close()
-	klog.InfoS("Starting", "version", buildinfo.String("fence-node-agent"), "node", a.Node, "isolation", a.Isolation, "watchdog", o.watchdog)
+	klog.InfoS("Starting", "version", buildinfo.String("fence-node-agent"), "node", c.Node, "isolation", c.Timing.Isolation, "watchdog", o.watchdog)
 	return a.Run(ctx)
 }
 
 // peers is the peer configuration the --peer-* flags give, nil without them.
-func peers(o options, a *nodeagent.Agent) (*nodeagent.PeerConfig, error) {
+func peers(o options, c nodeagent.Config) (*nodeagent.PeerConfig, error) {
 	if o.peerBind == "" {
 		return nil, nil
 	}
@@ -143,14 +144,14 @@ func peers(o options, a *nodeagent.Agent) (*nodeagent.PeerConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := &nodeagent.PeerConfig{Node: a.Node, BindAddr: bindHost, BindPort: bindPort, ProbeInterval: o.peerProbe}
+	pc := &nodeagent.PeerConfig{Node: c.Node, BindAddr: bindHost, BindPort: bindPort, ProbeInterval: o.peerProbe}
 	if o.peerAdvertise != "" {
 		if pc.AdvertiseAddr, pc.AdvertisePort, err = hostPort("--peer-advertise-address", o.peerAdvertise); err != nil {
 			return nil, err
 		}
 	}
 	if pc.ProbeInterval == 0 {
-		pc.ProbeInterval = a.Isolation / 20
+		pc.ProbeInterval = c.Timing.Isolation / 20
 	}
 	if o.peerKeyFile == "" {
 		return nil, fmt.Errorf("--peer-key-file: needed with --peer-bind-address: an answer that keeps a node alive must come from an agent")

@@ -15,45 +15,31 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/selffence"
 	"github.com/kubefence/kubefence/pkg/watchdog"
 )
 
-// Agent is one node's agent.
+// Agent is one node's agent: its Config and what it knows and keeps while it runs.
 type Agent struct {
-	Kube     kubernetes.Interface
-	Fencing  versioned.Interface
-	Metadata metadata.Interface
-	// Node is the agent's node; Namespace holds its report Lease.
-	Node, Namespace string
-	// BootID is the boot the node runs in.
-	BootID string
-	// Isolation is selffence.Live's limit: how long the node may go without a quorum read
-	// (or, once peers answer, a majority of them) before it stops feeding its watchdog.
-	Isolation time.Duration
-	// ReadEvery is how often the agent reads the NodeFences; at most a third of Isolation.
-	ReadEvery time.Duration
-	// ReportEvery is how often the report is written when nothing in it changed.
-	ReportEvery time.Duration
-	// Watchdog is the node's watchdog, nil for none; WatchdogTimeout its countdown.
-	Watchdog        watchdog.Device
-	WatchdogTimeout time.Duration
-	// Clock is the real clock when nil.
-	Clock clock.WithTicker
-	// Peers, when set, is where the agent answers the other agents and probes them; the
-	// others are found through their reports.
-	Peers *PeerConfig
+	cfg Config
 
-	mu       sync.Mutex
+	// mu guards known, and feeder and peers, which Run sets.
+	mu      sync.Mutex
+	known   knowledge
+	feeder  *watchdog.Feeder
+	peers   *Peers
+	joining sync.Mutex // one Join at a time
+	writer  reportWriter
+}
+
+// knowledge is what the agent's reads told it.
+type knowledge struct {
 	apiRead  time.Time
 	readOnce bool     // a read has succeeded: the agent knows what it answers
 	fenced   []Entry  // the NodeFences past their budget in the latest read
@@ -61,38 +47,24 @@ type Agent struct {
 	members  []string
 	readErr  string
 	loopedAt time.Time
-	feeder   *watchdog.Feeder
-	peers    *Peers
-	joining  sync.Mutex // one Join at a time
-
-	// writing serializes the report's writes; final is set once the agent reported
-	// that it disarms, after which nothing else is written.
-	writing sync.Mutex
-	final   bool
-	lease   *coordinationv1.Lease
-	last    *Report
-	lastAt  time.Time
 }
 
-// Validate checks the settings, naming the flag-like field that is wrong.
-func (a *Agent) Validate() error {
-	switch {
-	case a.Node == "":
-		return fmt.Errorf("node name: empty (--node-name, or NODE_NAME from the downward API's spec.nodeName)")
-	case a.Namespace == "":
-		return fmt.Errorf("namespace: empty (--namespace, or POD_NAMESPACE from the downward API)")
-	case a.BootID == "":
-		return fmt.Errorf("boot ID: empty (--boot-id-file)")
-	case a.Isolation <= 0:
-		return fmt.Errorf("isolation %s: must be positive", a.Isolation)
-	case a.ReadEvery <= 0 || 3*a.ReadEvery > a.Isolation:
-		return fmt.Errorf("read interval %s: must be positive and at most a third of isolation (%s), so that one failed read never isolates the node", a.ReadEvery, a.Isolation)
-	case a.ReportEvery < a.ReadEvery:
-		return fmt.Errorf("report interval %s: must be at least the read interval %s", a.ReportEvery, a.ReadEvery)
-	case a.Watchdog != nil && a.WatchdogTimeout < time.Second:
-		return fmt.Errorf("watchdog timeout %s: at least 1s (watchdogs count in seconds)", a.WatchdogTimeout)
+// reportWriter is the state of the report's writes. mu serializes them; final is set
+// once the agent reported that it disarms, after which nothing else is written.
+type reportWriter struct {
+	mu     sync.Mutex
+	final  bool
+	lease  *coordinationv1.Lease
+	last   *Report
+	lastAt time.Time
+}
+
+// New returns the agent that cfg configures; Run checks cfg (Config.Validate).
+func New(cfg Config) *Agent {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
-	return nil
+	return &Agent{cfg: cfg}
 }
 
 var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
@@ -100,23 +72,20 @@ var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"
 // Run reads, feeds and reports until ctx ends. It returns the watchdog's error, if arming
 // or disarming it failed.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := a.Validate(); err != nil {
+	if err := a.cfg.Validate(); err != nil {
 		return err
-	}
-	if a.Clock == nil {
-		a.Clock = clock.RealClock{}
 	}
 	// The member list comes from a cache: a stale list can only make the node's
 	// watchdog ineligible (the controller compares the reported list with its own), never
 	// keep a node alive that the cluster wants fenced, which is up to the quorum reads.
-	inf := metadatainformer.NewFilteredMetadataInformer(a.Metadata, nodesResource, "", 0, cache.Indexers{}, nil).Informer()
+	inf := metadatainformer.NewFilteredMetadataInformer(a.cfg.Clients.Metadata, nodesResource, "", 0, cache.Indexers{}, nil).Informer()
 	go inf.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return ctx.Err()
 	}
 	var reports cache.SharedIndexInformer
-	if a.Peers != nil {
-		peers, err := StartPeers(*a.Peers, a.ownRead, a.Clock)
+	if a.cfg.Peers != nil {
+		peers, err := StartPeers(*a.cfg.Peers, a.ownRead, a.cfg.Clock)
 		if err != nil {
 			return err
 		}
@@ -124,29 +93,29 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.mu.Lock()
 		a.peers = peers
 		a.mu.Unlock()
-		reports = informers.NewSharedInformerFactoryWithOptions(a.Kube, 0, informers.WithNamespace(a.Namespace),
+		reports = informers.NewSharedInformerFactoryWithOptions(a.cfg.Clients.Kube, 0, informers.WithNamespace(a.cfg.Namespace),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = ComponentLabel + "=" + Component })).
 			Coordination().V1().Leases().Informer()
 		go reports.Run(ctx.Done())
 		go a.ask(ctx)
 	}
 	fed := make(chan error, 1)
-	if a.Watchdog != nil {
-		feeder := &watchdog.Feeder{Dev: a.Watchdog, Timeout: a.WatchdogTimeout, Live: a.live, Clock: a.Clock, Disarming: a.reportDisarm}
+	if a.cfg.Watchdog != nil {
+		feeder := &watchdog.Feeder{Dev: a.cfg.Watchdog, Timeout: a.cfg.WatchdogTimeout, Live: a.live, Clock: a.cfg.Clock, Disarming: a.reportDisarm}
 		a.mu.Lock()
 		a.feeder = feeder
 		a.mu.Unlock()
 		go func() {
 			err := feeder.Run(ctx)
 			if err != nil {
-				klog.ErrorS(err, "The watchdog is not fed", "node", a.Node)
+				klog.ErrorS(err, "The watchdog is not fed", "node", a.cfg.Node)
 			}
 			fed <- err
 		}()
 	} else {
 		fed <- nil
 	}
-	tick := a.Clock.NewTicker(a.ReadEvery)
+	tick := a.cfg.Clock.NewTicker(a.cfg.Timing.ReadEvery)
 	defer tick.Stop()
 	for {
 		a.setMembers(inf.GetStore().ListKeys())
@@ -172,8 +141,8 @@ func (a *Agent) Run(ctx context.Context) error {
 // isolation, and the half left gives the rounds ten more chances to get it before it
 // expires.
 func (a *Agent) ask(ctx context.Context) {
-	every := max(a.Isolation/20, time.Millisecond)
-	tick := a.Clock.NewTicker(every)
+	every := max(a.cfg.Timing.Isolation/20, time.Millisecond)
+	tick := a.cfg.Clock.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -182,10 +151,10 @@ func (a *Agent) ask(ctx context.Context) {
 		case <-tick.C():
 		}
 		a.mu.Lock()
-		read, members := a.apiRead, a.members
+		read, members := a.known.apiRead, a.known.members
 		a.mu.Unlock()
-		if a.Clock.Since(read) > a.Isolation/2 {
-			a.peers.Ask(members, a.Isolation/2, 2*every)
+		if a.cfg.Clock.Since(read) > a.cfg.Timing.Isolation/2 {
+			a.peers.Ask(members, a.cfg.Timing.Isolation/2, 2*every)
 		}
 	}
 }
@@ -194,10 +163,10 @@ func (a *Agent) ask(ctx context.Context) {
 func (a *Agent) Healthy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.loopedAt.IsZero() {
+	if a.known.loopedAt.IsZero() {
 		return fmt.Errorf("not started")
 	}
-	if since := a.Clock.Since(a.loopedAt); since > 3*a.ReadEvery {
+	if since := a.cfg.Clock.Since(a.known.loopedAt); since > 3*a.cfg.Timing.ReadEvery {
 		return fmt.Errorf("the read loop last ran %s ago", since.Round(time.Millisecond))
 	}
 	return nil
@@ -206,7 +175,7 @@ func (a *Agent) Healthy() error {
 func (a *Agent) setMembers(names []string) {
 	slices.Sort(names)
 	a.mu.Lock()
-	a.members = names
+	a.known.members = names
 	a.mu.Unlock()
 }
 
@@ -219,29 +188,29 @@ var PastBudgetSelector = v1alpha1.PhaseNotIn(append([]v1alpha1.Phase{"", v1alpha
 // and on success counts it from when it began. An API server that refuses the selector
 // (a CRD from before status.phase was selectable) gets a list of them all.
 func (a *Agent) read(ctx context.Context) {
-	began := a.Clock.Now()
-	rctx, cancel := context.WithTimeout(ctx, a.ReadEvery)
+	began := a.cfg.Clock.Now()
+	rctx, cancel := context.WithTimeout(ctx, a.cfg.Timing.ReadEvery)
 	defer cancel()
-	nfs := a.Fencing.FencingV1alpha1().NodeFences()
+	nfs := a.cfg.Clients.Fencing.FencingV1alpha1().NodeFences()
 	list, err := nfs.List(rctx, metav1.ListOptions{FieldSelector: PastBudgetSelector})
 	if apierrors.IsBadRequest(err) {
 		list, err = nfs.List(rctx, metav1.ListOptions{})
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.loopedAt = a.Clock.Now()
+	a.known.loopedAt = a.cfg.Clock.Now()
 	if err != nil {
-		if a.readErr == "" {
-			klog.ErrorS(err, "Reading the NodeFences failed", "node", a.Node)
+		if a.known.readErr == "" {
+			klog.ErrorS(err, "Reading the NodeFences failed", "node", a.cfg.Node)
 		}
-		a.readErr = err.Error()
+		a.known.readErr = err.Error()
 		return
 	}
-	if a.readErr != "" {
-		klog.InfoS("Reading the NodeFences works again", "node", a.Node)
+	if a.known.readErr != "" {
+		klog.InfoS("Reading the NodeFences works again", "node", a.cfg.Node)
 	}
-	a.readErr = ""
-	a.apiRead, a.readOnce = began, true
+	a.known.readErr = ""
+	a.known.apiRead, a.known.readOnce = began, true
 	var fenced []Entry
 	var holds []string
 	for i := range list.Items {
@@ -251,11 +220,11 @@ func (a *Agent) read(ctx context.Context) {
 		}
 	}
 	slices.Sort(holds)
-	a.holds = holds
-	if slices.Contains(nodesOf(fenced), a.Node) && !slices.Contains(nodesOf(a.fenced), a.Node) {
-		klog.InfoS("The cluster wants this node fenced", "node", a.Node)
+	a.known.holds = holds
+	if slices.Contains(nodesOf(fenced), a.cfg.Node) && !slices.Contains(nodesOf(a.known.fenced), a.cfg.Node) {
+		klog.InfoS("The cluster wants this node fenced", "node", a.cfg.Node)
 	}
-	a.fenced = fenced
+	a.known.fenced = fenced
 	if a.peers != nil {
 		a.peers.Forget(fenced, began)
 	}
@@ -289,7 +258,7 @@ func (a *Agent) join(leases []any) {
 			continue
 		}
 		node := NodeOf(l)
-		if node == "" || node == a.Node || known[node] {
+		if node == "" || node == a.cfg.Node || known[node] {
 			continue
 		}
 		if r, err := Decode(l); err == nil && r.Peer != "" {
@@ -306,7 +275,7 @@ func (a *Agent) join(leases []any) {
 func (a *Agent) ownRead() ([]Entry, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return slices.Clone(a.fenced), a.readOnce
+	return slices.Clone(a.known.fenced), a.known.readOnce
 }
 
 // PastBudget says whether nf asks its node to be fenced now: open, and past Pending and
@@ -322,12 +291,12 @@ func PastBudget(nf *v1alpha1.NodeFence) bool {
 // live is selffence.Live on what the agent knows now.
 func (a *Agent) live(now time.Time) string {
 	a.mu.Lock()
-	v := selffence.AgentView{Node: a.Node, Members: a.members, APIRead: a.apiRead, Read: nodesOf(a.fenced)}
+	v := selffence.AgentView{Node: a.cfg.Node, Members: a.known.members, APIRead: a.known.apiRead, Read: nodesOf(a.known.fenced)}
 	a.mu.Unlock()
 	if a.peers != nil {
 		v.Acks, v.Relayed = a.peers.Acks(), a.peers.Relayed()
 	}
-	return selffence.Live(v, a.Isolation, now)
+	return selffence.Live(v, a.cfg.Timing.Isolation, now)
 }
 
 // MembersOf sums up a member list.

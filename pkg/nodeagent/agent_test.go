@@ -44,8 +44,8 @@ func newFixture(t *testing.T, withWatchdog bool, fences ...*v1alpha1.NodeFence) 
 	return newFixtureOf(t, withWatchdog, nil, fences...)
 }
 
-// newFixtureOf is newFixture with setup changing the agent before it runs.
-func newFixtureOf(t *testing.T, withWatchdog bool, setup func(*Agent), fences ...*v1alpha1.NodeFence) *fixture {
+// newFixtureOf is newFixture with setup changing the agent's configuration before it runs.
+func newFixtureOf(t *testing.T, withWatchdog bool, setup func(*Config), fences ...*v1alpha1.NodeFence) *fixture {
 	t.Helper()
 	scheme := metadatafake.NewTestScheme()
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
@@ -75,10 +75,9 @@ func newFixtureOf(t *testing.T, withWatchdog bool, setup func(*Agent), fences ..
 		}
 		return false, nil, nil
 	})
-	f.agent = &Agent{
-		Kube: f.kube, Fencing: f.fencing, Metadata: metadatafake.NewSimpleMetadataClient(scheme, nodes...),
-		Node: "a", Namespace: ns, BootID: "boot-1",
-		Isolation: 600 * time.Millisecond, ReadEvery: 100 * time.Millisecond, ReportEvery: time.Minute,
+	cfg := Config{Node: "a", Namespace: ns, BootID: "boot-1",
+		Clients: Clients{Kube: f.kube, Fencing: f.fencing, Metadata: metadatafake.NewSimpleMetadataClient(scheme, nodes...)},
+		Timing:  Timing{Isolation: 600 * time.Millisecond, ReadEvery: 100 * time.Millisecond, ReportEvery: time.Minute},
 	}
 	if withWatchdog {
 		f.emu = &watchdog.Emulator{Path: filepath.Join(t.TempDir(), "wd.sock"), Expired: func() { f.expired.Add(1) }}
@@ -86,12 +85,13 @@ func newFixtureOf(t *testing.T, withWatchdog bool, setup func(*Agent), fences ..
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = f.emu.Close() })
-		f.agent.Watchdog = &watchdog.Socket{Path: f.emu.Path}
-		f.agent.WatchdogTimeout = time.Second
+		cfg.Watchdog = &watchdog.Socket{Path: f.emu.Path}
+		cfg.WatchdogTimeout = time.Second
 	}
 	if setup != nil {
-		setup(f.agent)
+		setup(&cfg)
 	}
+	f.agent = New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.agent.Run(ctx) }()
@@ -206,26 +206,26 @@ func TestIsolatedNodeStopsFeeding(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	ok := func() *Agent {
-		return &Agent{Node: "a", Namespace: ns, BootID: "b", Isolation: 10 * time.Second, ReadEvery: 2 * time.Second, ReportEvery: time.Minute}
+	ok := func() *Config {
+		return &Config{Node: "a", Namespace: ns, BootID: "b", Timing: Timing{Isolation: 10 * time.Second, ReadEvery: 2 * time.Second, ReportEvery: time.Minute}}
 	}
 	if err := ok().Validate(); err != nil {
-		t.Fatalf("valid agent: %v", err)
+		t.Fatalf("valid configuration: %v", err)
 	}
 	for name, tc := range map[string]struct {
-		mut  func(*Agent)
+		mut  func(*Config)
 		want string
 	}{
-		"no node":            {func(a *Agent) { a.Node = "" }, "node name"},
-		"no namespace":       {func(a *Agent) { a.Namespace = "" }, "namespace"},
-		"no boot":            {func(a *Agent) { a.BootID = "" }, "boot ID"},
-		"reads too rare":     {func(a *Agent) { a.ReadEvery = 4 * time.Second }, "read interval"},
-		"reports too often":  {func(a *Agent) { a.ReportEvery = time.Second }, "report interval"},
-		"watchdog too quick": {func(a *Agent) { a.Watchdog = &watchdog.Socket{}; a.WatchdogTimeout = 0 }, "watchdog timeout"},
+		"no node":            {func(c *Config) { c.Node = "" }, "node name"},
+		"no namespace":       {func(c *Config) { c.Namespace = "" }, "namespace"},
+		"no boot":            {func(c *Config) { c.BootID = "" }, "boot ID"},
+		"reads too rare":     {func(c *Config) { c.Timing.ReadEvery = 4 * time.Second }, "read interval"},
+		"reports too often":  {func(c *Config) { c.Timing.ReportEvery = time.Second }, "report interval"},
+		"watchdog too quick": {func(c *Config) { c.Watchdog = &watchdog.Socket{}; c.WatchdogTimeout = 0 }, "watchdog timeout"},
 	} {
-		a := ok()
-		tc.mut(a)
-		if err := a.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		c := ok()
+		tc.mut(c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %q", name, err, tc.want)
 		}
 	}

@@ -35,20 +35,20 @@ func (a *Agent) Metrics() *prometheus.Registry {
 	gauge("last_read_timestamp_seconds", "When the agent's last successful read of the NodeFences began (Unix time); 0 before the first.", func() float64 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if a.apiRead.IsZero() {
+		if a.known.apiRead.IsZero() {
 			return 0
 		}
-		return float64(a.apiRead.UnixNano()) / 1e9
+		return float64(a.known.apiRead.UnixNano()) / 1e9
 	})
 	gauge("read_failing", "1 while the agent's latest read of the NodeFences failed.", func() float64 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return boolean(a.readErr != "")
+		return boolean(a.known.readErr != "")
 	})
 	gauge("holds", "How many NodeFences past their budget the agent's own reads hold.", func() float64 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return float64(len(a.holds))
+		return float64(len(a.known.holds))
 	})
 	a.peerGauges(gauge)
 	counter := func(name, help string, f func(*Peers) uint64) {
@@ -76,7 +76,7 @@ func (a *Agent) peerGauges(gauge func(name, help string, f func() float64)) {
 		}
 		n := 0
 		for _, at := range peers.Acks() {
-			if a.Clock.Since(at) <= a.Isolation {
+			if a.cfg.Clock.Since(at) <= a.cfg.Timing.Isolation {
 				n++
 			}
 		}
@@ -85,7 +85,7 @@ func (a *Agent) peerGauges(gauge func(name, help string, f func() float64)) {
 	gauge("members", "How many nodes the agent's latest read of the members listed, its own included: the count a majority of peers' answers is taken of.", func() float64 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return float64(len(a.members))
+		return float64(len(a.known.members))
 	})
 	gauge("peers_alive", "How many agents (this one included) and controller seats memberlist counts alive, from its probes and its members' gossip; 0 without peers.", func() float64 {
 		if _, peers := a.started(); peers != nil {

@@ -66,10 +66,11 @@ func TestOutageKeepsEveryNodeAliveAtABoundedCost(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = emu.Close() })
-		a := &Agent{Kube: kube, Fencing: fencing, Metadata: metadatafake.NewSimpleMetadataClient(scheme, nodes...),
-			Node: name, Namespace: ns, BootID: "boot-" + name, Isolation: isolation, ReadEvery: readEvery, ReportEvery: time.Minute,
+		a := New(Config{Node: name, Namespace: ns, BootID: "boot-" + name,
+			Clients:  Clients{Kube: kube, Fencing: fencing, Metadata: metadatafake.NewSimpleMetadataClient(scheme, nodes...)},
+			Timing:   Timing{Isolation: isolation, ReadEvery: readEvery, ReportEvery: time.Minute},
 			Watchdog: &watchdog.Socket{Path: emu.Path}, WatchdogTimeout: time.Second,
-			Peers: &PeerConfig{Node: name, BindAddr: "127.0.0.1", Key: peerKey, ProbeInterval: isolation}}
+			Peers: &PeerConfig{Node: name, BindAddr: "127.0.0.1", Key: peerKey, ProbeInterval: isolation}})
 		agents = append(agents, a)
 		go func() { done <- a.Run(ctx) }()
 	}
@@ -120,7 +121,7 @@ func TestOutageKeepsEveryNodeAliveAtABoundedCost(t *testing.T) {
 	}
 	for _, a := range agents {
 		if f, _ := a.started(); f.State().Stopped != "" {
-			t.Errorf("%s stopped feeding: %s", a.Node, f.State().Stopped)
+			t.Errorf("%s stopped feeding: %s", a.cfg.Node, f.State().Stopped)
 		}
 	}
 	want := n/2 + 1 + askMargin(n)

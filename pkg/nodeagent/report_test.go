@@ -88,7 +88,7 @@ func TestReportFormatSkew(t *testing.T) {
 // TestCurrentReportCarriesFormatAndVersion: what an agent writes says its format and
 // release.
 func TestCurrentReportCarriesFormatAndVersion(t *testing.T) {
-	a := &Agent{BootID: "b"}
+	a := New(Config{BootID: "b"})
 	r := a.Current()
 	if r.Format != ReportFormat || r.Version == "" {
 		t.Errorf("Current() = format %d, version %q; want %d and the build's version", r.Format, r.Version, ReportFormat)

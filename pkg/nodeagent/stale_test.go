@@ -58,9 +58,9 @@ func TestStoppedAgentThatCannotReportLeavesTheCountdown(t *testing.T) {
 // its own fresh read decides, the relayed entry is dropped by UID at its next read and not
 // taken back, and its watchdog is fed through three timeouts.
 func TestStaleRelayResetsNoNodeThatReads(t *testing.T) {
-	f := newFixtureOf(t, true, func(a *Agent) {
-		a.Isolation, a.ReadEvery = 3*time.Second, time.Second
-		a.Peers = &PeerConfig{Node: "a", BindAddr: "127.0.0.1", Key: peerKey, ProbeInterval: 50 * time.Millisecond}
+	f := newFixtureOf(t, true, func(c *Config) {
+		c.Timing.Isolation, c.Timing.ReadEvery = 3*time.Second, time.Second
+		c.Peers = &PeerConfig{Node: "a", BindAddr: "127.0.0.1", Key: peerKey, ProbeInterval: 50 * time.Millisecond}
 	})
 	f.reportWhere(t, "the watchdog is armed", func(r Report) bool { return r.Watchdog.Armed && r.Watchdog.Stopped == "" })
 	stale := Entry{Node: "a", UID: "0b8e3a52-closed-long-ago"}

@@ -22,8 +22,8 @@ import (
 // Current is the report as of now.
 func (a *Agent) Current() Report {
 	a.mu.Lock()
-	r := Report{Format: ReportFormat, Version: buildinfo.Version(), BootID: a.BootID, Isolation: a.Isolation.String(), ReportInterval: a.ReportEvery.String(), Members: MembersOf(a.members),
-		Holds: slices.Clone(a.holds)}
+	r := Report{Format: ReportFormat, Version: buildinfo.Version(), BootID: a.cfg.BootID, Isolation: a.cfg.Timing.Isolation.String(), ReportInterval: a.cfg.Timing.ReportEvery.String(), Members: MembersOf(a.known.members),
+		Holds: slices.Clone(a.known.holds)}
 	feeder, peers := a.feeder, a.peers
 	a.mu.Unlock()
 	if peers != nil {
@@ -34,7 +34,7 @@ func (a *Agent) Current() Report {
 		return r
 	}
 	st := feeder.State()
-	r.Watchdog = WatchdogReport{Kind: watchdog.KindOf(a.Watchdog), Armed: st.Armed, Counting: st.Counting, Stopped: st.Stopped, Error: st.FeedError}
+	r.Watchdog = WatchdogReport{Kind: watchdog.KindOf(a.cfg.Watchdog), Armed: st.Armed, Counting: st.Counting, Stopped: st.Stopped, Error: st.FeedError}
 	if st.Armed {
 		r.Watchdog.Timeout = st.Timeout.String()
 	}
@@ -45,20 +45,20 @@ func (a *Agent) Current() Report {
 // write. A failed write is tried again on the next round.
 func (a *Agent) report(ctx context.Context) {
 	r := a.Current()
-	now := a.Clock.Now()
-	a.writing.Lock()
-	defer a.writing.Unlock()
-	if a.final || (a.last != nil && equalReports(*a.last, r) && now.Sub(a.lastAt) < a.ReportEvery) {
+	now := a.cfg.Clock.Now()
+	a.writer.mu.Lock()
+	defer a.writer.mu.Unlock()
+	if a.writer.final || (a.writer.last != nil && equalReports(*a.writer.last, r) && now.Sub(a.writer.lastAt) < a.cfg.Timing.ReportEvery) {
 		return
 	}
-	wctx, cancel := context.WithTimeout(ctx, a.ReadEvery)
+	wctx, cancel := context.WithTimeout(ctx, a.cfg.Timing.ReadEvery)
 	defer cancel()
 	if err := a.write(wctx, r, now); err != nil {
-		klog.ErrorS(err, "Writing the report failed", "lease", klog.KRef(a.Namespace, LeaseName(a.Node)))
+		klog.ErrorS(err, "Writing the report failed", "lease", klog.KRef(a.cfg.Namespace, LeaseName(a.cfg.Node)))
 		a.forgetLease(err)
 		return
 	}
-	a.last, a.lastAt = &r, now
+	a.writer.last, a.writer.lastAt = &r, now
 }
 
 // finalReportTimeout bounds the last report of an agent that stops, well within a pod's
@@ -73,15 +73,15 @@ func (a *Agent) reportDisarm() error {
 	r := a.Current()
 	r.Watchdog.Armed, r.Watchdog.Timeout = false, ""
 	r.Watchdog.Stopped = "disarmed: the agent stopped while its node may live"
-	a.writing.Lock()
-	defer a.writing.Unlock()
-	a.final = true
+	a.writer.mu.Lock()
+	defer a.writer.mu.Unlock()
+	a.writer.final = true
 	ctx, cancel := context.WithTimeout(context.Background(), finalReportTimeout)
 	defer cancel()
 	var err error
 	for range 3 {
-		if err = a.write(ctx, r, a.Clock.Now()); err == nil {
-			klog.InfoS("Reported the watchdog disarmed: the agent stops", "node", a.Node)
+		if err = a.write(ctx, r, a.cfg.Clock.Now()); err == nil {
+			klog.InfoS("Reported the watchdog disarmed: the agent stops", "node", a.cfg.Node)
 			return nil
 		}
 		a.forgetLease(err)
@@ -89,7 +89,7 @@ func (a *Agent) reportDisarm() error {
 			break
 		}
 	}
-	return fmt.Errorf("report %s/%s: %w", a.Namespace, LeaseName(a.Node), err)
+	return fmt.Errorf("report %s/%s: %w", a.cfg.Namespace, LeaseName(a.cfg.Node), err)
 }
 
 // forgetLease drops the Lease the agent last wrote after a write failed for it (changed
@@ -99,32 +99,32 @@ func (a *Agent) reportDisarm() error {
 // timing them out.
 func (a *Agent) forgetLease(err error) {
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsAlreadyExists(err) {
-		a.lease = nil
+		a.writer.lease = nil
 	}
 }
 
 // write writes r as the report, at now; the caller holds writing.
 func (a *Agent) write(ctx context.Context, r Report, now time.Time) error {
-	leases := a.Kube.CoordinationV1().Leases(a.Namespace)
+	leases := a.cfg.Clients.Kube.CoordinationV1().Leases(a.cfg.Namespace)
 	create := false
-	base := a.lease
+	base := a.writer.lease
 	if base == nil {
-		l, err := leases.Get(ctx, LeaseName(a.Node), metav1.GetOptions{})
+		l, err := leases.Get(ctx, LeaseName(a.cfg.Node), metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			// Kept only once created: a create that timed out is read again next time.
-			base, create = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(a.Node), Namespace: a.Namespace}}, true
+			base, create = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: LeaseName(a.cfg.Node), Namespace: a.cfg.Namespace}}, true
 		case err != nil:
 			return err
 		default:
-			base, a.lease = l, l
+			base, a.writer.lease = l, l
 		}
 	}
 	l := base.DeepCopy()
-	if err := r.Encode(l, a.Node); err != nil {
+	if err := r.Encode(l, a.cfg.Node); err != nil {
 		return err
 	}
-	renewed(l, now, a.ReportEvery)
+	renewed(l, now, a.cfg.Timing.ReportEvery)
 	var err error
 	if create {
 		l, err = leases.Create(ctx, l, metav1.CreateOptions{})
@@ -134,7 +134,7 @@ func (a *Agent) write(ctx context.Context, r Report, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	a.lease = l
+	a.writer.lease = l
 	return nil
 }
 
