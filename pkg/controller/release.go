@@ -72,7 +72,7 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	if err := c.save(ctx, nf); err != nil {
 		return 0, err
 	}
-	if action(nf, pol) == v1alpha1.ActionReboot {
+	if fencer.ActionOf(nf, pol) == v1alpha1.ActionReboot {
 		// Only now that its workloads are released is the node powered on again; it comes
 		// back with a new boot and the incident closes through recovery.
 		c.powerOn(ctx, nf, node)
@@ -87,13 +87,6 @@ func failedAt(nf *v1alpha1.NodeFence) time.Time {
 		return at
 	}
 	return nf.CreationTimestamp.Time
-}
-
-func action(nf *v1alpha1.NodeFence, pol *v1alpha1.Policy) v1alpha1.FenceAction {
-	if nf.Spec.Action != "" {
-		return nf.Spec.Action
-	}
-	return pol.Action
 }
 
 // powerOn asks the agents that powered the node off to power it on again, for the

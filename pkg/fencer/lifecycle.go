@@ -283,7 +283,7 @@ func remediated(nf *v1alpha1.NodeFence, f Facts) Action {
 	// renews its Lease before it posts the status with its new boot ID. Only one coherent
 	// observation proves the same boot ran on: a renewal and a status, both seen by this
 	// process after the fence held, the status still carrying the fenced boot ID.
-	verified := fenceVerifiedAt(st)
+	verified := FenceVerifiedAt(st)
 	if verified.IsZero() || !obs.RenewalSeen.After(verified) || !obs.StatusSeen.After(verified) ||
 		meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionContradiction) {
 		return Action{Kind: ActNothing}
@@ -346,9 +346,9 @@ func VerifiedAttempts(st *v1alpha1.NodeFenceStatus) []v1alpha1.Attempt {
 	return out
 }
 
-// fenceVerifiedAt is when the last of the incident's verified attempts finished, or
-// when a person's confirm-off was accepted.
-func fenceVerifiedAt(st *v1alpha1.NodeFenceStatus) time.Time {
+// FenceVerifiedAt is when the last of the incident's verified attempts finished, or
+// when a person's confirm-off was accepted; zero while its fence is not verified.
+func FenceVerifiedAt(st *v1alpha1.NodeFenceStatus) time.Time {
 	var at time.Time
 	if st.ConfirmedOff != nil {
 		at = st.ConfirmedOff.Time.Time
@@ -359,4 +359,16 @@ func fenceVerifiedAt(st *v1alpha1.NodeFenceStatus) time.Time {
 		}
 	}
 	return at
+}
+
+// ActionOf is what fencing does to the incident's node: its own action, else its
+// policy's; the default, Off, for a policy since removed from the configuration (nil).
+func ActionOf(nf *v1alpha1.NodeFence, pol *v1alpha1.Policy) v1alpha1.FenceAction {
+	switch {
+	case nf.Spec.Action != "":
+		return nf.Spec.Action
+	case pol != nil && pol.Action != "":
+		return pol.Action
+	}
+	return v1alpha1.ActionOff
 }

@@ -3,6 +3,8 @@
 package loopmetrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -36,6 +38,13 @@ type Metrics struct {
 	WouldFence        prometheus.Counter
 	// contradictions counts nodes back with the same boot after a verified fence.
 	Contradictions prometheus.Counter
+	// Fenced is when each node whose incident is still open had its fence verified
+	// (SetFenced).
+	Fenced *prometheus.GaugeVec
+	// fencedShown are the node and action pairs Fenced shows, for SetFenced to remove
+	// those it no longer lists.
+	fencedMu    sync.Mutex
+	fencedShown map[[2]string]bool
 }
 
 // New makes the incident loop's metrics on reg (nil: a registry of their own).
@@ -88,6 +97,10 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "kubefence_fence_contradictions_total",
 			Help: "Nodes that reported Ready with the same boot ID after a verified fence.",
 		}),
+		Fenced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubefence_node_fenced_timestamp_seconds",
+			Help: "When the fence of a node whose incident is still open was verified (read back off, or a person's confirm-off accepted), in Unix seconds, by the incident's action (Off, Reboot); the series goes when the incident ends. Set by the leader, refreshed every 5s.",
+		}, []string{LabelNode, LabelAction}),
 	}
 	m.register()
 	return m
@@ -96,7 +109,7 @@ func New(reg *prometheus.Registry) *Metrics {
 // register adds every metric to the registry.
 func (m *Metrics) register() {
 	m.Registry.MustRegister(m.WouldFence, m.Contradictions, m.FailedNodes, m.Incidents, m.PhaseDuration,
-		m.FailureToReleased, m.Unhealthy, m.Holds, m.Leader, m.Identity)
+		m.FailureToReleased, m.Unhealthy, m.Holds, m.Leader, m.Identity, m.Fenced)
 }
 
 // InitCounters sets every counter an alert reads to 0 for each label value known at
