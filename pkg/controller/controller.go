@@ -315,6 +315,7 @@ func (c *Controller) Run(ctx context.Context, epoch int64) {
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		c.enqueueAll()
 		c.refreshUnhealthy(c.now())
+		c.refreshFenced()
 	}, 5*time.Second)
 	<-ctx.Done()
 }
