@@ -23,17 +23,17 @@ type signal struct {
 // assess turns the evidence into a health, ignoring flaps; with evidence, it says why in
 // Observation.Evidence, and without, it leaves Evidence empty and everything else the same.
 func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter, floor time.Duration, heartbeats, evidence bool) Observation {
-	obs := Observation{Node: name, Health: Healthy, Undamped: Healthy, Reason: ReasonHealthy, BootID: st.bootID,
-		RenewalSeen: st.renewalSeen, RenewTime: st.renewTime, StatusSeen: st.statusSeen, Floor: floor}
+	obs := Observation{Node: name, Health: Healthy, Damping: Damping{Undamped: Healthy}, Reason: ReasonHealthy, BootID: st.boot.id,
+		RenewalSeen: st.lease.renewalSeen, RenewTime: st.lease.renewTime, StatusSeen: st.ready.statusSeen, Floor: floor}
 	var signals []signal
-	if !st.observedAt.IsZero() {
+	if !st.lease.observedAt.IsZero() {
 		// The Lease's clock always runs: a renewal only restarts it.
-		stale := now.Sub(st.observedAt)
+		stale := now.Sub(st.lease.observedAt)
 		signals = append(signals, signal{
-			bad: true, suspect: stale > leaseAfter/2, since: st.observedAt, after: leaseAfter, reason: ReasonLeaseStale,
+			bad: true, suspect: stale > leaseAfter/2, since: st.lease.observedAt, after: leaseAfter, reason: ReasonLeaseStale,
 			what: func() string {
 				return fmt.Sprintf("lease last renewed at %s (seen %s ago, threshold %s, evidence floor %s)",
-					st.renewTime.UTC().Format(time.RFC3339Nano), stale.Round(time.Millisecond), leaseAfter, floor)
+					st.lease.renewTime.UTC().Format(time.RFC3339Nano), stale.Round(time.Millisecond), leaseAfter, floor)
 			},
 		})
 	}
@@ -42,10 +42,10 @@ func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Ti
 	}
 	if ready != nil && ready.Status != corev1.ConditionTrue {
 		after := readyAfter
-		if !st.observedAt.IsZero() {
+		if !st.lease.observedAt.IsZero() {
 			// A Lease still renewing vetoes NotReady until it too has been silent for the
 			// floor.
-			after = max(after, st.observedAt.Add(floor).Sub(ready.LastTransitionTime.Time))
+			after = max(after, st.lease.observedAt.Add(floor).Sub(ready.LastTransitionTime.Time))
 		}
 		signals = append(signals, signal{
 			bad: true, suspect: true, since: ready.LastTransitionTime.Time, after: after, reason: ReasonNotReady,
@@ -97,7 +97,7 @@ func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Ti
 		// renewal. The node stays Healthy with UnhealthyAt telling when to look again.
 		obs.Evidence = says(winner)
 	}
-	obs.Undamped = obs.Health
+	obs.Damping.Undamped = obs.Health
 	return obs
 }
 
@@ -109,22 +109,22 @@ func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Ti
 // while the agent was there): its silence is its port's, not its death.
 func heartbeatSignal(st *nodeState, now time.Time, heartbeats bool) (signal, bool) {
 	hb := heartbeatFloor(st)
-	if !heartbeats || hb == 0 || st.agentGone.IsZero() || st.observedAt.IsZero() || st.kubeletAnswered.IsZero() {
+	if !heartbeats || hb == 0 || st.heartbeat.agentGone.IsZero() || st.lease.observedAt.IsZero() || st.heartbeat.kubeletAnswered.IsZero() {
 		return signal{}, false
 	}
-	if st.answered || st.probed.Before(heartbeatFrom(st)) || now.Sub(st.probed) >= KubeletReprobe {
+	if st.heartbeat.answered || st.heartbeat.probed.Before(heartbeatFrom(st)) || now.Sub(st.heartbeat.probed) >= KubeletReprobe {
 		return signal{}, false
 	}
-	at := st.observedAt.Add(hb)
-	if st.agentGone.After(at) {
-		at = st.agentGone
+	at := st.lease.observedAt.Add(hb)
+	if st.heartbeat.agentGone.After(at) {
+		at = st.heartbeat.agentGone
 	}
 	return signal{
-		bad: true, suspect: true, since: st.observedAt, after: at.Sub(st.observedAt), reason: ReasonHeartbeatLost,
+		bad: true, suspect: true, since: st.lease.observedAt, after: at.Sub(st.lease.observedAt), reason: ReasonHeartbeatLost,
 		what: func() string {
 			return fmt.Sprintf("agent gone from its peers since %s; kubelet gave no answer to a probe at %s; lease last renewed at %s (seen %s ago, heartbeat floor %s)",
-				st.agentGone.UTC().Format(time.RFC3339Nano), st.probed.UTC().Format(time.RFC3339Nano),
-				st.renewTime.UTC().Format(time.RFC3339Nano), now.Sub(st.observedAt).Round(time.Millisecond), hb)
+				st.heartbeat.agentGone.UTC().Format(time.RFC3339Nano), st.heartbeat.probed.UTC().Format(time.RFC3339Nano),
+				st.lease.renewTime.UTC().Format(time.RFC3339Nano), now.Sub(st.lease.observedAt).Round(time.Millisecond), hb)
 		},
 	}, true
 }
@@ -136,8 +136,8 @@ func (d *Detector) damp(st *nodeState, obs *Observation, now time.Time, evidence
 		return
 	}
 	flaps := d.recentFlaps(st, now)
-	obs.Flaps = len(flaps)
-	if obs.Flaps < d.th.FlapThreshold {
+	obs.Damping.Flaps = len(flaps)
+	if obs.Damping.Flaps < d.th.FlapThreshold {
 		return
 	}
 	until := st.flaps[0].Add(d.th.FlapWindow)
@@ -147,9 +147,9 @@ func (d *Detector) damp(st *nodeState, obs *Observation, now time.Time, evidence
 		for i, t := range flaps {
 			recent[i] = t.UTC().Format(time.RFC3339)
 		}
-		state := "now " + strings.ToLower(string(obs.Undamped)) + ": " + obs.Evidence
+		state := "now " + strings.ToLower(string(obs.Damping.Undamped)) + ": " + obs.Evidence
 		obs.Evidence = fmt.Sprintf("health recovered %d times within %s (at %s), flapping until %s; %s",
-			obs.Flaps, d.th.FlapWindow, strings.Join(recent, ", "), until.UTC().Format(time.RFC3339), state)
+			obs.Damping.Flaps, d.th.FlapWindow, strings.Join(recent, ", "), until.UTC().Format(time.RFC3339), state)
 	}
 	if !obs.UnhealthyAt.IsZero() && obs.UnhealthyAt.Before(until) {
 		obs.UnhealthyAt = until
@@ -169,14 +169,14 @@ func (d *Detector) recentFlaps(st *nodeState, now time.Time) []time.Time {
 
 // boot reports a changed boot ID, in the evidence too when asked for.
 func (d *Detector) boot(st *nodeState, obs *Observation, now time.Time, evidence bool) {
-	if st.prevBootID == "" {
+	if st.boot.prev == "" {
 		return
 	}
-	obs.PreviousBootID, obs.BootIDChangedAt = st.prevBootID, st.bootChangedAt
-	obs.BootIDChanged = d.th.FlapWindow <= 0 || now.Sub(st.bootChangedAt) < d.th.FlapWindow
-	if obs.BootIDChanged && evidence {
+	obs.Reboot.PreviousBootID, obs.Reboot.At = st.boot.prev, st.boot.changedAt
+	obs.Reboot.Recent = d.th.FlapWindow <= 0 || now.Sub(st.boot.changedAt) < d.th.FlapWindow
+	if obs.Reboot.Recent && evidence {
 		obs.Evidence += fmt.Sprintf("; rebooted: boot ID %s, was %s until %s",
-			st.bootID, st.prevBootID, st.bootChangedAt.UTC().Format(time.RFC3339))
+			st.boot.id, st.boot.prev, st.boot.changedAt.UTC().Format(time.RFC3339))
 	}
 }
 

@@ -61,9 +61,8 @@ type Thresholds struct {
 type Observation struct {
 	Node   string
 	Health Health
-	// Undamped is the health flap damping replaced: what a Flapping node's evidence says.
-	// It equals Health otherwise.
-	Undamped Health
+	// Damping is what flap damping saw and replaced.
+	Damping Damping
 	// Reason is one of the Reason constants: the evidence that decided Health.
 	Reason string
 	// Since is when the bad evidence started (for the Lease, the last renewal seen).
@@ -73,14 +72,8 @@ type Observation struct {
 	UnhealthyAt time.Time
 	// BootID is the node's boot ID as the kubelet last reported it.
 	BootID string
-	// BootIDChanged is true when the boot ID changed within FlapWindow (or at any time
-	// since the detector first saw the node, without a window): the node rebooted.
-	BootIDChanged   bool
-	PreviousBootID  string
-	BootIDChangedAt time.Time
-	// Flaps is how many recoveries (bad evidence gone good) fell within FlapWindow,
-	// counted up to FlapThreshold.
-	Flaps    int
+	// Reboot is the last change of BootID the detector saw.
+	Reboot   Reboot
 	Evidence string
 	// RenewalSeen is when this process last saw the node's Lease renewTime change: a
 	// kubelet that renewed while we watched. Zero until a change is seen; the first
@@ -101,46 +94,24 @@ type Observation struct {
 	ProbeKubelet bool
 }
 
-// nodeState is what the detector remembers of one node between events.
-type nodeState struct {
-	// renewTime is the Lease's last renewTime; observedAt is when this process saw it
-	// change. A zero observedAt means no Lease seen yet.
-	renewTime  time.Time
-	observedAt time.Time
-	// renewalSeen is when a change of renewTime was last seen (observedAt, before any
-	// RestartClocks moved it on).
-	renewalSeen time.Time
-	// gaps are the latest differences between consecutive renewTimes that were not a
-	// lapse, newest last, at most cadenceSamples of them: the node's own renewal cadence,
-	// measured on its own clock so that neither clock skew nor when this process first
-	// saw the Lease shortens it.
-	gaps []time.Duration
-	// leaseDuration is the Lease's leaseDurationSeconds: how long its holder promises a
-	// renewal lasts. Zero when the Lease does not say.
-	leaseDuration time.Duration
-	// flaps are the latest recoveries, oldest first, at most FlapThreshold of them.
-	flaps         []time.Time
-	lastLeaseFlap time.Time
-	readyKnown    bool
-	readyBad      bool
-	// heartbeat is the Ready condition's lastHeartbeatTime as last seen; statusSeen is
-	// when this process saw it change.
-	heartbeat     time.Time
-	statusSeen    time.Time
-	bootID        string
-	prevBootID    string
-	bootChangedAt time.Time
-	// agentGone is when the node's agent was learned gone from its peers; zero while it
-	// is a member (or was never seen).
-	agentGone time.Time
-	// probed is when the last probe of the kubelet began, and answered whether it got an
-	// answer.
-	probed   time.Time
-	answered bool
-	// kubeletAnswered is when a probe of the kubelet last got an answer, reset by a
-	// routine check that got none while the node's agent was among its peers: a kubelet
-	// whose silence means nothing (a firewalled port) gives no heartbeat evidence.
-	kubeletAnswered time.Time
+// Damping is what flap damping saw of a node.
+type Damping struct {
+	// Undamped is the health flap damping replaced: what a Flapping node's evidence says.
+	// It equals Observation.Health otherwise.
+	Undamped Health
+	// Flaps is how many recoveries (bad evidence gone good) fell within FlapWindow,
+	// counted up to FlapThreshold.
+	Flaps int
+}
+
+// Reboot is a change of a node's boot ID.
+type Reboot struct {
+	// Recent is true when the boot ID changed within FlapWindow (or at any time since the
+	// detector first saw the node, without a window): the node rebooted.
+	Recent bool
+	// PreviousBootID is the boot ID before the change; At is when the change was seen.
+	PreviousBootID string
+	At             time.Time
 }
 
 // Detector keeps what it has seen of nodes and their Leases. It is safe for concurrent
@@ -179,24 +150,24 @@ func (d *Detector) ObserveLease(lease *coordinationv1.Lease, now time.Time) {
 	defer d.mu.Unlock()
 	st := d.state(lease.Name)
 	if s := lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
-		st.leaseDuration = time.Duration(*s) * time.Second
+		st.lease.duration = time.Duration(*s) * time.Second
 	}
-	if !st.observedAt.IsZero() {
-		if st.renewTime.Equal(renew) {
+	if !st.lease.observedAt.IsZero() {
+		if st.lease.renewTime.Equal(renew) {
 			return
 		}
-		if gap := now.Sub(st.observedAt); gap > max(d.th.LeaseStaleAfter, d.floor(st))/2 {
+		if gap := now.Sub(st.lease.observedAt); gap > max(d.th.LeaseStaleAfter, d.floor(st))/2 {
 			d.recordFlap(st, now)
 			st.lastLeaseFlap = now
-		} else if step := renew.Sub(st.renewTime); step > 0 {
-			st.gaps = append(st.gaps, step)
-			if extra := len(st.gaps) - cadenceSamples; extra > 0 {
-				st.gaps = append(st.gaps[:0], st.gaps[extra:]...)
+		} else if step := renew.Sub(st.lease.renewTime); step > 0 {
+			st.lease.gaps = append(st.lease.gaps, step)
+			if extra := len(st.lease.gaps) - cadenceSamples; extra > 0 {
+				st.lease.gaps = append(st.lease.gaps[:0], st.lease.gaps[extra:]...)
 			}
 		}
-		st.renewalSeen = now
+		st.lease.renewalSeen = now
 	}
-	st.renewTime, st.observedAt = renew, now
+	st.lease.renewTime, st.lease.observedAt = renew, now
 }
 
 // cadenceSamples is how many renewal gaps make up a node's measured cadence.
@@ -224,10 +195,10 @@ func (d *Detector) Floor(node string) time.Duration {
 }
 
 func (d *Detector) floor(st *nodeState) time.Duration {
-	if len(st.gaps) > 0 {
-		return floorMultiple * slices.Max(st.gaps)
+	if len(st.lease.gaps) > 0 {
+		return floorMultiple * slices.Max(st.lease.gaps)
 	}
-	f := max(st.leaseDuration, floorMultiple*d.th.ExpectedRenewInterval)
+	f := max(st.lease.duration, floorMultiple*d.th.ExpectedRenewInterval)
 	if f == 0 {
 		return d.th.LeaseStaleAfter
 	}
@@ -254,8 +225,8 @@ func (d *Detector) RestartClocks(now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, st := range d.nodes {
-		if !st.observedAt.IsZero() && st.observedAt.Before(now) {
-			st.observedAt = now
+		if !st.lease.observedAt.IsZero() && st.lease.observedAt.Before(now) {
+			st.lease.observedAt = now
 		}
 	}
 }
@@ -274,16 +245,16 @@ func (d *Detector) NodeDeleted(node string, now time.Time) Observation {
 	st, known := d.nodes[node]
 	delete(d.nodes, node)
 	d.mu.Unlock()
-	obs := Observation{Node: node, Health: Deleted, Undamped: Deleted, Reason: ReasonNodeDeleted, Since: now,
+	obs := Observation{Node: node, Health: Deleted, Damping: Damping{Undamped: Deleted}, Reason: ReasonNodeDeleted, Since: now,
 		Evidence: fmt.Sprintf("Node object deleted (seen at %s)", now.UTC().Format(time.RFC3339))}
 	if known {
-		obs.BootID = st.bootID
-		if !st.observedAt.IsZero() {
+		obs.BootID = st.boot.id
+		if !st.lease.observedAt.IsZero() {
 			obs.Evidence += fmt.Sprintf("; lease last renewed at %s (seen %s before)",
-				st.renewTime.UTC().Format(time.RFC3339Nano), now.Sub(st.observedAt).Round(time.Millisecond))
+				st.lease.renewTime.UTC().Format(time.RFC3339Nano), now.Sub(st.lease.observedAt).Round(time.Millisecond))
 		}
-		if st.bootID != "" {
-			obs.Evidence += "; last boot ID " + st.bootID
+		if st.boot.id != "" {
+			obs.Evidence += "; last boot ID " + st.boot.id
 		}
 	}
 	return obs
@@ -342,37 +313,37 @@ func (d *Detector) Fresh(node *corev1.Node, now time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st, ok := d.nodes[node.Name]
-	if !ok || st.observedAt.IsZero() || !st.agentGone.IsZero() || !st.readyKnown || st.readyBad || !ready.LastHeartbeatTime.Time.Equal(st.heartbeat) {
+	if !ok || st.lease.observedAt.IsZero() || !st.heartbeat.agentGone.IsZero() || !st.ready.known || st.ready.bad || !ready.LastHeartbeatTime.Time.Equal(st.ready.heartbeat) {
 		return false
 	}
-	if b := node.Status.NodeInfo.BootID; b != "" && b != st.bootID {
+	if b := node.Status.NodeInfo.BootID; b != "" && b != st.boot.id {
 		return false
 	}
 	floor := d.floor(st)
-	return floor > 0 && now.Sub(st.observedAt) <= floor/2 && len(d.recentFlaps(st, now)) < max(d.th.FlapThreshold, 1)
+	return floor > 0 && now.Sub(st.lease.observedAt) <= floor/2 && len(d.recentFlaps(st, now)) < max(d.th.FlapThreshold, 1)
 }
 
 // observeNode records Ready recoveries and boot ID changes from the Node object.
 func (d *Detector) observeNode(st *nodeState, node *corev1.Node, ready *corev1.NodeCondition, now time.Time) {
 	bad := ready != nil && ready.Status != corev1.ConditionTrue
 	// A Ready recovery close after a Lease recovery is the same episode seen twice.
-	if st.readyKnown && st.readyBad && !bad && now.Sub(st.lastLeaseFlap) > d.th.LeaseStaleAfter {
+	if st.ready.known && st.ready.bad && !bad && now.Sub(st.lastLeaseFlap) > d.th.LeaseStaleAfter {
 		d.recordFlap(st, now)
 	}
-	st.readyKnown, st.readyBad = ready != nil, bad
+	st.ready.known, st.ready.bad = ready != nil, bad
 	if ready != nil {
-		if hb := ready.LastHeartbeatTime.Time; !hb.Equal(st.heartbeat) {
-			if !st.heartbeat.IsZero() {
-				st.statusSeen = now
+		if hb := ready.LastHeartbeatTime.Time; !hb.Equal(st.ready.heartbeat) {
+			if !st.ready.heartbeat.IsZero() {
+				st.ready.statusSeen = now
 			}
-			st.heartbeat = hb
+			st.ready.heartbeat = hb
 		}
 	}
 	if b := node.Status.NodeInfo.BootID; b != "" {
-		if st.bootID != "" && b != st.bootID {
-			st.prevBootID, st.bootChangedAt = st.bootID, now
+		if st.boot.id != "" && b != st.boot.id {
+			st.boot.prev, st.boot.changedAt = st.boot.id, now
 		}
-		st.bootID = b
+		st.boot.id = b
 	}
 }
 
@@ -387,8 +358,8 @@ func (d *Detector) LastLife(node string) time.Time {
 	if !ok {
 		return time.Time{}
 	}
-	last := st.renewalSeen
-	for _, t := range []time.Time{st.statusSeen, st.kubeletAnswered} {
+	last := st.lease.renewalSeen
+	for _, t := range []time.Time{st.ready.statusSeen, st.heartbeat.kubeletAnswered} {
 		if t.After(last) {
 			last = t
 		}

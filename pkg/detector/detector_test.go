@@ -180,9 +180,9 @@ func TestAssess(t *testing.T) {
 			if tc.unhealthyAt >= 0 {
 				wantAt = t0.Add(tc.unhealthyAt)
 			}
-			if obs.Health != tc.health || obs.Undamped != want || obs.Reason != tc.reason || !obs.UnhealthyAt.Equal(wantAt) || obs.Flaps != tc.flaps {
+			if obs.Health != tc.health || obs.Damping.Undamped != want || obs.Reason != tc.reason || !obs.UnhealthyAt.Equal(wantAt) || obs.Damping.Flaps != tc.flaps {
 				t.Errorf("Assess = %s (undamped %s) %s unhealthy at +%s flaps %d; want %s (%s) %s +%s flaps %d\nevidence: %s",
-					obs.Health, obs.Undamped, obs.Reason, obs.UnhealthyAt.Sub(t0), obs.Flaps,
+					obs.Health, obs.Damping.Undamped, obs.Reason, obs.UnhealthyAt.Sub(t0), obs.Damping.Flaps,
 					tc.health, want, tc.reason, wantAt.Sub(t0), tc.flaps, obs.Evidence)
 			}
 			for _, e := range tc.evidence {

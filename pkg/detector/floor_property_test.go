@@ -109,7 +109,7 @@ func (c floorCase) check(rng *rand.Rand) string {
 				d.RestartClocks(t0.Add(c.restart))
 				restarted = true
 			}
-			if obs := assess(t0.Add(at)); obs.Health == detector.Unhealthy || obs.Undamped == detector.Unhealthy {
+			if obs := assess(t0.Add(at)); obs.Health == detector.Unhealthy || obs.Damping.Undamped == detector.Unhealthy {
 				return "live node judged Unhealthy at +" + at.String() + ": " + obs.Evidence
 			}
 		}
@@ -133,8 +133,8 @@ func (c floorCase) check(rng *rand.Rand) string {
 		lastSeen = max(lastSeen, c.restart)
 	}
 	deadline := lastSeen + max(th, d.Floor("n"))
-	if obs := assess(t0.Add(deadline)); obs.Undamped != detector.Unhealthy {
-		return "dead node not Unhealthy at +" + deadline.String() + ": " + string(obs.Undamped) + ": " + obs.Evidence
+	if obs := assess(t0.Add(deadline)); obs.Damping.Undamped != detector.Unhealthy {
+		return "dead node not Unhealthy at +" + deadline.String() + ": " + string(obs.Damping.Undamped) + ": " + obs.Evidence
 	}
 	return ""
 }

@@ -68,8 +68,8 @@ func TestFreshProperty(t *testing.T) {
 			fresh++
 			before := d.snapshot("n")
 			obs := d.AssessWith(node, now, dur(0, time.Minute), dur(0, time.Minute))
-			if obs.Health != Healthy || obs.Undamped != Healthy {
-				t.Fatalf("case %d step %d: fresh, but assessed %s (undamped %s): %s", c, step, obs.Health, obs.Undamped, obs.Evidence)
+			if obs.Health != Healthy || obs.Damping.Undamped != Healthy {
+				t.Fatalf("case %d step %d: fresh, but assessed %s (undamped %s): %s", c, step, obs.Health, obs.Damping.Undamped, obs.Evidence)
 			}
 			if after := d.snapshot("n"); !reflect.DeepEqual(before, after) {
 				t.Fatalf("case %d step %d: fresh, but the assessment changed the node's state:\n%+v\n%+v", c, step, before, after)
@@ -86,7 +86,7 @@ func (d *Detector) snapshot(name string) nodeState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := *d.nodes[name]
-	st.gaps, st.flaps = slices.Clone(st.gaps), slices.Clone(st.flaps)
+	st.lease.gaps, st.flaps = slices.Clone(st.lease.gaps), slices.Clone(st.flaps)
 	return st
 }
 

@@ -30,10 +30,10 @@ func (d *Detector) HeartbeatFloor(node string) time.Duration {
 }
 
 func heartbeatFloor(st *nodeState) time.Duration {
-	if len(st.gaps) == 0 {
+	if len(st.lease.gaps) == 0 {
 		return 0
 	}
-	return max(MinHeartbeatFloor, slices.Max(st.gaps)*3/2)
+	return max(MinHeartbeatFloor, slices.Max(st.lease.gaps)*3/2)
 }
 
 // Measured is how many nodes have a measured renewal cadence, so that heartbeat
@@ -43,7 +43,7 @@ func (d *Detector) Measured() int {
 	defer d.mu.Unlock()
 	n := 0
 	for _, st := range d.nodes {
-		if len(st.gaps) > 0 {
+		if len(st.lease.gaps) > 0 {
 			n++
 		}
 	}
@@ -59,7 +59,7 @@ func (d *Detector) ObserveAgent(node string, since time.Time, gone bool) {
 	if !gone {
 		since = time.Time{}
 	}
-	st.agentGone = since
+	st.heartbeat.agentGone = since
 }
 
 // ObserveKubeletProbe records a probe of node's kubelet begun at started, and whether
@@ -68,12 +68,12 @@ func (d *Detector) ObserveKubeletProbe(node string, started time.Time, answered 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st := d.state(node)
-	if started.Before(st.probed) {
+	if started.Before(st.heartbeat.probed) {
 		return // an older probe that finished late
 	}
-	st.probed, st.answered = started, answered
+	st.heartbeat.probed, st.heartbeat.answered = started, answered
 	if answered {
-		st.kubeletAnswered = started
+		st.heartbeat.kubeletAnswered = started
 	}
 }
 
@@ -88,11 +88,11 @@ func (d *Detector) ObserveKubeletCheck(node string, started time.Time, answered 
 	defer d.mu.Unlock()
 	st := d.state(node)
 	switch {
-	case answered && started.After(st.kubeletAnswered):
-		st.kubeletAnswered = started
-	case !answered && st.agentGone.IsZero() && started.After(st.kubeletAnswered):
-		discounted = !st.kubeletAnswered.IsZero()
-		st.kubeletAnswered = time.Time{}
+	case answered && started.After(st.heartbeat.kubeletAnswered):
+		st.heartbeat.kubeletAnswered = started
+	case !answered && st.heartbeat.agentGone.IsZero() && started.After(st.heartbeat.kubeletAnswered):
+		discounted = !st.heartbeat.kubeletAnswered.IsZero()
+		st.heartbeat.kubeletAnswered = time.Time{}
 	}
 	return discounted
 }
@@ -102,22 +102,22 @@ func (d *Detector) ObserveKubeletCheck(node string, started time.Time, answered 
 func (d *Detector) KubeletAnswered(node string) time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.state(node).kubeletAnswered
+	return d.state(node).heartbeat.kubeletAnswered
 }
 
 // heartbeatFrom is when a kubelet probe must have begun to count: after the agent went
 // and after the last renewal seen.
 func heartbeatFrom(st *nodeState) time.Time {
-	if st.observedAt.After(st.agentGone) {
-		return st.observedAt
+	if st.lease.observedAt.After(st.heartbeat.agentGone) {
+		return st.lease.observedAt
 	}
-	return st.agentGone
+	return st.heartbeat.agentGone
 }
 
 // needsProbe says whether the heartbeat evidence waits on a kubelet probe.
 func (d *Detector) needsProbe(st *nodeState, now time.Time) bool {
-	if !d.th.Heartbeats || st.agentGone.IsZero() || st.observedAt.IsZero() || heartbeatFloor(st) == 0 || st.kubeletAnswered.IsZero() {
+	if !d.th.Heartbeats || st.heartbeat.agentGone.IsZero() || st.lease.observedAt.IsZero() || heartbeatFloor(st) == 0 || st.heartbeat.kubeletAnswered.IsZero() {
 		return false
 	}
-	return st.probed.Before(heartbeatFrom(st)) || now.Sub(st.probed) >= KubeletReprobe
+	return st.heartbeat.probed.Before(heartbeatFrom(st)) || now.Sub(st.heartbeat.probed) >= KubeletReprobe
 }

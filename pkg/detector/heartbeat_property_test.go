@@ -102,7 +102,7 @@ func (c hbCase) check(rng *rand.Rand) string {
 		}
 		for range 4 {
 			at := lastSeen + time.Duration(rng.Int64N(int64(seen-lastSeen)+1))
-			if obs := look(at); obs.Undamped == detector.Unhealthy {
+			if obs := look(at); obs.Damping.Undamped == detector.Unhealthy {
 				return fmt.Sprintf("live kubelet judged Unhealthy at +%s: %s", at, obs.Evidence)
 			}
 		}
@@ -119,7 +119,7 @@ func (c hbCase) check(rng *rand.Rand) string {
 		at := from + time.Duration(step)*c.cadence/20
 		obs := look(at)
 		agentHere := c.goneAt < 0 || at < c.goneAt
-		if obs.Undamped == detector.Unhealthy && obs.Reason == detector.ReasonHeartbeatLost {
+		if obs.Damping.Undamped == detector.Unhealthy && obs.Reason == detector.ReasonHeartbeatLost {
 			if agentHere || c.probes != "fail" {
 				return fmt.Sprintf("HeartbeatLost at +%s with the agent present, the kubelet answering or never heard: %s", at, obs.Evidence)
 			}
@@ -129,7 +129,7 @@ func (c hbCase) check(rng *rand.Rand) string {
 		}
 		if !agentHere && c.probes == "fail" {
 			deadline := max(from+d.HeartbeatFloor("n"), c.goneAt) + c.cadence/20
-			if at >= deadline && obs.Undamped != detector.Unhealthy {
+			if at >= deadline && obs.Damping.Undamped != detector.Unhealthy {
 				return fmt.Sprintf("dead kubelet with its agent gone not Unhealthy at +%s (deadline +%s): %s", at, deadline, obs.Evidence)
 			}
 		}

@@ -18,7 +18,7 @@ const ReasonNodeReachable = "NodeReachable"
 // Unreachable reports whether the observation means the node's pods are cut off: it is
 // unhealthy, flapping while its evidence says unhealthy, or deleted.
 func (o Observation) Unreachable() bool {
-	return o.Undamped == Unhealthy || o.Health == Deleted
+	return o.Damping.Undamped == Unhealthy || o.Health == Deleted
 }
 
 // PodCondition is the NodeUnreachable condition for the pods of the observed node at

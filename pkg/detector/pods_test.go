@@ -77,11 +77,11 @@ func TestPodCondition(t *testing.T) {
 		status corev1.ConditionStatus
 		reason string
 	}{
-		"unhealthy":                  {obs: Observation{Node: "n1", Health: Unhealthy, Undamped: Unhealthy, Reason: ReasonLeaseStale, Since: since}, status: corev1.ConditionTrue, reason: ReasonLeaseStale},
-		"flapping and dead":          {obs: Observation{Node: "n1", Health: Flapping, Undamped: Unhealthy, Reason: ReasonFlapping, Since: since}, status: corev1.ConditionTrue, reason: ReasonFlapping},
-		"flapping, up at the moment": {obs: Observation{Node: "n1", Health: Flapping, Undamped: Healthy, Reason: ReasonFlapping}, status: corev1.ConditionFalse, reason: ReasonNodeReachable},
-		"deleted":                    {obs: Observation{Node: "n1", Health: Deleted, Undamped: Deleted, Reason: ReasonNodeDeleted, Since: since}, status: corev1.ConditionTrue, reason: ReasonNodeDeleted},
-		"suspect":                    {obs: Observation{Node: "n1", Health: Suspect, Undamped: Suspect, Reason: ReasonLeaseStale}, status: corev1.ConditionFalse, reason: ReasonNodeReachable},
+		"unhealthy":                  {obs: Observation{Node: "n1", Health: Unhealthy, Damping: Damping{Undamped: Unhealthy}, Reason: ReasonLeaseStale, Since: since}, status: corev1.ConditionTrue, reason: ReasonLeaseStale},
+		"flapping and dead":          {obs: Observation{Node: "n1", Health: Flapping, Damping: Damping{Undamped: Unhealthy}, Reason: ReasonFlapping, Since: since}, status: corev1.ConditionTrue, reason: ReasonFlapping},
+		"flapping, up at the moment": {obs: Observation{Node: "n1", Health: Flapping, Damping: Damping{Undamped: Healthy}, Reason: ReasonFlapping}, status: corev1.ConditionFalse, reason: ReasonNodeReachable},
+		"deleted":                    {obs: Observation{Node: "n1", Health: Deleted, Damping: Damping{Undamped: Deleted}, Reason: ReasonNodeDeleted, Since: since}, status: corev1.ConditionTrue, reason: ReasonNodeDeleted},
+		"suspect":                    {obs: Observation{Node: "n1", Health: Suspect, Damping: Damping{Undamped: Suspect}, Reason: ReasonLeaseStale}, status: corev1.ConditionFalse, reason: ReasonNodeReachable},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -95,9 +95,9 @@ func TestPodCondition(t *testing.T) {
 
 func TestSetPodCondition(t *testing.T) {
 	ready := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
-	down := PodCondition(Observation{Node: "n1", Health: Unhealthy, Undamped: Unhealthy, Reason: ReasonLeaseStale, Since: t0}, t0)
-	later := PodCondition(Observation{Node: "n1", Health: Unhealthy, Undamped: Unhealthy, Reason: ReasonLeaseStale, Since: t0}, t0.Add(time.Minute))
-	up := PodCondition(Observation{Node: "n1", Health: Healthy, Undamped: Healthy}, t0.Add(2*time.Minute))
+	down := PodCondition(Observation{Node: "n1", Health: Unhealthy, Damping: Damping{Undamped: Unhealthy}, Reason: ReasonLeaseStale, Since: t0}, t0)
+	later := PodCondition(Observation{Node: "n1", Health: Unhealthy, Damping: Damping{Undamped: Unhealthy}, Reason: ReasonLeaseStale, Since: t0}, t0.Add(time.Minute))
+	up := PodCondition(Observation{Node: "n1", Health: Healthy, Damping: Damping{Undamped: Healthy}}, t0.Add(2*time.Minute))
 
 	conds, changed := SetPodCondition([]corev1.PodCondition{ready}, up)
 	if changed || len(conds) != 1 {

@@ -139,7 +139,7 @@ func TestDetectorOnRealAPIServer(t *testing.T) {
 		if w.everUnhealthy("blip") {
 			t.Errorf("blip was assessed unhealthy during a short outage")
 		}
-		if !obs.BootIDChanged || obs.PreviousBootID == "" {
+		if !obs.Reboot.Recent || obs.Reboot.PreviousBootID == "" {
 			// The restart posts the new boot ID; the lease may come back first.
 			obs = w.untilRebooted(t, "blip")
 		}
@@ -157,9 +157,9 @@ func TestDetectorOnRealAPIServer(t *testing.T) {
 			}
 		}
 		obs := w.until(t, "flappy", 30*time.Second, detector.Flapping)
-		if obs.Reason != detector.ReasonFlapping || obs.Flaps != e2eThresholds.FlapThreshold ||
+		if obs.Reason != detector.ReasonFlapping || obs.Damping.Flaps != e2eThresholds.FlapThreshold ||
 			!strings.Contains(obs.Evidence, "recovered 3 times") {
-			t.Errorf("flapping observation: reason %s, flaps %d, evidence %q", obs.Reason, obs.Flaps, obs.Evidence)
+			t.Errorf("flapping observation: reason %s, flaps %d, evidence %q", obs.Reason, obs.Damping.Flaps, obs.Evidence)
 		}
 		if w.everUnhealthy("flappy") {
 			t.Errorf("flappy was assessed unhealthy")
@@ -170,13 +170,13 @@ func TestDetectorOnRealAPIServer(t *testing.T) {
 		eventually(t, 30*time.Second, "flappy's evidence says unhealthy", func() (bool, error) {
 			var err error
 			obs, err = w.assess("flappy")
-			return obs.Health == detector.Flapping && obs.Undamped == detector.Unhealthy, err
+			return obs.Health == detector.Flapping && obs.Damping.Undamped == detector.Unhealthy, err
 		})
 		t.Logf("flappy: %s", obs.Evidence)
 	})
 
-	if obs, _ := w.assess("steady"); obs.Health != detector.Healthy || obs.Flaps != 0 {
-		t.Errorf("steady: %s, %d flaps: %s", obs.Health, obs.Flaps, obs.Evidence)
+	if obs, _ := w.assess("steady"); obs.Health != detector.Healthy || obs.Damping.Flaps != 0 {
+		t.Errorf("steady: %s, %d flaps: %s", obs.Health, obs.Damping.Flaps, obs.Evidence)
 	}
 }
 
@@ -186,7 +186,7 @@ func (w *watchedDetector) untilRebooted(t *testing.T, node string) detector.Obse
 	eventually(t, 30*time.Second, node+" reboot recorded", func() (bool, error) {
 		var err error
 		obs, err = w.assess(node)
-		return obs.BootIDChanged && obs.PreviousBootID != "", err
+		return obs.Reboot.Recent && obs.Reboot.PreviousBootID != "", err
 	})
 	return obs
 }
