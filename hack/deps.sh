@@ -94,6 +94,9 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
   $sudo apt-get update -qq >"$KF_PROGRESS/apt.log" 2>&1
 fi
 "$root/hack/controlplane.sh"
+# The oldest Kubernetes the chart admits (its kubeVersion), for the real-node test that
+# runs on it (test/realnode: OldestKubeVersion); etcd is the one above.
+KUBE_VERSION=v1.31.13 STAGING_VERSION=v0.31.13 "$root/hack/controlplane.sh" kube-apiserver kube-controller-manager kube-scheduler kubelet
 export GOWORK=off
 cache=$root/.cache
 # helm, as a user installs the chart (test/realnode); built from the Helm version that

@@ -52,7 +52,20 @@ type Options struct {
 	// every quarter of it) and StatusUpdate their nodeStatusUpdateFrequency; zero means
 	// the kubelet's defaults, KubeletLeaseDuration and KubeletStatusUpdate.
 	LeaseDuration, StatusUpdate time.Duration
+	// KubeVersion is the Kubernetes release of the control plane and the kubelets, built
+	// by hack/controlplane.sh into .cache/controlplane/<version>/bin; empty means
+	// sim.KubeVersion. etcd is always sim.KubeVersion's.
+	KubeVersion string
+	// BMCOffDelay makes the named nodes' BMCs slow: each acknowledges a power off at once
+	// and cuts the power that long after (bmc.IPMIOptions.OffDelay).
+	BMCOffDelay map[string]time.Duration
 }
+
+// OldestKubeVersion is the oldest Kubernetes release the chart admits (its kubeVersion),
+// which hack/deps.sh builds and a real-node test runs on: v1.31.13, since the module
+// proxy serves no v0.31.14 of k8s.io/kube-scheduler, k8s.io/endpointslice or
+// k8s.io/kube-controller-manager.
+const OldestKubeVersion = "v1.31.13"
 
 // The kubelet's defaults for Options.LeaseDuration and Options.StatusUpdate.
 const (
@@ -139,9 +152,14 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	kubelet := filepath.Join(root, ".cache", "controlplane", sim.KubeVersion, "bin", "kubelet")
+	version := opts.KubeVersion
+	if version == "" {
+		version = sim.KubeVersion
+	}
+	binDir := filepath.Join(root, ".cache", "controlplane", version, "bin")
+	kubelet := filepath.Join(binDir, "kubelet")
 	if _, err := os.Stat(kubelet); err != nil {
-		return fmt.Errorf("%s: %w: run hack/controlplane.sh (or make deps)", kubelet, err)
+		return fmt.Errorf("%s: %w: run KUBE_VERSION=%s hack/controlplane.sh (or make deps)", kubelet, err, version)
 	}
 	if c.bridge, err = newBridge(ctx, bridgeName); err != nil {
 		return err
@@ -162,6 +180,8 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	}
 	c.Cluster, err = sim.Start(ctx, sim.Options{
 		Dir:           filepath.Join(opts.Dir, "controlplane"),
+		BinDir:        binDir,
+		EtcdBin:       filepath.Join(root, ".cache", "controlplane", sim.KubeVersion, "bin", "etcd"),
 		Address:       bridgeIP,
 		NodeTokens:    names,
 		Authorization: "Node,RBAC",
@@ -211,7 +231,8 @@ func (c *Cluster) startNodes(ctx context.Context, opts Options, names []string, 
 			return err
 		}
 		b, err := bmc.StartIPMI(ctx, bmc.IPMIOptions{Dir: filepath.Join(opts.Dir, "bmc", name),
-			Address: bridgeIP, PoweredOn: true, OffHook: hook, GUID: bmc.HostGUID()}) // the kubelets report the host's
+			Address: bridgeIP, PoweredOn: true, OffHook: hook, GUID: bmc.HostGUID(), // the kubelets report the host's
+			OffDelay: opts.BMCOffDelay[name]})
 		if err != nil {
 			return err
 		}

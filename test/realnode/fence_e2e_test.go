@@ -307,9 +307,20 @@ func otherThan(c *Cluster, node string) string {
 	return ""
 }
 
-// fenceRound moves web-0 to target, kills (or freezes) target and checks what happened;
-// it returns the round's NodeFence.
+// fenceRound moves web-0 to target, kills (or freezes) target and checks what happened,
+// then powers target on and waits for its incident to be Recovered; it returns the
+// round's NodeFence.
 func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target, strategy string, hang bool) string {
+	t.Helper()
+	nf, oldBoot := fenceAndRelease(t, ctx, c, target, strategy, hang)
+	powerOnAndRecover(t, ctx, c, target, nf, oldBoot)
+	return nf
+}
+
+// fenceAndRelease is fenceRound up to the release: target is left off, its incident
+// Remediated. It returns the NodeFence and target's boot before it died.
+func fenceAndRelease(t *testing.T, ctx context.Context, c *Cluster, target, strategy string, hang bool) (string, string) {
+	t.Helper()
 	if err := c.MovePod(ctx, "web", target); err != nil {
 		t.Fatal(err)
 	}
@@ -334,17 +345,22 @@ func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target, strategy 
 	if step := remediatedStep(nf); !strings.HasPrefix(step, "strategy "+strategy+":") {
 		t.Fatalf("NodeFence %s remediated with %q, want strategy %s", nf.GetName(), step, strategy)
 	}
+	t.Logf("%s released %s after the failure", target, since(f.Began, time.Now()))
+	return nf.GetName(), oldBoot
+}
 
-	// The operator powers the node on again, as its BMC's owner would.
+// powerOnAndRecover powers target on, as its BMC's owner would, and waits for its
+// incident nf to be Recovered and a pod to run on it again.
+func powerOnAndRecover(t *testing.T, ctx context.Context, c *Cluster, target, nf, oldBoot string) {
+	t.Helper()
 	if err := c.PowerOn(ctx, target, oldBoot); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s released %s after the failure", target, since(f.Began, time.Now()))
-	waitFor(t, ctx, "NodeFence "+nf.GetName()+" Recovered", func() (bool, error) {
+	waitFor(t, ctx, "NodeFence "+nf+" Recovered", func() (bool, error) {
 		nfs, err := c.NodeFences(ctx, target)
-		return err == nil && len(nfs) > 0 && nfs[len(nfs)-1].GetName() == nf.GetName() && phaseOf(nfs[len(nfs)-1]) == "Recovered", err
+		return err == nil && len(nfs) > 0 && nfs[len(nfs)-1].GetName() == nf && phaseOf(nfs[len(nfs)-1]) == "Recovered", err
 	})
-	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "back-" + nf.GetName(), Namespace: "default"},
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "back-" + nf, Namespace: "default"},
 		Spec: corev1.PodSpec{NodeName: target, TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Containers: []corev1.Container{{Name: "app", Image: BusyboxImage, Command: []string{"/bin/sh", "-c", "sleep 3600"}}}}}
 	if _, err := c.Client.CoreV1().Pods("default").Create(ctx, probe, metav1.CreateOptions{}); err != nil {
@@ -353,7 +369,6 @@ func fenceRound(t *testing.T, ctx context.Context, c *Cluster, target, strategy 
 	waitFor(t, ctx, "a pod running on "+target+" again", func() (bool, error) {
 		return c.RunningPod(ctx, "default", probe.Name) != nil, nil
 	})
-	return nf.GetName()
 }
 
 // remediatedStep is the message of the NodeFence's Remediated timeline step.
