@@ -28,6 +28,10 @@ func main() {
 	f := o.AddFlags(flag.CommandLine)
 	logging := logsapi.NewLoggingConfiguration()
 	logsapi.AddGoFlags(logging, flag.CommandLine)
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), app.Usage)
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	if err := logsapi.ValidateAndApply(logging, nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)

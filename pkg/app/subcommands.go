@@ -7,9 +7,13 @@ import (
 	"io"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
+	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
 )
 
@@ -36,8 +40,46 @@ func RunExplain(ctx context.Context, o AppOptions, node string, w io.Writer) err
 	if err != nil {
 		return fmt.Errorf("fencing client: %w", err)
 	}
-	return oncall.Explainer{Config: cfg, Kube: kube, Fencing: fencing, Now: time.Now, PauseConfigMap: o.PauseConfigMap}.Explain(ctx, node, w)
+	e := oncall.Explainer{Config: cfg, Kube: kube, Fencing: fencing, Now: time.Now, PauseConfigMap: o.PauseConfigMap}
+	if e.Maintenance, err = readMaintenance(ctx, rc, kube); err != nil {
+		// Explain still says what the rest of the cluster makes of the node, and says
+		// what it could not read.
+		fmt.Fprintf(w, "warning:   %v; the Machines and NodeMaintenances that may hold the node are not read here\n", err)
+	}
+	return e.Explain(ctx, node, w)
 }
+
+// explainReadTimeout bounds explain's read of the Machines and NodeMaintenances: a list
+// that RBAC forbids never syncs.
+const explainReadTimeout = 30 * time.Second
+
+// readMaintenance reads the Machines and NodeMaintenances that name nodes, as the
+// controller's maintenance.Reader follows them.
+func readMaintenance(ctx context.Context, rc *rest.Config, kube kubernetes.Interface) (nodeview.Maintenance, error) {
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, explainReadTimeout)
+	defer cancel()
+	r, err := maintenance.Read(ctx, kube.Discovery(), dyn)
+	if err != nil {
+		return nil, fmt.Errorf("maintenance objects: %w", err)
+	}
+	return r, nil
+}
+
+// Usage is fence-controller's usage, its subcommands first; its flags follow it.
+const Usage = `usage:
+  fence-controller [flags]                     run the controller
+  fence-controller --validate-config [flags]   check the --config file without a cluster, and exit
+  fence-controller check [flags]               read every node's fence device once, as a table
+  fence-controller explain NODE [flags]        why NODE is or is not fenced, and what happens next
+  fence-controller uninstall-check [flags]     what an uninstall now would leave in place
+"fence-controller SUBCOMMAND -h" lists a subcommand's flags.
+
+flags:
+`
 
 // Subcommands are the names Subcommand runs.
 var Subcommands = []string{"check", "explain", "uninstall-check"}

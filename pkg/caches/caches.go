@@ -64,7 +64,7 @@ func New(client kubernetes.Interface, fencing versioned.Interface, dyn dynamic.I
 	kube := newKubeFactory(client, metav1.NamespaceAll, nil)
 	nodeLeases := newKubeFactory(client, detector.LeaseNamespace, nil)
 	identities := newKubeFactory(client, identityNS, func(o *metav1.ListOptions) {
-		o.LabelSelector = leader.IdentityLabel + "=true," + leader.ComponentLabel + "=controller"
+		o.LabelSelector = leader.ReplicaSelector
 	})
 	fencingF := newFencingFactory(fencing)
 	pauses := newKubeFactory(client, identityNS, func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + pauseName })

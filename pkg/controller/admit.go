@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -43,11 +43,7 @@ func (c *Controller) admit(pol *v1alpha1.Policy, pn policy.Node, cl policy.Clust
 	defer a.mu.Unlock()
 	delete(a.claims, incident)
 	fencing, starts := a.fencingFacts(c.store.Cached(), policy.RateWindow(pol.Budget), now)
-	for i := range cl.Nodes {
-		cl.Nodes[i].Fencing = fencing[cl.Nodes[i].Name]
-	}
-	cl.FenceStarts = starts
-	d := policy.Decide(pol, pn, cl, now)
+	d := nodeview.Decide(pol, pn, cl, fencing, starts, now)
 	if d.Verdict == policy.Fence && incident != "" {
 		a.claimLocked(incident, pn.Name, now)
 	}
@@ -73,18 +69,12 @@ func (a *admission) claimLocked(incident, node string, now time.Time) {
 // from the cached incidents and the claims; a claim the cache has caught up with ends
 // here. The caller holds a.mu.
 func (a *admission) fencingFacts(cached []*v1alpha1.NodeFence, window time.Duration, now time.Time) (map[string]bool, []time.Time) {
-	fencing := map[string]bool{}
-	var starts []time.Time
+	fencing, starts := nodeview.FencingFacts(cached, window, now)
 	for _, nf := range cached {
-		f := incidents.FactsOf(nf)
-		if f.Phase == v1alpha1.PhaseFencing {
-			fencing[nf.Spec.NodeName] = true
-		}
-		if !f.FenceStart.IsZero() && now.Sub(f.FenceStart) <= window {
-			starts = append(starts, f.FenceStart)
-		}
-		if _, ok := a.claims[nf.Name]; ok && f.Phase != "" && f.Phase != v1alpha1.PhasePending && f.Phase != v1alpha1.PhaseHeld {
-			delete(a.claims, nf.Name)
+		if _, ok := a.claims[nf.Name]; ok {
+			if p := nf.Status.Phase; p != "" && p != v1alpha1.PhasePending && p != v1alpha1.PhaseHeld {
+				delete(a.claims, nf.Name)
+			}
 		}
 	}
 	for _, cl := range a.claims {

@@ -11,7 +11,6 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
-	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
@@ -141,26 +140,11 @@ func (c *Controller) policyByName(name string) *v1alpha1.Policy {
 	return nil
 }
 
-// decision is policy's answer for a pending or held incident of node. A person's
-// request fences a node the detector does not (yet) find unhealthy; the budget still
-// applies to it, through admit, but not the maintenance hold (maintenance.Holds). A node
-// no policy selects now (relabelled since its incident opened) is viewed under the
-// incident's recorded policy, and whatever policy governs it, a live controller replica
-// on it holds its fence.
+// decision is policy's answer for a pending or held incident of node
+// (nodeview.Sources.Decision, which explain states too), admitted with this replica's
+// claims on the budget.
 func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1.Node, nf *v1alpha1.NodeFence, now time.Time) (policy.Decision, error) {
-	cl, err := c.cluster(pol, now)
-	if err != nil {
-		return policy.Decision{}, err
-	}
-	if pn.Name == "" {
-		pn, _ = c.view(pol, node, now)
-	}
-	pn.ControllerHere, pn.ControllerHereUntil = c.peers.replicas.On(node.Name, now)
-	pn.Unhealthy = true
-	if !maintenance.Holds(nf) {
-		pn.Maintenance = ""
-	}
-	return c.admit(pol, pn, cl, nf.Name, now), nil
+	return c.sources().Decision(pol, pn, node, nf, now, c.admit)
 }
 
 // startFencing moves the incident to Fencing at level 1 and fences.

@@ -49,13 +49,10 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	var pn policy.Node
 	var obs detector.Observation
-	c.peers.agents.ObserveAgent(name)
 	if pol != nil {
-		pn, obs = c.view(pol, node, now)
-		if obs.ProbeKubelet && c.peers.agents.ProbeKubelet(ctx, node, now) {
-			pn, obs = c.view(pol, node, now)
-		}
+		pn, obs = c.sources().Observe(ctx, pol, node, now)
 	} else {
+		c.peers.agents.ObserveAgent(name)
 		obs = c.detector.Assess(node, now)
 	}
 	if obs.Health == detector.Healthy {
@@ -227,37 +224,10 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 	return true, nil
 }
 
-// cluster is the policy's view of the nodes it governs: each node's health and open
-// incidents, as a decision about one of them surveys the others. It is read without a
-// lock; who is fencing is read again by admit. A node the detector finds fresh is healthy
-// whatever its thresholds (detector.Fresh), so only the others are assessed with their
-// pods: at 5,000 nodes most of a decision's cost is this pass.
+// cluster is the policy's view of the nodes it governs (nodeview.Sources.Cluster). It is
+// read without a lock; who is fencing is read again by admit.
 func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluster, error) {
-	nodes, err := c.caches.nodes.List(everything())
-	if err != nil {
-		return policy.Cluster{}, fmt.Errorf("list nodes: %w", err)
-	}
-	sel, err := policy.Selector(pol)
-	if err != nil {
-		return policy.Cluster{}, err
-	}
-	pausedBy := c.peers.pauses.Why()
-	cl := policy.Cluster{Paused: c.cfg.Paused || pausedBy != "", PausedBy: pausedBy, DryRun: c.cfg.DryRun, Nodes: make([]policy.Node, 0, len(nodes))}
-	pdbs, open := c.urgentPDBs(), c.store.OpenNodes()
-	for _, n := range nodes {
-		if !sel.Matches(labels.Set(n.Labels)) {
-			continue
-		}
-		var pn policy.Node
-		if c.detector.Fresh(n, now) {
-			pn = policy.NewNode(pol, n.Name, n.Labels)
-		} else {
-			pn, _ = c.health(pol, n, c.podsOn(n.Name), pdbs, now, true)
-		}
-		pn.Incident = open[n.Name]
-		cl.Nodes = append(cl.Nodes, pn)
-	}
-	return cl, nil
+	return c.sources().Cluster(pol, now)
 }
 
 // refreshUnhealthy sets kubefence_nodes_unhealthy from every node as it stands now (those

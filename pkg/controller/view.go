@@ -14,58 +14,26 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/detector"
-	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
 // podsOn returns the cached pods bound to a node.
 func (c *Controller) podsOn(node string) []*corev1.Pod { return caches.PodsOn(c.caches.pods, node) }
 
-// view is what policy and detector say of one node under policy pol at now: the node's
-// own thresholds shrink with its pods' forgiveness and PDB urgency (never below the
-// policy's minWait), so the observation is taken with them.
-func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (policy.Node, detector.Observation) {
-	pods := c.podsOn(n.Name)
-	pn, obs := c.health(pol, n, pods, c.urgentPDBs(), now, false)
-	pn.NothingToRelease = policy.NothingToRelease(pods, c.attachmentsOf(n.Name))
-	pn.ControllerHere, pn.ControllerHereUntil = c.peers.replicas.On(n.Name, now)
-	pn.TargetReadsOff = n.Annotations[v1alpha1.TargetReadsOffAnnotation]
-	pn.Maintenance = maintenance.Signal(n, pol.Maintenance.Cordoned, pn.NothingToRelease, c.peers.maintenance.Objects(n.Name))
-	pn.SilentSince = obs.Since
-	for _, f := range c.store.FactsForNode(n.Name) {
-		if f.Phase == v1alpha1.PhaseFencing {
-			pn.Fencing = true
-		}
-		if f.Phase.Open() {
-			pn.Incident = true
-			// The silence an open incident recorded outlasts this replica's clocks.
-			pn.SilentSince = maintenance.Earlier(pn.SilentSince, f.EvidenceStart)
-		}
-		// The cooldown follows a fence that held; a failed one is the Failed rule's
-		// (failedUnrecovered), not a fence.
-		if f.Verified && f.FenceStart.After(pn.LastFencedAt) {
-			pn.LastFencedAt = f.FenceStart
-		}
-	}
-	return pn, obs
+// sources are the loop's inputs to a node's view and a decision on it (pkg/nodeview,
+// which explain computes them with too): its caches and its peers.
+func (c *Controller) sources() nodeview.Sources {
+	return nodeview.Sources{Config: c.cfg, Detector: c.detector,
+		Nodes: func() ([]*corev1.Node, error) { return c.caches.nodes.List(everything()) },
+		Pods:  c.podsOn, UrgentPDBs: c.urgentPDBs, Attachments: c.attachmentsOf,
+		Incidents: c.store.Cached, IncidentsOf: c.store.FactsForNode, PausedBy: c.peers.pauses.Why,
+		Agents: c.peers.agents, Replicas: c.peers.replicas, Maintenance: c.peers.maintenance}
 }
 
-// health is the part of a node's view that a decision about another node surveys: its
-// labels and its health with its own thresholds. pdbs are urgentPDBs. A survey
-// (detector.SurveyWith) leaves the observation's evidence in words out.
-func (c *Controller) health(pol *v1alpha1.Policy, n *corev1.Node, pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget, now time.Time, survey bool) (policy.Node, detector.Observation) {
-	pn := policy.ForNode(pol, n, pods, pdbs)
-	det := c.cfg.Detection
-	assess := c.detector.AssessWith
-	if survey {
-		assess = c.detector.SurveyWith
-	}
-	obs := assess(n, now,
-		policy.Threshold(pol, pn, det.LeaseStaleAfter.Duration), policy.Threshold(pol, pn, det.NotReadyAfter.Duration))
-	pn.Unhealthy = obs.Health == detector.Unhealthy
-	pn.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping
-	pn.UnhealthyAt = obs.UnhealthyAt
-	return pn, obs
+// view is the node's view under policy pol at now (nodeview.Sources.View).
+func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (policy.Node, detector.Observation) {
+	return c.sources().View(pol, n, now)
 }
 
 // urgentPDBs are the cached PodDisruptionBudgets that allow no disruption now.

@@ -3,7 +3,6 @@ package incidents
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -300,18 +299,39 @@ func (s *Store) Open(node string) (*v1alpha1.NodeFence, error) {
 	if err != nil {
 		return nil, fmt.Errorf("incidents of node %s: %w", node, err)
 	}
-	var open []*v1alpha1.NodeFence
-	for _, nf := range all {
-		if nf.Status.Phase.Open() {
-			open = append(open, nf)
-		}
-	}
-	if len(open) == 0 {
+	oldest := OldestOpen(all)
+	if oldest == nil {
 		return nil, nil
 	}
-	sort.Slice(open, func(i, j int) bool { return open[i].CreationTimestamp.Before(&open[j].CreationTimestamp) })
-	if len(open) > 1 {
-		klog.ErrorS(nil, "Several open incidents for one node; driving the oldest", "node", node, "incidents", len(open))
+	if open := countOpen(all); open > 1 {
+		klog.ErrorS(nil, "Several open incidents for one node; driving the oldest", "node", node, "incidents", open)
 	}
-	return open[0], nil
+	return oldest, nil
+}
+
+// OldestOpen is the oldest open incident of one node's nfs, the one the loop drives
+// (and explain says it decides on): the first created, of two created in the same second
+// the first by name. nil when none is open.
+func OldestOpen(nfs []*v1alpha1.NodeFence) *v1alpha1.NodeFence {
+	var oldest *v1alpha1.NodeFence
+	for _, nf := range nfs {
+		if !nf.Status.Phase.Open() {
+			continue
+		}
+		if oldest == nil || nf.CreationTimestamp.Before(&oldest.CreationTimestamp) ||
+			(nf.CreationTimestamp.Equal(&oldest.CreationTimestamp) && nf.Name < oldest.Name) {
+			oldest = nf
+		}
+	}
+	return oldest
+}
+
+func countOpen(nfs []*v1alpha1.NodeFence) int {
+	n := 0
+	for _, nf := range nfs {
+		if nf.Status.Phase.Open() {
+			n++
+		}
+	}
+	return n
 }

@@ -32,6 +32,11 @@ type replicaSeen struct {
 	at time.Time
 }
 
+// ReplicaSelector selects the controller replicas' identity Leases, in the namespace of
+// the leader election: what Replicas follows, in the incident loop's cache and in
+// explain's read alike.
+const ReplicaSelector = IdentityLabel + "=true," + ComponentLabel + "=controller"
+
 // replicaWindowRenewals is how many identity renewal intervals a replica may miss before
 // its node no longer counts as hosting a live replica.
 const replicaWindowRenewals = 3

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
@@ -70,6 +71,27 @@ func New(disc Discovery, factory dynamicinformer.DynamicSharedInformerFactory) (
 	}
 	if _, err := r.followServed(); err != nil {
 		return nil, err
+	}
+	return r, nil
+}
+
+// Read is a Reader of what the API server holds now, for a one-shot command (explain):
+// the informers the controller's Reader runs, on a factory of their own, synced before it
+// returns and then stopped; the Reader keeps what they hold. It fails when ctx ends
+// first (a list that RBAC forbids never syncs).
+func Read(ctx context.Context, disc Discovery, client dynamic.Interface) (*Reader, error) {
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	r, err := New(disc, factory)
+	if err != nil {
+		return nil, err
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	for gvr, synced := range factory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			return nil, fmt.Errorf("read %s: %w", gvr.Resource, context.Cause(ctx))
+		}
 	}
 	return r, nil
 }

@@ -197,3 +197,20 @@ func (l *lateDiscovery) ServerResourcesForGroupVersion(gv string) (*metav1.APIRe
 	defer l.mu.Unlock()
 	return l.d.ServerResourcesForGroupVersion(gv)
 }
+
+// TestRead: a one-shot Reader holds what the API server held when it was read.
+func TestRead(t *testing.T) {
+	machines := machineVersions[0]
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{machines: "MachineList"},
+		object(machines, "Machine", "capi", "m-1", true, machineNodePath, "node-1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := Read(ctx, discovery{"cluster.x-k8s.io/v1beta2": {"machines"}}, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Objects("node-1"); got != (Objects{DeletingMachine: "capi/m-1"}) {
+		t.Errorf("Objects(node-1) = %+v, want the Machine being deleted", got)
+	}
+}

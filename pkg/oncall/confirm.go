@@ -3,7 +3,6 @@ package oncall
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -24,12 +23,12 @@ const DefaultIdentityRenewInterval = 5 * time.Second
 // confirmOff says what a person's confirm-off on nf would do now, answered as the leader
 // answers one (Decide), on the signs of the node's life explain can read (signs); "" when
 // a confirm-off would not move nf.
-func (e Explainer) confirmOff(ctx context.Context, nf *v1alpha1.NodeFence, obs detector.Observation, now time.Time) string {
+func (e Explainer) confirmOff(ctx context.Context, nf *v1alpha1.NodeFence, obs detector.Observation, replicas *leader.Replicas, now time.Time) string {
 	w := Word{Kind: ConfirmOff, By: "you", Reason: "the node is off"}
 	if Decide(nf, w, Facts{}).Act != ActRead {
 		return ""
 	}
-	signs, err := e.signs(ctx, nf.Spec.NodeName, obs, now)
+	signs, err := e.signs(ctx, nf.Spec.NodeName, obs, replicas, now)
 	if err != nil {
 		return fmt.Sprintf("whether a confirm-off would be taken is unknown: %v", err)
 	}
@@ -41,39 +40,26 @@ func (e Explainer) confirmOff(ctx context.Context, nf *v1alpha1.NodeFence, obs d
 }
 
 // signs gathers the signs of node's life explain can read: its Lease as explain's
-// detector judges it (obs), and the replicas' identity Leases and its agent's report
-// Lease (both labelled with the node), each seen at its renewTime, on its writer's
-// clock, as explain's detector sees the kubelets' Leases.
-func (e Explainer) signs(ctx context.Context, node string, obs detector.Observation, now time.Time) (life.Signs, error) {
+// detector judges it (obs), the replicas' identity Leases (replicas, as Explain read
+// them) and its agent's report Lease (labelled with the node), seen at its renewTime, on
+// its writer's clock, as explain's detector sees the kubelets' Leases.
+func (e Explainer) signs(ctx context.Context, node string, obs detector.Observation, replicas *leader.Replicas, now time.Time) (life.Signs, error) {
 	l := life.Signs{At: now}
 	if obs.Health != detector.Unhealthy {
 		l.Kubelet = "its Lease shows it " + string(obs.Health) + ": " + obs.Evidence
 	}
-	every := e.IdentityRenewInterval
-	if every <= 0 {
-		every = DefaultIdentityRenewInterval
-	}
-	replicas := leader.NewReplicas("", every)
 	wd := e.Config.Watchdog
 	sel := metav1.ListOptions{LabelSelector: v1alpha1.NodeLabel + "=" + v1alpha1.LabelValue(node)}
-	for _, ns := range slices.Compact([]string{e.Config.LeaderElection.Namespace, wd.Namespace}) {
-		leases, err := e.Kube.CoordinationV1().Leases(ns).List(ctx, sel)
-		if err != nil {
-			return l, fmt.Errorf("list the Leases of node %s in %s: %w", node, ns, err)
-		}
-		for i := range leases.Items {
-			lease := &leases.Items[i]
-			switch {
-			case lease.Spec.RenewTime == nil:
-			case lease.Labels[leader.IdentityLabel] == "true":
-				if lease.Labels[leader.ComponentLabel] == "controller" {
-					replicas.Observe(lease, lease.Spec.RenewTime.Time)
-				}
-			case ns == wd.Namespace && ptr.Deref(lease.Spec.HolderIdentity, "") == node:
-				// A node agent's report Lease: the agent holds it in its node's name.
-				if s := life.ReportSeen(lease, lease.Spec.RenewTime.Time, wd.ReportMaxAge.Duration); s.At.After(l.Agent.At) {
-					l.Agent = s
-				}
+	leases, err := e.Kube.CoordinationV1().Leases(wd.Namespace).List(ctx, sel)
+	if err != nil {
+		return l, fmt.Errorf("list the Leases of node %s in %s: %w", node, wd.Namespace, err)
+	}
+	for i := range leases.Items {
+		lease := &leases.Items[i]
+		// A node agent's report Lease: the agent holds it in its node's name.
+		if lease.Spec.RenewTime != nil && lease.Labels[leader.IdentityLabel] != "true" && ptr.Deref(lease.Spec.HolderIdentity, "") == node {
+			if s := life.ReportSeen(lease, lease.Spec.RenewTime.Time, wd.ReportMaxAge.Duration); s.At.After(l.Agent.At) {
+				l.Agent = s
 			}
 		}
 	}

@@ -11,24 +11,27 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
 // Explainer answers "why is node X (not) fenced, and what happens next" from what the
 // cluster holds: the leader's record (the node's incident: its evidence, the rule that
-// holds it, its timeline) and a decision taken now by the same code the leader runs
-// (pkg/detector for the evidence and threshold, pkg/policy for the rule). The detector
-// here has watched nothing: it takes each Lease as seen at its renewTime, on the
-// kubelet's clock, where the leader counts from when it saw the renewal. What the leader
-// recorded is authoritative; the decision now says what the rules make of the cluster
-// as it stands.
+// holds it, its timeline) and the decision the leader would take now, computed by the
+// very code the leader runs (pkg/nodeview) on the same kinds of input: the node's
+// workloads, its health, what says it is under maintenance, a controller replica on it,
+// the pause requests, the budget and the incidents. The detector here has watched
+// nothing: it takes each Lease as seen at its renewTime, on the kubelet's clock, where
+// the leader counts from when it saw the renewal, and it has measured no renewal cadence,
+// so heartbeat evidence (HeartbeatLost) never speaks here. What the leader recorded is
+// authoritative; the decision now says what the rules make of the cluster as it stands.
 type Explainer struct {
 	Config  *v1alpha1.Config
 	Kube    kubernetes.Interface
@@ -40,16 +43,24 @@ type Explainer struct {
 	// IdentityRenewInterval is how often the replicas renew their identity Leases (the
 	// controller's --identity-renew-interval); zero: DefaultIdentityRenewInterval.
 	IdentityRenewInterval time.Duration
+	// Maintenance finds the Machines and NodeMaintenances that name a node, as the
+	// loop's does (a maintenance.Reader, filled by maintenance.Read); nil reads only what
+	// the Node says.
+	Maintenance nodeview.Maintenance
+	// Agents, when set, passes the node agents' verdicts to explain's detector, as the
+	// loop's watch passes its seat's to the loop's; nil: none (a one-shot command has no
+	// seat among the agents' peers).
+	Agents func(*detector.Detector) nodeview.Agents
 }
 
 // cluster is what Explain reads once.
 type cluster struct {
-	nodes       []corev1.Node
+	nodes       []*corev1.Node
 	leases      map[string]*coordinationv1.Lease
 	pods        map[string][]*corev1.Pod
 	pdbs        []*policyv1.PodDisruptionBudget
 	attachments map[string]int
-	incidents   []v1alpha1.NodeFence
+	incidents   []*v1alpha1.NodeFence
 	pausedBy    string
 }
 
@@ -74,32 +85,90 @@ func (e Explainer) Explain(ctx context.Context, node string, w io.Writer) error 
 		return p.err
 	}
 	p.line("node %s, policy %s", node, pol.Name)
-	det := detector.ForConfig(e.Config)
-	for _, l := range cl.leases {
-		if l.Spec.RenewTime != nil {
-			det.ObserveLease(l, l.Spec.RenewTime.Time)
-		}
+	replicas, err := e.replicas(ctx)
+	if err != nil {
+		return err
 	}
-	pn, obs := e.view(det, pol, n, cl, now)
+	src := e.sources(cl, replicas)
+	pn, obs := src.Observe(ctx, pol, n, now)
 	dt := e.Config.Detection
 	p.line("evidence:  %s (%s)", obs.Evidence, obs.Health)
 	p.line("threshold: Lease silent %s or Ready not True %s (detection %s / %s, shortened by the node's workloads; never below the evidence floor %s)",
 		policy.Threshold(pol, pn, dt.LeaseStaleAfter.Duration), policy.Threshold(pol, pn, dt.NotReadyAfter.Duration),
-		dt.LeaseStaleAfter.Duration, dt.NotReadyAfter.Duration, det.Floor(node))
+		dt.LeaseStaleAfter.Duration, dt.NotReadyAfter.Duration, src.Detector.Floor(node))
+	if e.Config.Heartbeats != nil && e.Agents == nil {
+		p.line("heartbeats: not read here (no seat among the node agents' peers, no renewal cadence measured); the leader may find a node whose agent is gone and whose kubelet does not answer unhealthy sooner")
+	}
 	if cl.pausedBy != "" {
 		p.line("paused:    %s", cl.pausedBy)
 	}
 	nf := current(cl.incidents, node)
 	if nf != nil {
 		p.incident(nf)
-		if confirm := e.confirmOff(ctx, nf, obs, now); confirm != "" {
+		if confirm := e.confirmOff(ctx, nf, obs, replicas, now); confirm != "" {
 			p.line("confirm:   %s", confirm)
 		}
 	}
-	d := e.decide(det, pol, pn, cl, now)
+	d, err := src.Decision(pol, pn, n, deciding(cl.incidents, node), now, src.Recorded)
+	if err != nil {
+		return fmt.Errorf("explain node %s: %w", node, err)
+	}
 	p.line("rule now:  %s %s: %s", d.Verdict, d.Reason, d.Message)
 	p.line("next:      %s", Next(nf, obs, d))
 	return p.err
+}
+
+// sources are what explain read, as the inputs of the loop's view and decision: a
+// detector that saw each node Lease at its renewTime, the replicas' identity Leases, the
+// pause requests and the incidents as the API server holds them.
+func (e Explainer) sources(cl cluster, replicas *leader.Replicas) nodeview.Sources {
+	det := detector.ForConfig(e.Config)
+	for _, l := range cl.leases {
+		if l.Spec.RenewTime != nil {
+			det.ObserveLease(l, l.Spec.RenewTime.Time)
+		}
+	}
+	s := nodeview.Sources{Config: e.Config, Detector: det,
+		Nodes:       func() ([]*corev1.Node, error) { return cl.nodes, nil },
+		Pods:        func(node string) []*corev1.Pod { return cl.pods[node] },
+		UrgentPDBs:  func() []*policyv1.PodDisruptionBudget { return cl.pdbs },
+		Attachments: func(node string) int { return cl.attachments[node] },
+		Incidents:   func() []*v1alpha1.NodeFence { return cl.incidents },
+		IncidentsOf: func(node string) []incidents.Facts {
+			var out []incidents.Facts
+			for _, nf := range cl.incidents {
+				if nf.Spec.NodeName == node {
+					out = append(out, incidents.FactsOf(nf))
+				}
+			}
+			return out
+		},
+		PausedBy: func() string { return cl.pausedBy },
+		Replicas: replicas, Maintenance: e.Maintenance}
+	if e.Agents != nil {
+		s.Agents = e.Agents(det)
+	}
+	return s
+}
+
+// replicas are the controller replicas whose identity Leases explain reads, each seen
+// at its renewTime, on its writer's clock, as the detector sees the kubelets' Leases.
+func (e Explainer) replicas(ctx context.Context) (*leader.Replicas, error) {
+	every := e.IdentityRenewInterval
+	if every <= 0 {
+		every = DefaultIdentityRenewInterval
+	}
+	r := leader.NewReplicas("", every)
+	leases, err := e.Kube.CoordinationV1().Leases(e.Config.LeaderElection.Namespace).List(ctx, metav1.ListOptions{LabelSelector: leader.ReplicaSelector})
+	if err != nil {
+		return nil, fmt.Errorf("list the replicas' identity Leases: %w", err)
+	}
+	for i := range leases.Items {
+		if l := &leases.Items[i]; l.Spec.RenewTime != nil {
+			r.Observe(l, l.Spec.RenewTime.Time)
+		}
+	}
+	return r, nil
 }
 
 // read lists what a decision surveys, once.
@@ -109,7 +178,9 @@ func (e Explainer) read(ctx context.Context) (cluster, error) {
 	if err != nil {
 		return cl, fmt.Errorf("list nodes: %w", err)
 	}
-	cl.nodes = nodes.Items
+	for i := range nodes.Items {
+		cl.nodes = append(cl.nodes, &nodes.Items[i])
+	}
 	leases, err := e.Kube.CoordinationV1().Leases(detector.LeaseNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return cl, fmt.Errorf("list node leases: %w", err)
@@ -145,7 +216,9 @@ func (e Explainer) read(ctx context.Context) (cluster, error) {
 	if err != nil {
 		return cl, fmt.Errorf("list nodefences: %w", err)
 	}
-	cl.incidents = nfs.Items
+	for i := range nfs.Items {
+		cl.incidents = append(cl.incidents, &nfs.Items[i])
+	}
 	requests := map[string]string{}
 	cm, err := e.Kube.CoreV1().ConfigMaps(e.Config.LeaderElection.Namespace).Get(ctx, e.PauseConfigMap, metav1.GetOptions{})
 	switch {
@@ -161,77 +234,37 @@ func (e Explainer) read(ctx context.Context) (cluster, error) {
 	return cl, nil
 }
 
-// view is the node as the incident loop's view sees it (pkg/controller view and
-// health): the policy's node with its workloads, judged by the detector with the
-// node's own thresholds, and the facts of its incidents.
-func (e Explainer) view(det *detector.Detector, pol *v1alpha1.Policy, n *corev1.Node, cl cluster, now time.Time) (policy.Node, detector.Observation) {
-	pods := cl.pods[n.Name]
-	pn := policy.ForNode(pol, n, pods, cl.pdbs)
-	dt := e.Config.Detection
-	obs := det.AssessWith(n, now, policy.Threshold(pol, pn, dt.LeaseStaleAfter.Duration), policy.Threshold(pol, pn, dt.NotReadyAfter.Duration))
-	pn.Unhealthy = obs.Health == detector.Unhealthy
-	pn.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping
-	pn.UnhealthyAt = obs.UnhealthyAt
-	pn.NothingToRelease = policy.NothingToRelease(pods, cl.attachments[n.Name])
-	pn.TargetReadsOff = n.Annotations[v1alpha1.TargetReadsOffAnnotation]
-	for i := range cl.incidents {
-		nf := &cl.incidents[i]
-		if nf.Spec.NodeName != n.Name {
-			continue
-		}
-		f := incidents.FactsOf(nf)
-		pn.Fencing = pn.Fencing || f.Phase == v1alpha1.PhaseFencing
-		pn.Incident = pn.Incident || f.Phase.Open()
-		if f.Verified && f.FenceStart.After(pn.LastFencedAt) {
-			pn.LastFencedAt = f.FenceStart
-		}
+// deciding is the incident of node the leader decides on (the oldest open one,
+// incidents.OldestOpen), or the controller's incident it would open.
+func deciding(all []*v1alpha1.NodeFence, node string) *v1alpha1.NodeFence {
+	if nf := incidents.OldestOpen(ofNode(all, node)); nf != nil {
+		return nf
 	}
-	return pn, obs
+	return &v1alpha1.NodeFence{Spec: v1alpha1.NodeFenceSpec{NodeName: node, RequestedBy: v1alpha1.RequestedByController}}
 }
 
-// decide is policy's verdict on the node now, as the loop asks it for an incident
-// (decision): the node taken as unhealthy, the other nodes of the policy surveyed.
-func (e Explainer) decide(det *detector.Detector, pol *v1alpha1.Policy, pn policy.Node, cl cluster, now time.Time) policy.Decision {
-	sel, err := policy.Selector(pol)
-	if err != nil {
-		return policy.Decision{Verdict: policy.Hold, Reason: "BadSelector", Message: err.Error()}
-	}
-	c := policy.Cluster{Paused: cl.pausedBy != "", PausedBy: cl.pausedBy, DryRun: e.Config.DryRun}
-	for i := range cl.nodes {
-		n := &cl.nodes[i]
-		if !sel.Matches(labels.Set(n.Labels)) {
-			continue
-		}
-		other, _ := e.view(det, pol, n, cl, now)
-		c.Nodes = append(c.Nodes, other)
-	}
-	for i := range cl.incidents {
-		if f := incidents.FactsOf(&cl.incidents[i]); !f.FenceStart.IsZero() && now.Sub(f.FenceStart) <= policy.RateWindow(pol.Budget) {
-			c.FenceStarts = append(c.FenceStarts, f.FenceStart)
+func ofNode(all []*v1alpha1.NodeFence, node string) []*v1alpha1.NodeFence {
+	var out []*v1alpha1.NodeFence
+	for _, nf := range all {
+		if nf.Spec.NodeName == node {
+			out = append(out, nf)
 		}
 	}
-	pn.Unhealthy = true
-	return policy.Decide(pol, pn, c, now)
+	return out
 }
 
 // current is the node's incident the leader drives (its oldest open one, as
 // incidents.Store.Open), or else its newest; nil when it has none.
-func current(all []v1alpha1.NodeFence, node string) *v1alpha1.NodeFence {
-	var open, newest *v1alpha1.NodeFence
-	for i := range all {
-		nf := &all[i]
-		if nf.Spec.NodeName != node {
-			continue
-		}
-		if nf.Status.Phase.Open() && (open == nil || nf.CreationTimestamp.Before(&open.CreationTimestamp)) {
-			open = nf
-		}
+func current(all []*v1alpha1.NodeFence, node string) *v1alpha1.NodeFence {
+	mine := ofNode(all, node)
+	if open := incidents.OldestOpen(mine); open != nil {
+		return open
+	}
+	var newest *v1alpha1.NodeFence
+	for _, nf := range mine {
 		if newest == nil || newest.CreationTimestamp.Before(&nf.CreationTimestamp) {
 			newest = nf
 		}
-	}
-	if open != nil {
-		return open
 	}
 	return newest
 }
