@@ -12,6 +12,10 @@ import (
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
+// The incident loop's maintenance hold: what the node's caches say is left to release,
+// the policy's hold and its window, and whose incidents it holds. What counts as a
+// maintenance signal is tested in pkg/maintenance (signal_test.go).
+
 // TestCordonedNodeHeldOnlyOnceDrained: a cordoned node that dies with nothing left to
 // release is held with reason Maintenance and no agent is called, until the maintenance
 // window has passed since its last renewal; then it is fenced. A cordoned node that still

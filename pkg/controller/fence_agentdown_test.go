@@ -12,6 +12,10 @@ import (
 	"github.com/kubefence/kubefence/pkg/leader"
 )
 
+// The incident loop's use of the remote agents' health (fence.go): a level whose agent is
+// known down is skipped, on the record. How the health is watched and each agent's Lease
+// kept is tested in pkg/agentcall (health_test.go).
+
 // remoteAgent is the agent of remoteConfig that runs in a datacenter, not as a plugin
 // binary next to the controller.
 const remoteAgent = "dc-redfish"
@@ -27,32 +31,20 @@ func remoteConfig() *v1alpha1.Config {
 	return cfg
 }
 
-// healthRound runs WatchRemoteAgents for one round in which the agents of down fail
-// their health check, and returns the agents it asked about. The check of the last
-// remote agent ends the context, and the loop looks at it only between rounds; the fake
-// API server does not look at it at all.
-func (f *fixture) healthRound(leases *leader.IdentityLeases, down map[string]error) []string {
+// healthRound runs one round of the remote agents' health watch in which the agents of
+// down fail their check. remoteConfig has one remote agent: its check ends the round's
+// context, which the watch looks at only between rounds (the fake API server not at all).
+func (f *fixture) healthRound(leases *leader.IdentityLeases, down map[string]error) {
 	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var remote, asked []string
-	for _, a := range f.c.cfg.Agents {
-		if a.Address != "" {
-			remote = append(remote, a.Name)
-		}
-	}
-	hc := healthFunc(func(_ context.Context, name string) error {
-		asked = append(asked, name)
-		if len(asked) == len(remote) {
-			cancel()
-		}
-		return down[name]
-	})
 	if f.c.peers.health == nil {
 		f.c.peers.health = &agentcall.Health{}
 	}
-	f.c.peers.health.WatchRemoteAgents(ctx, f.c.cfg, hc, leases, time.Hour)
-	return asked
+	f.c.peers.health.WatchRemoteAgents(ctx, f.c.cfg, healthFunc(func(_ context.Context, name string) error {
+		cancel()
+		return down[name]
+	}), leases, time.Hour)
 }
 
 // healthFunc is a HealthChecker made of a function.
