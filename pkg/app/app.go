@@ -34,15 +34,12 @@ const ExitDeposed = 2
 
 // AppOptions are the fence-controller command's flags.
 type AppOptions struct {
-	ConfigPath          string
-	Kubeconfig          string
-	ReadyOnlyWhenLeader bool
+	ConfigPath string
+	Kubeconfig string
 	// Serving says where and how health probes and metrics are served.
 	Serving ServingOptions
-	// IdentityLeaseDuration is how long a replica's identity Lease lives unrenewed before
-	// the leader collects it; IdentityRenewInterval how often each replica renews its own.
-	IdentityLeaseDuration time.Duration
-	IdentityRenewInterval time.Duration
+	// Identity is this replica's identity Lease: who runs where.
+	Identity IdentityOptions
 	// LeaderPod, when set, is this replica's own pod: it gets the leader.LeaderCondition.
 	LeaderPod *leader.PodRef
 	// PodUID is the UID of this replica's own pod (POD_UID from the downward API), with
@@ -53,19 +50,37 @@ type AppOptions struct {
 	Workers int
 	// PauseConfigMap names the ConfigMap of pause requests in the controller's namespace.
 	PauseConfigMap string
-	// NodeName is the node this replica runs on; see Options.NodeName.
-	NodeName string
 	// TargetInterval is how often the leader reads every fence device.
 	TargetInterval time.Duration
-	// QPS and Burst bound the client's requests to the API server; zero means
-	// DefaultQPS and DefaultBurst.
-	QPS   float32
-	Burst int
-	// HeartbeatBind and HeartbeatAdvertise, when set, replace heartbeats.bindAddress and
-	// heartbeats.advertiseAddress: each replica's own, where the configuration is shared.
-	HeartbeatBind, HeartbeatAdvertise string
+	// RateLimit bounds the client's requests to the API server.
+	RateLimit RateLimitOptions
+	// Heartbeats are this replica's own heartbeat addresses.
+	Heartbeats HeartbeatAddresses
 	// Start bounds the start (the caches' sync) and says where a failed one is reported.
 	Start StartOptions
+}
+
+// IdentityOptions say what this replica's identity Lease says and how long it lives.
+type IdentityOptions struct {
+	// NodeName is the node this replica runs on; see controller.LeaderOptions.NodeName.
+	NodeName string
+	// LeaseDuration is how long a replica's identity Lease lives unrenewed before the
+	// leader collects it; RenewInterval how often each replica renews its own.
+	LeaseDuration time.Duration
+	RenewInterval time.Duration
+}
+
+// RateLimitOptions bound the client's requests to the API server; zero means
+// DefaultQPS and DefaultBurst.
+type RateLimitOptions struct {
+	QPS   float32
+	Burst int
+}
+
+// HeartbeatAddresses, when set, replace heartbeats.bindAddress and
+// heartbeats.advertiseAddress: each replica's own, where the configuration is shared.
+type HeartbeatAddresses struct {
+	BindAddress, AdvertiseAddress string
 }
 
 // The client's default request budget. client-go's own (5 per second) would queue the
@@ -141,7 +156,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	registry := newRegistry()
 	ctrls, err := Assemble(Assembly{Config: cfg, Kube: cs.kube, Fencing: cs.fencing, Dynamic: cs.dynamic, Agents: agents,
 		Recorder: recorder, Registry: registry, Identity: identity, TargetInterval: o.TargetInterval, PauseConfigMap: o.PauseConfigMap,
-		Leader: controller.LeaderOptions{Guard: guard, Reach: reach, OnDeposed: deposed, NodeName: o.NodeName, IdentityRenewInterval: o.IdentityRenewInterval},
+		Leader: controller.LeaderOptions{Guard: guard, Reach: reach, OnDeposed: deposed, NodeName: o.Identity.NodeName, IdentityRenewInterval: o.Identity.RenewInterval},
 		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: pauseAt(ctx)}})
 	if err != nil {
 		return err
@@ -149,7 +164,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	if err := kubemetrics.Register(registry); err != nil {
 		return fmt.Errorf("client-go metrics: %w", err)
 	}
-	health := &Health{ReadyOnlyWhenLeader: o.ReadyOnlyWhenLeader}
+	health := &Health{ReadyOnlyWhenLeader: o.Serving.ReadyOnlyWhenLeader}
 	// One slot for each sender: the health server, the metrics server and the election.
 	errc := make(chan error, 3)
 	if err := serve(ctx, o.Serving, client, health, registry, errc); err != nil {
@@ -198,7 +213,7 @@ func clients(o AppOptions) (apiClients, error) {
 	if err != nil {
 		return apiClients{}, err
 	}
-	rc.QPS, rc.Burst = o.QPS, o.Burst
+	rc.QPS, rc.Burst = o.RateLimit.QPS, o.RateLimit.Burst
 	if rc.QPS <= 0 {
 		rc.QPS = DefaultQPS
 	}
@@ -316,18 +331,18 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 // heartbeatAddresses puts the --heartbeat-* addresses into cfg, checked as the
 // configuration's own are.
 func (o AppOptions) heartbeatAddresses(cfg *v1alpha1.Config) error {
-	if o.HeartbeatBind == "" && o.HeartbeatAdvertise == "" {
+	if o.Heartbeats.BindAddress == "" && o.Heartbeats.AdvertiseAddress == "" {
 		return nil
 	}
 	if cfg.Heartbeats == nil {
 		return fmt.Errorf("--heartbeat-bind-address, --heartbeat-advertise-address: heartbeats are off (the configuration has no heartbeats section)")
 	}
 	h := *cfg.Heartbeats
-	if o.HeartbeatBind != "" {
-		h.BindAddress = o.HeartbeatBind
+	if o.Heartbeats.BindAddress != "" {
+		h.BindAddress = o.Heartbeats.BindAddress
 	}
-	if o.HeartbeatAdvertise != "" {
-		h.AdvertiseAddress = o.HeartbeatAdvertise
+	if o.Heartbeats.AdvertiseAddress != "" {
+		h.AdvertiseAddress = o.Heartbeats.AdvertiseAddress
 	}
 	check := *cfg
 	check.Heartbeats = &h

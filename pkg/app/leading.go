@@ -21,7 +21,7 @@ import (
 // standby until it leads.
 func announce(ctx context.Context, o AppOptions, client kubernetes.Interface, namespace, identity string, registry *prometheus.Registry) *leader.IdentityLeases {
 	ids := &leader.IdentityLeases{Client: client, Namespace: namespace, Identity: identity, Owner: podOwner(o, namespace),
-		Component: "controller", Node: o.NodeName, Duration: o.IdentityLeaseDuration, RenewInterval: o.IdentityRenewInterval,
+		Component: "controller", Node: o.Identity.NodeName, Duration: o.Identity.LeaseDuration, RenewInterval: o.Identity.RenewInterval,
 		Metrics: leader.NewIdentityLeaseMetrics(registry), Now: time.Now}
 	go ids.Run(ctx)
 	if o.LeaderPod != nil {
@@ -69,10 +69,10 @@ func leading(o AppOptions, client kubernetes.Interface, health *Health, ids *lea
 			if _, err := ids.Collect(ctx); err != nil {
 				klog.FromContext(ctx).Error(err, "Collecting identity leases")
 			}
-		}, o.IdentityRenewInterval)
+		}, o.Identity.RenewInterval)
 		agentLeases := *ids
-		agentLeases.Component, agentLeases.Duration, agentLeases.Node = "agent", 3*o.IdentityRenewInterval, ""
-		go ctrls.Health.WatchRemoteAgents(ctx, ctrls.Config, host, &agentLeases, o.IdentityRenewInterval)
+		agentLeases.Component, agentLeases.Duration, agentLeases.Node = "agent", 3*o.Identity.RenewInterval, ""
+		go ctrls.Health.WatchRemoteAgents(ctx, ctrls.Config, host, &agentLeases, o.Identity.RenewInterval)
 		ctrls.Lead(ctx, epoch)
 	}
 }

@@ -54,6 +54,8 @@ type ServingOptions struct {
 	// TLSCertFile and TLSKeyFile are the metrics server's certificate and key (PEM); when
 	// both are empty a self-signed pair is made at start.
 	TLSCertFile, TLSKeyFile string
+	// ReadyOnlyWhenLeader makes /readyz succeed only on the leader (Health's).
+	ReadyOnlyWhenLeader bool
 }
 
 // MetricsOff as the metrics address serves no metrics, as in controller-runtime.
