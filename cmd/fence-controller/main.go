@@ -42,7 +42,7 @@ func main() {
 		return
 	}
 	if f.LeaderCondition {
-		o.LeaderPod = &leader.PodRef{Namespace: o.PodNamespace, Name: o.PodName}
+		o.LeaderPod = &leader.PodRef{Namespace: o.Pod.Namespace, Name: o.Pod.Name}
 		if o.LeaderPod.Namespace == "" || o.LeaderPod.Name == "" {
 			fmt.Fprintln(os.Stderr, "--leader-pod-condition needs the pod's namespace and name (POD_NAMESPACE and POD_NAME, or --pod-namespace and --pod-name)")
 			os.Exit(1)

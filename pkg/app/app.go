@@ -42,10 +42,8 @@ type AppOptions struct {
 	Identity IdentityOptions
 	// LeaderPod, when set, is this replica's own pod: it gets the leader.LeaderCondition.
 	LeaderPod *leader.PodRef
-	// PodUID is the UID of this replica's own pod (POD_UID from the downward API), with
-	// PodName: the pod then owns the replica's identity Lease, and the garbage collector
-	// removes the Lease with the pod (an uninstall leaves none behind).
-	PodNamespace, PodName, PodUID string
+	// Pod is this replica's own pod, from the downward API.
+	Pod PodOptions
 	// Workers is how many nodes are synced at once; zero means DefaultWorkers.
 	Workers int
 	// PauseConfigMap names the ConfigMap of pause requests in the controller's namespace.
@@ -58,6 +56,16 @@ type AppOptions struct {
 	Heartbeats HeartbeatAddresses
 	// Start bounds the start (the caches' sync) and says where a failed one is reported.
 	Start StartOptions
+}
+
+// PodOptions name this replica's own pod (POD_NAMESPACE, POD_NAME, POD_UID from the
+// downward API).
+type PodOptions struct {
+	Namespace, Name string
+	// UID is the pod's UID: with Name, the pod then owns the replica's identity Lease,
+	// and the garbage collector removes the Lease with the pod (an uninstall leaves none
+	// behind).
+	UID string
 }
 
 // IdentityOptions say what this replica's identity Lease says and how long it lives.

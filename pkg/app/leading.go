@@ -99,8 +99,8 @@ func awaitEnd(ctx context.Context, le v1alpha1.LeaderElection, elected <-chan st
 // must be in its dependent's namespace: the garbage collector deletes a Lease whose owner
 // it cannot find there, which would hide a live replica.
 func podOwner(o AppOptions, leaseNamespace string) *metav1.OwnerReference {
-	if o.PodName == "" || o.PodUID == "" || o.PodNamespace != leaseNamespace {
+	if o.Pod.Name == "" || o.Pod.UID == "" || o.Pod.Namespace != leaseNamespace {
 		return nil
 	}
-	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: o.PodName, UID: types.UID(o.PodUID)}
+	return &metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: o.Pod.Name, UID: types.UID(o.Pod.UID)}
 }

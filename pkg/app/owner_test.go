@@ -10,9 +10,9 @@ func TestPodOwner(t *testing.T) {
 		o    AppOptions
 		want bool
 	}{
-		"in a pod, same namespace":   {AppOptions{PodNamespace: "kf", PodName: "c-1", PodUID: "u-1"}, true},
-		"in a pod, Lease elsewhere":  {AppOptions{PodNamespace: "other", PodName: "c-1", PodUID: "u-1"}, false},
-		"no UID (an older manifest)": {AppOptions{PodNamespace: "kf", PodName: "c-1"}, false},
+		"in a pod, same namespace":   {AppOptions{Pod: PodOptions{Namespace: "kf", Name: "c-1", UID: "u-1"}}, true},
+		"in a pod, Lease elsewhere":  {AppOptions{Pod: PodOptions{Namespace: "other", Name: "c-1", UID: "u-1"}}, false},
+		"no UID (an older manifest)": {AppOptions{Pod: PodOptions{Namespace: "kf", Name: "c-1"}}, false},
 		"outside a pod":              {AppOptions{}, false},
 	} {
 		got := podOwner(tc.o, "kf")

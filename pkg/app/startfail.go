@@ -66,9 +66,9 @@ func startCaches(ctx context.Context, o AppOptions, client kubernetes.Interface,
 	if werr := writeTerminationMessage(o.Start.TerminationMessagePath, msg); werr != nil {
 		log.Error(werr, "Writing the termination message", "path", o.Start.TerminationMessagePath)
 	}
-	if o.PodName != "" && o.PodNamespace != "" {
+	if o.Pod.Name != "" && o.Pod.Namespace != "" {
 		if eerr := recordOnPod(ctx, client, o, identity, msg); eerr != nil {
-			log.Error(eerr, "Recording the failed start on the replica's pod", "pod", o.PodNamespace+"/"+o.PodName)
+			log.Error(eerr, "Recording the failed start on the replica's pod", "pod", o.Pod.Namespace+"/"+o.Pod.Name)
 		}
 	}
 	return err
@@ -98,24 +98,24 @@ func writeTerminationMessage(path, msg string) error {
 func recordOnPod(ctx context.Context, client kubernetes.Interface, o AppOptions, identity, msg string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	uid := types.UID(o.PodUID)
+	uid := types.UID(o.Pod.UID)
 	if uid == "" {
 		// kubectl describe pod finds a pod's Events by its UID.
-		if pod, err := client.CoreV1().Pods(o.PodNamespace).Get(ctx, o.PodName, metav1.GetOptions{}); err == nil {
+		if pod, err := client.CoreV1().Pods(o.Pod.Namespace).Get(ctx, o.Pod.Name, metav1.GetOptions{}); err == nil {
 			uid = pod.UID
 		}
 	}
 	now := metav1.Now()
 	e := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", o.PodName, now.UnixNano()), Namespace: o.PodNamespace},
-		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: o.PodNamespace, Name: o.PodName, UID: uid},
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", o.Pod.Name, now.UnixNano()), Namespace: o.Pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: o.Pod.Namespace, Name: o.Pod.Name, UID: uid},
 		Reason:         ReasonCacheSyncFailed,
 		Message:        truncate(msg, maxEventMessage),
 		Type:           corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: "kubefence", Host: identity},
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 	}
-	if _, err := client.CoreV1().Events(o.PodNamespace).Create(ctx, e, metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Events(o.Pod.Namespace).Create(ctx, e, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create event: %w", err)
 	}
 	return nil

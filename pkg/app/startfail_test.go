@@ -57,7 +57,7 @@ func TestStartCachesFailsLoudly(t *testing.T) {
 			}
 			o := AppOptions{Start: StartOptions{CacheSyncTimeout: 300 * time.Millisecond, TerminationMessagePath: msgPath}}
 			if tc.pod {
-				o.PodNamespace, o.PodName = ns, podName
+				o.Pod.Namespace, o.Pod.Name = ns, podName
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
