@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,24 +25,23 @@ type incidentsOf map[string]*v1alpha1.NodeFence
 func (m incidentsOf) Get(name string) *v1alpha1.NodeFence { return m[name] }
 
 // enqueued records the nodes the watch asks the incident loop to look at.
-type enqueued struct {
-	mu    sync.Mutex
-	nodes []string
-}
+type enqueued chan string
 
-func (e *enqueued) add(node string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.nodes = append(e.nodes, node)
-}
+func newEnqueued() enqueued { return make(enqueued, 100) }
 
-// take returns the nodes asked for since last asked.
-func (e *enqueued) take() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := e.nodes
-	e.nodes = nil
-	return out
+func (e enqueued) add(node string) { e <- node }
+
+// take returns the nodes asked for since last asked, in order.
+func (e enqueued) take() []string {
+	var out []string
+	for {
+		select {
+		case n := <-e:
+			out = append(out, n)
+		default:
+			return out
+		}
+	}
 }
 
 // counterOf is the counter name{labels} in reg; 0 when it has no such series.
@@ -101,7 +99,7 @@ func TestObserveReportAsksTheLoop(t *testing.T) {
 		"neither":        {cfg: func() *v1alpha1.Config { c := &v1alpha1.Config{}; c.Default(); return c }()},
 	} {
 		t.Run(name, func(t *testing.T) {
-			clk, e := fixture.NewClock(t0), &enqueued{}
+			clk, e := fixture.NewClock(t0), newEnqueued()
 			w := newWatch(t, tc.cfg, clk, e.add).w
 			w.incidents = incidentsOf{held.Name: held}
 			w.ObserveReport(report(t, tc.cfg, "node-1", "1", "gone-x1", held.Name))
@@ -124,7 +122,7 @@ func TestObserveReportAsksTheLoop(t *testing.T) {
 // dropped with its Lease; an incident's holders are dropped with the incident.
 func TestWatchFollowsReportsAndIncidents(t *testing.T) {
 	cfg := watchdogConfig()
-	clk, e := fixture.NewClock(t0), &enqueued{}
+	clk, e := fixture.NewClock(t0), newEnqueued()
 	p := newWatch(t, cfg, clk, e.add)
 	w := p.w
 	ctx, cancel := context.WithCancel(context.Background())
