@@ -3,8 +3,10 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/buildinfo"
 	"github.com/kubefence/kubefence/pkg/leader"
 )
 
@@ -44,6 +46,12 @@ func (c *Controller) checkLease(ctx context.Context) error {
 func (c *Controller) save(ctx context.Context, nf *v1alpha1.NodeFence) error {
 	if err := c.leaseConfirmed(ctx); err != nil {
 		return err
+	}
+	if prev := nf.Status.Leader; prev != "" && prev != c.opts.Identity && nf.Status.Phase.Open() {
+		// Across a handover, an upgrade or a rollback the timeline says which replica,
+		// of which release, went on with the incident.
+		c.step(ctx, nf, c.now(), v1alpha1.StepTakenUp, fmt.Sprintf("taken up by %s (fence-controller %s) from %s",
+			c.opts.Identity, buildinfo.Version(), prev))
 	}
 	saved, err := c.store.WriteStatus(ctx, nf, c.currentEpoch(), c.opts.Identity)
 	if err != nil {

@@ -109,6 +109,9 @@ const (
 	// StepFencePaused: a Fence call was due while fencing is paused; it is sent once the
 	// pause ends.
 	StepFencePaused = "FencePaused"
+	// StepTakenUp: a leader other than the one that last wrote an open incident took it
+	// up (a handover, an upgrade or a rollback): who, of which release, and from whom.
+	StepTakenUp = "TakenUp"
 )
 
 // StepOrphanPrefix prefixes the release steps of a repair on a closed incident that

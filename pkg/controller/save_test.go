@@ -1,0 +1,65 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/buildinfo"
+)
+
+// TestSaveRecordsWhoTookTheIncidentUp: the first save of an open incident another leader
+// wrote last adds a TakenUp step naming this replica, its release and the previous
+// leader; later saves add none, nor does a save of a closed incident.
+func TestSaveRecordsWhoTookTheIncidentUp(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		phase  v1alpha1.Phase
+		leader string
+		want   int
+	}{
+		"open, another leader's":    {v1alpha1.PhaseHeld, "old-leader", 1},
+		"open, this replica's":      {v1alpha1.PhaseHeld, "", 0},
+		"open, never written":       {v1alpha1.PhasePending, "-", 0},
+		"closed, another leader's":  {v1alpha1.PhaseRecovered, "old-leader", 0},
+		"fencing, another leader's": {v1alpha1.PhaseFencing, "old-leader", 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nf := pendingIncident(t0, nil)
+			c := testController(t, nf)
+			c.opts.Identity = "new-leader"
+			nf.Status.Phase = tc.phase
+			switch tc.leader {
+			case "":
+				nf.Status.Leader = c.opts.Identity
+			case "-":
+				nf.Status.Leader = ""
+			default:
+				nf.Status.Leader = tc.leader
+			}
+			for range 2 {
+				if err := c.save(context.Background(), nf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var taken []string
+			for _, st := range stored(t, c, nf.Name).Status.Timeline {
+				if st.Type == v1alpha1.StepTakenUp {
+					taken = append(taken, st.Message)
+				}
+			}
+			if len(taken) != tc.want {
+				t.Fatalf("TakenUp steps %q, want %d", taken, tc.want)
+			}
+			if tc.want == 1 {
+				for _, w := range []string{"taken up by " + c.opts.Identity, "fence-controller " + buildinfo.Version(), "from old-leader"} {
+					if !strings.Contains(taken[0], w) {
+						t.Errorf("TakenUp %q does not say %q", taken[0], w)
+					}
+				}
+			}
+		})
+	}
+}
