@@ -93,12 +93,12 @@ func (h *harness) expectRequests(want ...string) {
 }
 
 // expectEvents checks the Events told to the record since last asked: each as
-// "reason on <object>", the incident's name or, for none, the node's.
+// "type reason on <object>", the incident's name or, for none, the node's.
 func (h *harness) expectEvents(want ...string) {
 	h.t.Helper()
 	var got []string
 	for _, e := range h.rec.take() {
-		got = append(got, e.reason+" on "+e.on)
+		got = append(got, e.typ+" "+e.reason+" on "+e.on)
 	}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		h.t.Errorf("events %v, want %v", got, want)

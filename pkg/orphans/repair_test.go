@@ -20,6 +20,9 @@ import (
 
 var t0 = fixture.T0
 
+// warning prefixes the Events the repair records: all are warnings.
+const warning = corev1.EventTypeWarning + " "
+
 // repairedStep is the type of the step a repair puts on the closed incident.
 const repairedStep = v1alpha1.StepOrphanPrefix + v1alpha1.StepTaintsRemoved
 
@@ -46,7 +49,7 @@ func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 	if n := h.counted(Repaired); n != 1 {
 		t.Errorf("kubefence_orphans_total{outcome=repaired} = %v, want 1", n)
 	}
-	h.expectEvents(v1alpha1.ReasonOrphanRepaired + " on node-1-x0")
+	h.expectEvents(warning + v1alpha1.ReasonOrphanRepaired + " on node-1-x0")
 	if h.checks != 1 {
 		t.Errorf("%d fresh Lease checks before the repair, want 1", h.checks)
 	}
@@ -80,7 +83,7 @@ func TestOrphanRepairNewestRecordFirst(t *testing.T) {
 	if n := h.counted(Repaired); n != 2 {
 		t.Errorf("kubefence_orphans_total{outcome=repaired} = %v, want 2", n)
 	}
-	h.expectEvents(v1alpha1.ReasonOrphanRepaired+" on node-1-b", v1alpha1.ReasonOrphanRepaired+" on node-1-a")
+	h.expectEvents(warning+v1alpha1.ReasonOrphanRepaired+" on node-1-b", warning+v1alpha1.ReasonOrphanRepaired+" on node-1-a")
 }
 
 // TestOrphanTaintsLeftAlone: what kubefence cannot prove it owns is never touched: an
@@ -140,7 +143,7 @@ func TestOrphanTaintsRemovedByTheirOwnerMark(t *testing.T) {
 	if mark, ok := h.node("node-1").Annotations[remediate.OwnerAnnotation]; ok {
 		t.Errorf("owner mark %q left on the node", mark)
 	}
-	h.expectEvents(v1alpha1.ReasonOrphanRepaired + " on node-1-x0")
+	h.expectEvents(warning + v1alpha1.ReasonOrphanRepaired + " on node-1-x0")
 }
 
 // TestOrphanFencedTaintReported: kubefence's own taint with no incident recording it is
@@ -211,7 +214,7 @@ func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
 	fixture.Must(t, h.ncs.Update(got))
 	h.once()
 	h.expectRequests()
-	h.expectEvents(v1alpha1.ReasonOrphanTaint + " on node-1")
+	h.expectEvents(warning + v1alpha1.ReasonOrphanTaint + " on node-1")
 }
 
 // TestOrphanRepairNeedsTheLease (invariant 2): a replica whose Lease check fails (it was
@@ -265,10 +268,10 @@ func TestOrphanRepairsEveryNode(t *testing.T) {
 	h.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	var got []string
 	for _, e := range h.rec.take() {
-		got = append(got, e.reason+" on "+e.on)
+		got = append(got, e.typ+" "+e.reason+" on "+e.on)
 	}
 	slices.Sort(got) // nodes come in the cache's order
-	if want := []string{v1alpha1.ReasonOrphanRepaired + " on node-1-x0", v1alpha1.ReasonOrphanTaint + " on node-2"}; !slices.Equal(got, want) {
+	if want := []string{warning + v1alpha1.ReasonOrphanRepaired + " on node-1-x0", warning + v1alpha1.ReasonOrphanTaint + " on node-2"}; !slices.Equal(got, want) {
 		t.Errorf("events %v, want %v", got, want)
 	}
 	if r, p := h.counted(Repaired), h.counted(Reported); r != 1 || p != 1 {
