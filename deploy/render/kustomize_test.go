@@ -41,8 +41,8 @@ func TestOverlayFromOwnRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	released := strings.ReplaceAll(string(kf), "image: kubefence/kubefence:0.1.0",
-		"image: 10.77.0.1:5000/kubefence/kubefence:0.1.0@sha256:"+strings.Repeat("ab", 32))
+	released := strings.ReplaceAll(string(kf), "image: kubefence/kubefence:0.2.0",
+		"image: 10.77.0.1:5000/kubefence/kubefence:0.2.0@sha256:"+strings.Repeat("ab", 32))
 	for name, manifest := range map[string]string{"as committed": string(kf), "as released": released} {
 		t.Run(name, func(t *testing.T) {
 			want, err := ManifestImage([]byte(manifest))
