@@ -280,6 +280,14 @@ func Protobuf(rc *rest.Config) *rest.Config {
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		// In a pod, as the chart runs every subcommand: the same config clientcmd falls
+		// back to, without its warning in every log (the uninstall check's is read by
+		// people).
+		if rc, err := rest.InClusterConfig(); err == nil {
+			return rc, nil
+		}
+	}
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
