@@ -248,7 +248,7 @@ func (c *Controller) refreshUnhealthy(now time.Time) {
 			continue
 		}
 		pn, obs := c.view(pol, n, now)
-		if pn.Unhealthy || pn.Incident {
+		if pn.Health.Unhealthy || pn.Incident {
 			unhealthy++
 		}
 		if !pn.Incident && c.failedUnrecovered(n.Name, obs) != "" {

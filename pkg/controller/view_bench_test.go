@@ -59,7 +59,7 @@ func benchCluster(b *testing.B, stale int) {
 		}
 		unhealthy := 0
 		for _, n := range cl.Nodes {
-			if n.Unhealthy {
+			if n.Health.Unhealthy {
 				unhealthy++
 			}
 		}

@@ -46,10 +46,10 @@ func genFloorCase(rng *rand.Rand) floorCase {
 	if rng.IntN(4) == 0 {
 		c.pol.HonorDisruptionBudgets = &off
 	}
-	c.node = policy.Node{Name: "n", Urgent: rng.IntN(2) == 0}
+	c.node = policy.Node{Name: "n", Workload: policy.Workload{Urgent: rng.IntN(2) == 0}}
 	if rng.IntN(2) == 0 {
 		tol := dur(0, time.Minute)
-		c.node.MinUnreachableToleration = &tol
+		c.node.Workload.MinUnreachableToleration = &tol
 	}
 	c.start = dur(0, 20*c.cadence)
 	c.restart = -1

@@ -34,10 +34,10 @@ func (s Sources) Decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1.Nod
 	if pn.Name == "" {
 		pn, _ = s.View(pol, node, now)
 	}
-	pn.ControllerHere, pn.ControllerHereUntil = s.replicaOn(node.Name, now)
-	pn.Unhealthy = true
+	pn.Holds.ControllerHere, pn.Holds.ControllerHereUntil = s.replicaOn(node.Name, now)
+	pn.Health.Unhealthy = true
 	if !maintenance.Holds(nf) {
-		pn.Maintenance = ""
+		pn.Holds.Maintenance = ""
 	}
 	return admit(pol, pn, cl, nf.Name, now), nil
 }

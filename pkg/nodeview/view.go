@@ -79,15 +79,15 @@ func (s Sources) Observe(ctx context.Context, pol *v1alpha1.Policy, n *corev1.No
 func (s Sources) View(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (policy.Node, detector.Observation) {
 	pods := s.Pods(n.Name)
 	pn, obs := s.Health(pol, n, pods, s.UrgentPDBs(), now, false)
-	pn.NothingToRelease = policy.NothingToRelease(pods, s.Attachments(n.Name))
-	pn.ControllerHere, pn.ControllerHereUntil = s.replicaOn(n.Name, now)
-	pn.TargetReadsOff = n.Annotations[v1alpha1.TargetReadsOffAnnotation]
+	pn.Workload.NothingToRelease = policy.NothingToRelease(pods, s.Attachments(n.Name))
+	pn.Holds.ControllerHere, pn.Holds.ControllerHereUntil = s.replicaOn(n.Name, now)
+	pn.Holds.TargetReadsOff = n.Annotations[v1alpha1.TargetReadsOffAnnotation]
 	var planned maintenance.Objects
 	if s.Maintenance != nil {
 		planned = s.Maintenance.Objects(n.Name)
 	}
-	pn.Maintenance = maintenance.Signal(n, pol.Maintenance.Cordoned, pn.NothingToRelease, planned)
-	pn.SilentSince = obs.Since
+	pn.Holds.Maintenance = maintenance.Signal(n, pol.Maintenance.Cordoned, pn.Workload.NothingToRelease, planned)
+	pn.Health.SilentSince = obs.Since
 	for _, f := range s.IncidentsOf(n.Name) {
 		if f.Phase == v1alpha1.PhaseFencing {
 			pn.Fencing = true
@@ -95,7 +95,7 @@ func (s Sources) View(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (poli
 		if f.Phase.Open() {
 			pn.Incident = true
 			// The silence an open incident recorded outlasts this replica's clocks.
-			pn.SilentSince = maintenance.Earlier(pn.SilentSince, f.EvidenceStart)
+			pn.Health.SilentSince = maintenance.Earlier(pn.Health.SilentSince, f.EvidenceStart)
 		}
 		// The cooldown follows a fence that held; a failed one is the Failed rule's
 		// (failedUnrecovered), not a fence.
@@ -118,9 +118,9 @@ func (s Sources) Health(pol *v1alpha1.Policy, n *corev1.Node, pods []*corev1.Pod
 	}
 	obs := assess(n, now,
 		policy.Threshold(pol, pn, det.LeaseStaleAfter.Duration), policy.Threshold(pol, pn, det.NotReadyAfter.Duration))
-	pn.Unhealthy = obs.Health == detector.Unhealthy
-	pn.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping
-	pn.UnhealthyAt = obs.UnhealthyAt
+	pn.Health.Unhealthy = obs.Health == detector.Unhealthy
+	pn.Health.Suspect = obs.Health == detector.Suspect || obs.Health == detector.Flapping
+	pn.Health.UnhealthyAt = obs.UnhealthyAt
 	return pn, obs
 }
 

@@ -31,7 +31,7 @@ func (f *fleet) step(now time.Time) (started []string) {
 	}
 	for i := range f.cluster.Nodes {
 		n := &f.cluster.Nodes[i]
-		if !n.Unhealthy || n.Fencing || !f.started[n.Name].IsZero() {
+		if !n.Health.Unhealthy || n.Fencing || !f.started[n.Name].IsZero() {
 			continue
 		}
 		d := Decide(f.policy, *n, f.cluster, now)
@@ -59,7 +59,7 @@ func newFleet(p *v1alpha1.Policy, total int, durations ...time.Duration) *fleet 
 	f := &fleet{policy: p, cluster: Cluster{Nodes: nodes("n", total, nil)}, duration: map[string]time.Duration{},
 		started: map[string]time.Time{}, finished: map[string]time.Time{}, verdicts: map[string]Decision{}}
 	for i, d := range durations {
-		f.cluster.Nodes[i].Unhealthy = true
+		f.cluster.Nodes[i].Health.Unhealthy = true
 		f.duration[f.cluster.Nodes[i].Name] = d
 	}
 	return f
@@ -179,8 +179,8 @@ func BenchmarkDecide5000(b *testing.B) {
 			lbl[ControlPlaneLabel] = ""
 		}
 		n := NewNode(p, fmt.Sprintf("n-%d", i), lbl)
-		n.Unhealthy = i%125 == 7
-		n.Fencing = n.Unhealthy && i < 700
+		n.Health.Unhealthy = i%125 == 7
+		n.Fencing = n.Health.Unhealthy && i < 700
 		cl.Nodes = append(cl.Nodes, n)
 	}
 	for i := range 5 {

@@ -38,14 +38,14 @@ func nodes(prefix string, n int, lbl map[string]string) []Node {
 
 func dead(ns []Node, idx ...int) []Node {
 	for _, i := range idx {
-		ns[i].Unhealthy = true
+		ns[i].Health.Unhealthy = true
 	}
 	return ns
 }
 
 // inMaintenance puts the first node under maintenance, silent since since.
 func inMaintenance(ns []Node, since time.Time) []Node {
-	ns[0].Maintenance, ns[0].SilentSince = "NodeMaintenance nm-1 names it", since
+	ns[0].Holds.Maintenance, ns[0].Health.SilentSince = "NodeMaintenance nm-1 names it", since
 	return ns
 }
 
@@ -67,7 +67,7 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(), nodes: nodes("n", 3, nil), verdict: None, reason: ReasonHealthy,
 		},
 		"bad evidence below the threshold: wait until it passes": {
-			policy: testPolicy(), nodes: func() []Node { ns := nodes("n", 3, nil); ns[0].UnhealthyAt = t0.Add(7 * time.Second); return ns }(),
+			policy: testPolicy(), nodes: func() []Node { ns := nodes("n", 3, nil); ns[0].Health.UnhealthyAt = t0.Add(7 * time.Second); return ns }(),
 			verdict: Wait, reason: ReasonNotYet, until: t0.Add(7 * time.Second),
 		},
 		"one of ten dead: fence": {
@@ -88,7 +88,7 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(maxUnhealthy(intstr.FromInt32(1))),
 			nodes: func() []Node {
 				ns := dead(nodes("n", 3, nil), 0)
-				ns[1].Suspect, ns[1].UnhealthyAt = true, t0.Add(150*time.Millisecond)
+				ns[1].Health.Suspect, ns[1].Health.UnhealthyAt = true, t0.Add(150*time.Millisecond)
 				return ns
 			}(),
 			verdict: Wait, reason: ReasonStormPending, until: t0.Add(150 * time.Millisecond),
@@ -102,7 +102,7 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(maxUnhealthy(intstr.FromInt32(2))),
 			nodes: func() []Node {
 				ns := dead(nodes("n", 4, nil), 0)
-				ns[1].Suspect, ns[1].UnhealthyAt = true, t0.Add(time.Second)
+				ns[1].Health.Suspect, ns[1].Health.UnhealthyAt = true, t0.Add(time.Second)
 				return ns
 			}(),
 			verdict: Fence, reason: ReasonWithinBudget,
@@ -111,7 +111,7 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(maxUnhealthy(intstr.FromInt32(2))),
 			nodes: func() []Node {
 				ns := dead(nodes("n", 4, nil), 0)
-				ns[1].Suspect, ns[1].Incident = true, true
+				ns[1].Health.Suspect, ns[1].Incident = true, true
 				return ns
 			}(),
 			verdict: Fence, reason: ReasonWithinBudget,
@@ -145,7 +145,7 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(func(p *v1alpha1.Policy) { p.Paused = true }),
 			nodes: func() []Node {
 				ns := dead(nodes("n", 10, nil), 0)
-				ns[0].ControllerHere = "this replica runs on it"
+				ns[0].Holds.ControllerHere = "this replica runs on it"
 				return ns
 			}(),
 			verdict: Hold, reason: ReasonControllerHere, message: "this replica runs on it",
@@ -154,7 +154,7 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(),
 			nodes: func() []Node {
 				ns := dead(nodes("n", 10, nil), 0)
-				ns[0].ControllerHere, ns[0].ControllerHereUntil = "replica b was last seen renewing", t0.Add(2500*time.Millisecond)
+				ns[0].Holds.ControllerHere, ns[0].Holds.ControllerHereUntil = "replica b was last seen renewing", t0.Add(2500*time.Millisecond)
 				return ns
 			}(),
 			verdict: Hold, reason: ReasonControllerHere, message: "replica b was last seen renewing", until: t0.Add(2500 * time.Millisecond),
@@ -163,7 +163,7 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(),
 			nodes: func() []Node {
 				ns := dead(nodes("n", 10, nil), 0)
-				ns[0].TargetReadsOff = "agent ipmi read target 10.0.0.9 off"
+				ns[0].Holds.TargetReadsOff = "agent ipmi read target 10.0.0.9 off"
 				return ns
 			}(),
 			verdict: Hold, reason: ReasonTargetReadsOff, message: "agent ipmi read target 10.0.0.9 off",
@@ -186,7 +186,7 @@ func TestDecide(t *testing.T) {
 			policy: testPolicy(maxUnhealthy(intstr.FromString("50%"))),
 			nodes: func() []Node {
 				ns := dead(append(nodes("a", 3, zone("a")), nodes("b", 3, zone("b"))...), 0, 1)
-				ns[2].Suspect = true
+				ns[2].Health.Suspect = true
 				return ns
 			}(),
 			verdict: Hold, reason: ReasonZoneDark,
@@ -268,12 +268,12 @@ func TestDecide(t *testing.T) {
 		},
 		"nothing to release with skipIfNothingToRelease: hold": {
 			policy:  testPolicy(func(p *v1alpha1.Policy) { p.SkipIfNothingToRelease = true }),
-			nodes:   func() []Node { ns := dead(nodes("n", 10, nil), 0); ns[0].NothingToRelease = true; return ns }(),
+			nodes:   func() []Node { ns := dead(nodes("n", 10, nil), 0); ns[0].Workload.NothingToRelease = true; return ns }(),
 			verdict: Hold, reason: ReasonNothingToRelease,
 		},
 		"nothing to release without the option: fence": {
 			policy:  testPolicy(),
-			nodes:   func() []Node { ns := dead(nodes("n", 10, nil), 0); ns[0].NothingToRelease = true; return ns }(),
+			nodes:   func() []Node { ns := dead(nodes("n", 10, nil), 0); ns[0].Workload.NothingToRelease = true; return ns }(),
 			verdict: Fence, reason: ReasonWithinBudget,
 		},
 		"control-plane node while another one fences: wait": {

@@ -69,7 +69,7 @@ type Decision struct {
 }
 
 // Node is what policy needs to know of one node. NewNode fills what the labels say; the
-// controller adds health (from the detector), incidents and workload facts.
+// controller adds health (from the detector), incidents, holds and workload facts.
 type Node struct {
 	Name   string
 	Labels map[string]string
@@ -80,13 +80,8 @@ type Node struct {
 	// Excluded is true for a node that must never be fenced (the policy's exclude label).
 	Excluded bool
 
-	// Unhealthy is true once the detector's threshold has passed.
-	Unhealthy bool
-	// Suspect is true for a node that is not unhealthy but not healthy either: evidence
-	// bad for less than the threshold, or flapping. It keeps a zone from counting as lit.
-	Suspect bool
-	// UnhealthyAt is when a node with bad evidence will turn unhealthy.
-	UnhealthyAt time.Time
+	// Health is what the detector (and an open incident's record) says of the node.
+	Health Health
 
 	// Fencing is true while an incident for this node is fencing.
 	Fencing bool
@@ -95,6 +90,32 @@ type Node struct {
 	// unhealthy whatever the detector says of it now: a fenced node is down until it
 	// recovers, and a new leader's fresh clocks must not make it look healthy.
 	Incident bool
+	// LastFencedAt is when the node's most recent fence started; zero if never.
+	LastFencedAt time.Time
+
+	// Holds are what the controller found that holds the node whatever its health.
+	Holds Holds
+	// Workload is what the node's pods ask of a fence.
+	Workload Workload
+}
+
+// Health is a node's health as policy reads it.
+type Health struct {
+	// Unhealthy is true once the detector's threshold has passed.
+	Unhealthy bool
+	// Suspect is true for a node that is not unhealthy but not healthy either: evidence
+	// bad for less than the threshold, or flapping. It keeps a zone from counting as lit.
+	Suspect bool
+	// UnhealthyAt is when a node with bad evidence will turn unhealthy.
+	UnhealthyAt time.Time
+	// SilentSince is when the node's evidence turned bad (the earliest of the detector's
+	// and an open incident's record); zero when not known.
+	SilentSince time.Time
+}
+
+// Holds are the signs that hold a node whatever its health; each, when not empty, says
+// what it is in words.
+type Holds struct {
 	// ControllerHere, when not empty, is the evidence that a live replica of the
 	// controller runs on this node (this replica, or one whose identity Lease this replica
 	// saw renewed lately). Such a node is alive and is never fenced.
@@ -106,9 +127,14 @@ type Node struct {
 	// the node lived (the controller's mark, v1alpha1.TargetReadsOffAnnotation): a fence
 	// through it would verify without touching the node.
 	TargetReadsOff string
-	// LastFencedAt is when the node's most recent fence started; zero if never.
-	LastFencedAt time.Time
+	// Maintenance, when not empty, names what says the node was taken out on purpose
+	// (pkg/maintenance): it is held, not fenced, until the policy's maintenance window
+	// from Health.SilentSince has passed.
+	Maintenance string
+}
 
+// Workload are the facts of a node's pods that change when and whether it is fenced.
+type Workload struct {
 	// MinUnreachableToleration is the smallest explicit tolerationSeconds for
 	// node.kubernetes.io/unreachable among the node's pods (see UnreachableToleration);
 	// nil when no pod sets one.
@@ -119,13 +145,6 @@ type Node struct {
 	// NothingToRelease is true once the controller has found no StatefulSet pod and no
 	// ReadWriteOnce volume attachment on the node. Leave it false when unknown.
 	NothingToRelease bool
-	// Maintenance, when not empty, names what says the node was taken out on purpose
-	// (pkg/maintenance): it is held, not fenced, until the policy's maintenance window
-	// from SilentSince has passed.
-	Maintenance string
-	// SilentSince is when the node's evidence turned bad (the earliest of the detector's
-	// and an open incident's record); zero when not known.
-	SilentSince time.Time
 }
 
 // NewNode describes a node from its labels as policy p sees it.
@@ -209,10 +228,10 @@ func MaxUnhealthy(b v1alpha1.Budget, total int) int {
 // dark zone, cooldown, control plane one at a time, maxConcurrent, rate limit; then
 // Fence, or WouldFence when running dry.
 func Decide(p *v1alpha1.Policy, node Node, cluster Cluster, now time.Time) Decision {
-	if !node.Unhealthy {
-		if !node.UnhealthyAt.IsZero() {
-			return Decision{Verdict: Wait, Until: node.UnhealthyAt, Reason: ReasonNotYet,
-				Message: fmt.Sprintf("unhealthy at %s if nothing changes", stamp(node.UnhealthyAt))}
+	if !node.Health.Unhealthy {
+		if !node.Health.UnhealthyAt.IsZero() {
+			return Decision{Verdict: Wait, Until: node.Health.UnhealthyAt, Reason: ReasonNotYet,
+				Message: fmt.Sprintf("unhealthy at %s if nothing changes", stamp(node.Health.UnhealthyAt))}
 		}
 		return Decision{Verdict: None, Reason: ReasonHealthy, Message: "node is healthy"}
 	}
@@ -248,12 +267,12 @@ func survey(node Node, cluster Cluster) view {
 	for i := range cluster.Nodes {
 		n := &cluster.Nodes[i]
 		switch {
-		case n.Unhealthy || n.Incident:
+		case n.Health.Unhealthy || n.Incident:
 			v.unhealthy++
-		case n.Suspect:
+		case n.Health.Suspect:
 			v.suspect++
-			if !n.UnhealthyAt.IsZero() && (v.suspectUntil.IsZero() || n.UnhealthyAt.Before(v.suspectUntil)) {
-				v.suspectUntil = n.UnhealthyAt
+			if !n.Health.UnhealthyAt.IsZero() && (v.suspectUntil.IsZero() || n.Health.UnhealthyAt.Before(v.suspectUntil)) {
+				v.suspectUntil = n.Health.UnhealthyAt
 			}
 		}
 		if n.Fencing && n.Name != node.Name {
@@ -264,7 +283,7 @@ func survey(node Node, cluster Cluster) view {
 		}
 		if node.Zone != "" && n.Zone == node.Zone {
 			v.zoneNodes++
-			if !n.Unhealthy && !n.Suspect && !n.Fencing && !n.Incident {
+			if !n.Health.Unhealthy && !n.Health.Suspect && !n.Fencing && !n.Incident {
 				v.zoneLit++
 			}
 		}

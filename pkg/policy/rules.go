@@ -27,11 +27,11 @@ func wait(until time.Time, reason, format string, args ...any) (Decision, bool) 
 // proof of life, and a replica must never fence the machine it runs on. No force
 // annotation overrides it.
 func controllerHere(_ *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Time) (Decision, bool) {
-	if node.ControllerHere != "" {
+	if node.Holds.ControllerHere != "" {
 		d, _ := hold(ReasonControllerHere, "node %s runs a live kubefence controller replica (%s): it is alive, not fenced",
-			node.Name, node.ControllerHere)
+			node.Name, node.Holds.ControllerHere)
 		// The hold lifts by itself when the replica's renewals stop: looked at again then.
-		d.Until = node.ControllerHereUntil
+		d.Until = node.Holds.ControllerHereUntil
 		return d, true
 	}
 	return Decision{}, false
@@ -40,8 +40,8 @@ func controllerHere(_ *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Tim
 // targetReadsOff holds a node whose fence device read off while the node lived: the
 // mapping names another machine, and a fence would verify without touching the node.
 func targetReadsOff(_ *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Time) (Decision, bool) {
-	if node.TargetReadsOff != "" {
-		return hold(ReasonTargetReadsOff, "%s", node.TargetReadsOff)
+	if node.Holds.TargetReadsOff != "" {
+		return hold(ReasonTargetReadsOff, "%s", node.Holds.TargetReadsOff)
 	}
 	return Decision{}, false
 }
@@ -71,25 +71,25 @@ func excluded(p *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Time) (De
 // no known start (a person's request on a node that looks alive) is held until the
 // signal goes or a person forces the fence.
 func maintenance(p *v1alpha1.Policy, node Node, _ Cluster, _ view, now time.Time) (Decision, bool) {
-	if node.Maintenance == "" {
+	if node.Holds.Maintenance == "" {
 		return Decision{}, false
 	}
 	window := p.Maintenance.MaxWindow.Duration
-	if node.SilentSince.IsZero() {
-		return hold(ReasonMaintenance, "node %s is under maintenance: %s; held while it lasts", node.Name, node.Maintenance)
+	if node.Health.SilentSince.IsZero() {
+		return hold(ReasonMaintenance, "node %s is under maintenance: %s; held while it lasts", node.Name, node.Holds.Maintenance)
 	}
-	until := node.SilentSince.Add(window)
+	until := node.Health.SilentSince.Add(window)
 	if !now.Before(until) {
 		return Decision{}, false
 	}
 	d, _ := hold(ReasonMaintenance, "node %s is under maintenance: %s; held until %s, the end of policy %s's maintenance window of %s from its last sign of life at %s; fenced then if still silent",
-		node.Name, node.Maintenance, stamp(until), p.Name, window, stamp(node.SilentSince))
+		node.Name, node.Holds.Maintenance, stamp(until), p.Name, window, stamp(node.Health.SilentSince))
 	d.Until = until
 	return d, true
 }
 
 func nothingToRelease(p *v1alpha1.Policy, node Node, _ Cluster, _ view, _ time.Time) (Decision, bool) {
-	if p.SkipIfNothingToRelease && node.NothingToRelease {
+	if p.SkipIfNothingToRelease && node.Workload.NothingToRelease {
 		return hold(ReasonNothingToRelease,
 			"node %s runs no StatefulSet pod and has no ReadWriteOnce volume attached; policy %s skips such nodes",
 			node.Name, p.Name)

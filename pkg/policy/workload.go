@@ -21,11 +21,11 @@ import (
 func Threshold(p *v1alpha1.Policy, node Node, base time.Duration) time.Duration {
 	floor := min(p.MinWait.Duration, base)
 	th := base
-	if on(p.HonorDisruptionBudgets) && node.Urgent {
+	if on(p.HonorDisruptionBudgets) && node.Workload.Urgent {
 		th = floor
 	}
-	if on(p.HonorTolerations) && node.MinUnreachableToleration != nil {
-		th = min(th, max(*node.MinUnreachableToleration, floor))
+	if on(p.HonorTolerations) && node.Workload.MinUnreachableToleration != nil {
+		th = min(th, max(*node.Workload.MinUnreachableToleration, floor))
 	}
 	return th
 }
@@ -39,8 +39,8 @@ var unreachableTaint = corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: co
 // the thresholds Threshold derives from it.
 func ForNode(p *v1alpha1.Policy, n *corev1.Node, pods []*corev1.Pod, pdbs []*policyv1.PodDisruptionBudget) Node {
 	pn := NewNode(p, n.Name, n.Labels)
-	pn.MinUnreachableToleration = UnreachableToleration(pods)
-	pn.Urgent, _ = Urgent(pods, pdbs)
+	pn.Workload.MinUnreachableToleration = UnreachableToleration(pods)
+	pn.Workload.Urgent, _ = Urgent(pods, pdbs)
 	return pn
 }
 

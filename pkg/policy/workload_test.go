@@ -22,14 +22,14 @@ func TestThreshold(t *testing.T) {
 		want   time.Duration
 	}{
 		"no workload facts: base":            {policy: testPolicy(), want: base},
-		"toleration shorter than base":       {policy: testPolicy(), node: Node{MinUnreachableToleration: secs(12)}, want: 12 * time.Second},
-		"toleration longer than base":        {policy: testPolicy(), node: Node{MinUnreachableToleration: secs(300)}, want: base},
-		"toleration 0 stops at minWait":      {policy: testPolicy(), node: Node{MinUnreachableToleration: secs(0)}, want: 5 * time.Second},
-		"tolerations not honored":            {policy: testPolicy(func(p *v1alpha1.Policy) { p.HonorTolerations = &off }), node: Node{MinUnreachableToleration: secs(12)}, want: base},
-		"urgent: minWait":                    {policy: testPolicy(), node: Node{Urgent: true}, want: 5 * time.Second},
-		"urgent, budgets not honored":        {policy: testPolicy(func(p *v1alpha1.Policy) { p.HonorDisruptionBudgets = &off }), node: Node{Urgent: true}, want: base},
-		"urgent with a longer toleration":    {policy: testPolicy(), node: Node{Urgent: true, MinUnreachableToleration: secs(20)}, want: 5 * time.Second},
-		"minWait above base never lengthens": {policy: testPolicy(func(p *v1alpha1.Policy) { p.MinWait.Duration = time.Minute }), node: Node{Urgent: true}, want: base},
+		"toleration shorter than base":       {policy: testPolicy(), node: Node{Workload: Workload{MinUnreachableToleration: secs(12)}}, want: 12 * time.Second},
+		"toleration longer than base":        {policy: testPolicy(), node: Node{Workload: Workload{MinUnreachableToleration: secs(300)}}, want: base},
+		"toleration 0 stops at minWait":      {policy: testPolicy(), node: Node{Workload: Workload{MinUnreachableToleration: secs(0)}}, want: 5 * time.Second},
+		"tolerations not honored":            {policy: testPolicy(func(p *v1alpha1.Policy) { p.HonorTolerations = &off }), node: Node{Workload: Workload{MinUnreachableToleration: secs(12)}}, want: base},
+		"urgent: minWait":                    {policy: testPolicy(), node: Node{Workload: Workload{Urgent: true}}, want: 5 * time.Second},
+		"urgent, budgets not honored":        {policy: testPolicy(func(p *v1alpha1.Policy) { p.HonorDisruptionBudgets = &off }), node: Node{Workload: Workload{Urgent: true}}, want: base},
+		"urgent with a longer toleration":    {policy: testPolicy(), node: Node{Workload: Workload{Urgent: true, MinUnreachableToleration: secs(20)}}, want: 5 * time.Second},
+		"minWait above base never lengthens": {policy: testPolicy(func(p *v1alpha1.Policy) { p.MinWait.Duration = time.Minute }), node: Node{Workload: Workload{Urgent: true}}, want: base},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
