@@ -30,7 +30,7 @@ func (c *Controller) liveSignOfLife(ctx context.Context, nf *v1alpha1.NodeFence,
 	now := c.now()
 	c.detector.ObserveLease(lease, now)
 	if nf.Status.LeaseRenewTime != nil {
-		return fencer.SignOfLife(nf, detector.Observation{RenewTime: ptr.Deref(lease.Spec.RenewTime, metav1.MicroTime{}).Time}), nil
+		return fencer.SignOfLife(nf, detector.Observation{Kubelet: detector.KubeletSeen{RenewTime: ptr.Deref(lease.Spec.RenewTime, metav1.MicroTime{}).Time}}), nil
 	}
 	if _, obs := c.view(pol, node, now); obs.Health != detector.Unhealthy {
 		return "its Lease, read from the API server, shows it healthy: " + obs.Evidence, nil

@@ -49,17 +49,17 @@ func TestSignOfLife(t *testing.T) {
 		life     bool
 	}{
 		"new leader, restarted clocks, same renewTime: stands": {&renewed,
-			detector.Observation{Health: detector.Healthy, RenewTime: renewed}, false},
+			detector.Observation{Health: detector.Healthy, Kubelet: detector.KubeletSeen{RenewTime: renewed}}, false},
 		"new leader, renewal seen before the detection: stands": {&renewed,
-			detector.Observation{Health: detector.Suspect, RenewTime: renewed, RenewalSeen: detected.Add(-40 * time.Second)}, false},
+			detector.Observation{Health: detector.Suspect, Kubelet: detector.KubeletSeen{RenewTime: renewed, RenewalSeen: detected.Add(-40 * time.Second)}}, false},
 		"renewTime later than recorded: alive": {&renewed,
-			detector.Observation{Health: detector.Suspect, RenewTime: renewed.Add(10 * time.Second)}, true},
+			detector.Observation{Health: detector.Suspect, Kubelet: detector.KubeletSeen{RenewTime: renewed.Add(10 * time.Second)}}, true},
 		"renewed, even if unhealthy again: alive": {&renewed,
-			detector.Observation{Health: detector.Unhealthy, RenewTime: renewed.Add(time.Second)}, true},
+			detector.Observation{Health: detector.Unhealthy, Kubelet: detector.KubeletSeen{RenewTime: renewed.Add(time.Second)}}, true},
 		"nothing recorded, renewal seen after the detection: alive": {nil,
-			detector.Observation{Health: detector.Healthy, RenewTime: renewed, RenewalSeen: detected.Add(time.Second)}, true},
+			detector.Observation{Health: detector.Healthy, Kubelet: detector.KubeletSeen{RenewTime: renewed, RenewalSeen: detected.Add(time.Second)}}, true},
 		"nothing recorded, healthy on restarted clocks only: stands": {nil,
-			detector.Observation{Health: detector.Healthy, RenewTime: renewed}, false},
+			detector.Observation{Health: detector.Healthy, Kubelet: detector.KubeletSeen{RenewTime: renewed}}, false},
 		"no Lease at all, Ready again: alive": {nil, detector.Observation{Health: detector.Healthy}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -96,7 +96,7 @@ func TestAdoptedIncidentIsNotCancelledOnFreshClocks(t *testing.T) {
 			c.cfg.Policies[0].Default()
 			c.now = func() time.Time { return detected.Add(5 * time.Second) }
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
-			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, RenewTime: renewed}
+			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, Kubelet: detector.KubeletSeen{RenewTime: renewed}}
 			_, _ = c.drive(context.Background(), nf, node, policy.Node{}, obs)
 			got := stored(t, c, nf.Name)
 			if got.Status.Phase == v1alpha1.PhaseCancelled && tc.phase != v1alpha1.PhaseCancelled {
@@ -156,11 +156,11 @@ func TestFailedIncidentBlocksNewOnes(t *testing.T) {
 		obs     detector.Observation
 		blocked bool
 	}{
-		"failed, nothing since":       {v1alpha1.PhaseFailed, false, detector.Observation{BootID: "boot-1", RenewTime: renewed}, true},
-		"failed, a person asks again": {v1alpha1.PhaseFailed, true, detector.Observation{BootID: "boot-1", RenewTime: renewed}, false},
-		"failed, the node renewed":    {v1alpha1.PhaseFailed, false, detector.Observation{BootID: "boot-1", RenewTime: renewed.Add(time.Second)}, false},
-		"failed, the node rebooted":   {v1alpha1.PhaseFailed, false, detector.Observation{BootID: "boot-2", RenewTime: renewed}, false},
-		"recovered: nothing to block": {v1alpha1.PhaseRecovered, false, detector.Observation{BootID: "boot-1", RenewTime: renewed}, false},
+		"failed, nothing since":       {v1alpha1.PhaseFailed, false, detector.Observation{BootID: "boot-1", Kubelet: detector.KubeletSeen{RenewTime: renewed}}, true},
+		"failed, a person asks again": {v1alpha1.PhaseFailed, true, detector.Observation{BootID: "boot-1", Kubelet: detector.KubeletSeen{RenewTime: renewed}}, false},
+		"failed, the node renewed":    {v1alpha1.PhaseFailed, false, detector.Observation{BootID: "boot-1", Kubelet: detector.KubeletSeen{RenewTime: renewed.Add(time.Second)}}, false},
+		"failed, the node rebooted":   {v1alpha1.PhaseFailed, false, detector.Observation{BootID: "boot-2", Kubelet: detector.KubeletSeen{RenewTime: renewed}}, false},
+		"recovered: nothing to block": {v1alpha1.PhaseRecovered, false, detector.Observation{BootID: "boot-1", Kubelet: detector.KubeletSeen{RenewTime: renewed}}, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			nf := pendingIncident(detected, &renewed)

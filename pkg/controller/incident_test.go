@@ -84,8 +84,7 @@ func TestSameBootNeedsASeenRenewal(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			nf, node := remediatedIncident(verified)
 			c := fixtureController(t, fixtureConfig(), nil, nf)
-			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-1", RenewalSeen: tc.renewal,
-				StatusSeen: tc.status}
+			obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-1", Kubelet: detector.KubeletSeen{RenewalSeen: tc.renewal, StatusSeen: tc.status}}
 			if _, err := c.drive(context.Background(), nf, node, policy.Node{}, obs); err != nil {
 				t.Fatalf("drive: %v", err)
 			}
@@ -176,7 +175,7 @@ func TestLogsNameNodeAndIncident(t *testing.T) {
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	ctx := withLogValues(klog.NewContext(context.Background(), logger), "node", node.Name)
 	obs := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-1",
-		RenewalSeen: verified.Add(3 * time.Second), StatusSeen: verified.Add(4 * time.Second)}
+		Kubelet: detector.KubeletSeen{RenewalSeen: verified.Add(3 * time.Second), StatusSeen: verified.Add(4 * time.Second)}}
 	if _, err := c.drive(ctx, nf, node, policy.Node{}, obs); err != nil {
 		t.Fatalf("drive: %v", err)
 	}

@@ -182,8 +182,8 @@ func newIncident(node *corev1.Node, pol *v1alpha1.Policy, obs detector.Observati
 			Reason: fmt.Sprintf("node unhealthy: %s", obs.Evidence)},
 		Status: v1alpha1.NodeFenceStatus{Phase: v1alpha1.PhasePending, Policy: pol.Name, BootID: obs.BootID},
 	}
-	if !obs.RenewTime.IsZero() {
-		rt := metav1.NewMicroTime(obs.RenewTime)
+	if !obs.Kubelet.RenewTime.IsZero() {
+		rt := metav1.NewMicroTime(obs.Kubelet.RenewTime)
 		nf.Status.LeaseRenewTime = &rt
 	}
 	return nf

@@ -24,7 +24,7 @@ type signal struct {
 // Observation.Evidence, and without, it leaves Evidence empty and everything else the same.
 func assess(st *nodeState, name string, ready *corev1.NodeCondition, now time.Time, leaseAfter, readyAfter, floor time.Duration, heartbeats, evidence bool) Observation {
 	obs := Observation{Node: name, Health: Healthy, Damping: Damping{Undamped: Healthy}, Reason: ReasonHealthy, BootID: st.boot.id,
-		RenewalSeen: st.lease.renewalSeen, RenewTime: st.lease.renewTime, StatusSeen: st.ready.statusSeen, Floor: floor}
+		Kubelet: KubeletSeen{RenewalSeen: st.lease.renewalSeen, RenewTime: st.lease.renewTime, StatusSeen: st.ready.statusSeen}, Floor: floor}
 	var signals []signal
 	if !st.lease.observedAt.IsZero() {
 		// The Lease's clock always runs: a renewal only restarts it.

@@ -75,6 +75,19 @@ type Observation struct {
 	// Reboot is the last change of BootID the detector saw.
 	Reboot   Reboot
 	Evidence string
+	// Kubelet is what this process saw the node's kubelet write while it watched.
+	Kubelet KubeletSeen
+	// Floor is the evidence floor the Lease threshold was held to (see Detector.Floor).
+	Floor time.Duration
+	// ProbeKubelet asks for a probe of the node's kubelet (ObserveKubeletProbe): its agent
+	// is gone, and no probe begun since then and since its last renewal has failed, nor
+	// has one answered lately.
+	ProbeKubelet bool
+}
+
+// KubeletSeen is what this process saw a node's kubelet write: its Lease renewals and
+// its Ready heartbeats.
+type KubeletSeen struct {
 	// RenewalSeen is when this process last saw the node's Lease renewTime change: a
 	// kubelet that renewed while we watched. Zero until a change is seen; the first
 	// sighting of a Lease and RestartClocks do not set it.
@@ -83,15 +96,9 @@ type Observation struct {
 	// a Lease. Only compared with other renewTimes of the same Lease.
 	RenewTime time.Time
 	// StatusSeen is when this process last saw the node's Ready heartbeat change: a
-	// status the kubelet posted while we watched, which carries BootID with it. Zero
-	// until a change is seen; the first sighting does not set it.
+	// status the kubelet posted while we watched, which carries Observation.BootID with
+	// it. Zero until a change is seen; the first sighting does not set it.
 	StatusSeen time.Time
-	// Floor is the evidence floor the Lease threshold was held to (see Detector.Floor).
-	Floor time.Duration
-	// ProbeKubelet asks for a probe of the node's kubelet (ObserveKubeletProbe): its agent
-	// is gone, and no probe begun since then and since its last renewal has failed, nor
-	// has one answered lately.
-	ProbeKubelet bool
 }
 
 // Damping is what flap damping saw of a node.

@@ -243,15 +243,15 @@ func TestRenewalSeen(t *testing.T) {
 	}
 	d.RestartClocks(t0.Add(2 * time.Second))
 	obs := d.Assess(node, t0.Add(3*time.Second))
-	if obs.Health != Healthy || !obs.RenewalSeen.IsZero() {
-		t.Fatalf("first sighting and restart: health %s, renewal seen %s; want Healthy with no renewal seen", obs.Health, obs.RenewalSeen)
+	if obs.Health != Healthy || !obs.Kubelet.RenewalSeen.IsZero() {
+		t.Fatalf("first sighting and restart: health %s, renewal seen %s; want Healthy with no renewal seen", obs.Health, obs.Kubelet.RenewalSeen)
 	}
 	d.ObserveLease(lease(t0.Add(4*time.Second)), t0.Add(4*time.Second))
 	if n := d.Measured(); n != 1 {
 		t.Errorf("%d nodes with a measured cadence after a renewal, want 1", n)
 	}
 	d.RestartClocks(t0.Add(5 * time.Second))
-	if got := d.Assess(node, t0.Add(6*time.Second)).RenewalSeen; !got.Equal(t0.Add(4 * time.Second)) {
+	if got := d.Assess(node, t0.Add(6*time.Second)).Kubelet.RenewalSeen; !got.Equal(t0.Add(4 * time.Second)) {
 		t.Errorf("renewal seen %s, want %s (the change, not the restart)", got, t0.Add(4*time.Second))
 	}
 }

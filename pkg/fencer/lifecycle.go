@@ -284,7 +284,7 @@ func remediated(nf *v1alpha1.NodeFence, f Facts) Action {
 	// observation proves the same boot ran on: a renewal and a status, both seen by this
 	// process after the fence held, the status still carrying the fenced boot ID.
 	verified := FenceVerifiedAt(st)
-	if verified.IsZero() || !obs.RenewalSeen.After(verified) || !obs.StatusSeen.After(verified) ||
+	if verified.IsZero() || !obs.Kubelet.RenewalSeen.After(verified) || !obs.Kubelet.StatusSeen.After(verified) ||
 		meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionContradiction) {
 		return Action{Kind: ActNothing}
 	}
@@ -299,18 +299,18 @@ func remediated(nf *v1alpha1.NodeFence, f Facts) Action {
 // node then looks healthy until its floor passes.
 func SignOfLife(nf *v1alpha1.NodeFence, obs detector.Observation) string {
 	if rt := nf.Status.LeaseRenewTime; rt != nil {
-		if obs.RenewTime.After(rt.Time) {
+		if obs.Kubelet.RenewTime.After(rt.Time) {
 			return fmt.Sprintf("its Lease was renewed at %s, after %s when the incident opened",
-				Stamp(obs.RenewTime), Stamp(rt.Time))
+				Stamp(obs.Kubelet.RenewTime), Stamp(rt.Time))
 		}
 		return ""
 	}
 	detected := StepTime(nf, v1alpha1.StepDetected)
-	if !detected.IsZero() && obs.RenewalSeen.After(detected) {
+	if !detected.IsZero() && obs.Kubelet.RenewalSeen.After(detected) {
 		return fmt.Sprintf("this replica saw its Lease renewed at %s, after the detection at %s",
-			Stamp(obs.RenewalSeen), Stamp(detected))
+			Stamp(obs.Kubelet.RenewalSeen), Stamp(detected))
 	}
-	if obs.RenewTime.IsZero() && obs.Health == detector.Healthy && !detected.IsZero() {
+	if obs.Kubelet.RenewTime.IsZero() && obs.Health == detector.Healthy && !detected.IsZero() {
 		// A node without a Lease is judged on Ready alone, and it is True again.
 		return "Ready again (the node has no Lease)"
 	}

@@ -40,7 +40,7 @@ func decided(v policy.Verdict, reason, msg string) *policy.Decision {
 func live(s string) *string { return &s }
 
 // unhealthy is the detector's word on a node silent since a minute before l0.
-var unhealthy = detector.Observation{Node: "node-1", Health: detector.Unhealthy, BootID: "boot-1", RenewTime: l0.Add(-time.Minute)}
+var unhealthy = detector.Observation{Node: "node-1", Health: detector.Unhealthy, BootID: "boot-1", Kubelet: detector.KubeletSeen{RenewTime: l0.Add(-time.Minute)}}
 
 type lifecycleCase struct {
 	name string
@@ -53,11 +53,11 @@ type lifecycleCase struct {
 // the one thing the machine asks for.
 func lifecycleCases() []lifecycleCase {
 	afterFence := l0.Add(2 * time.Minute)
-	back := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-2", RenewalSeen: afterFence, StatusSeen: afterFence}
+	back := detector.Observation{Node: "node-1", Health: detector.Healthy, BootID: "boot-2", Kubelet: detector.KubeletSeen{RenewalSeen: afterFence, StatusSeen: afterFence}}
 	sameBoot := back
 	sameBoot.BootID = "boot-1"
 	renewedOnly := sameBoot
-	renewedOnly.StatusSeen = l0
+	renewedOnly.Kubelet.StatusSeen = l0
 	other := func(nf *v1alpha1.NodeFence) { nf.Status.Leader = "other" }
 	person := func(nf *v1alpha1.NodeFence) { nf.Spec.RequestedBy = "alice" }
 	force := func(nf *v1alpha1.NodeFence) { nf.Annotations = map[string]string{v1alpha1.ForceAnnotation: "true"} }
@@ -69,15 +69,15 @@ func lifecycleCases() []lifecycleCase {
 	return []lifecycleCase{
 		// Before fencing.
 		{"a renewal after the recorded one cancels", incidentIn(v1alpha1.PhasePending),
-			Facts{Obs: detector.Observation{Health: detector.Healthy, RenewTime: l0}},
+			Facts{Obs: detector.Observation{Health: detector.Healthy, Kubelet: detector.KubeletSeen{RenewTime: l0}}},
 			Action{Kind: ActCancel, Life: "its Lease was renewed at 2026-11-24T06:00:00Z, after 2026-11-24T05:59:00Z when the incident opened"}},
 		{"a renewal seen after the detection cancels one that recorded none", with(incidentIn(""), func(nf *v1alpha1.NodeFence) { nf.Status.LeaseRenewTime = nil }),
-			Facts{Obs: detector.Observation{Health: detector.Suspect, RenewalSeen: l0.Add(time.Second)}},
+			Facts{Obs: detector.Observation{Health: detector.Suspect, Kubelet: detector.KubeletSeen{RenewalSeen: l0.Add(time.Second)}}},
 			Action{Kind: ActCancel, Life: "this replica saw its Lease renewed at 2026-11-24T06:00:01Z, after the detection at 2026-11-24T06:00:00Z"}},
 		{"a person's request is not cancelled by life", with(incidentIn(v1alpha1.PhasePending), person),
-			Facts{Obs: detector.Observation{Health: detector.Healthy, RenewTime: l0}}, Action{Kind: ActDecide}},
+			Facts{Obs: detector.Observation{Health: detector.Healthy, Kubelet: detector.KubeletSeen{RenewTime: l0}}}, Action{Kind: ActDecide}},
 		{"no detection recorded, not unhealthy here: wait for own evidence", with(incidentIn(""), func(nf *v1alpha1.NodeFence) { nf.Status.Timeline = nil }),
-			Facts{Obs: detector.Observation{Health: detector.Healthy, RenewTime: l0.Add(-time.Minute)}}, Action{Kind: ActRecheck, After: HoldRecheck}},
+			Facts{Obs: detector.Observation{Health: detector.Healthy, Kubelet: detector.KubeletSeen{RenewTime: l0.Add(-time.Minute)}}}, Action{Kind: ActRecheck, After: HoldRecheck}},
 		{"no decision yet", incidentIn(v1alpha1.PhasePending), Facts{Obs: unhealthy}, Action{Kind: ActDecide}},
 		{"wait until the decision says", incidentIn(v1alpha1.PhasePending),
 			Facts{Now: l0, Obs: unhealthy, Decision: &policy.Decision{Verdict: policy.Wait, Reason: policy.ReasonRateLimited, Message: "m", Until: l0.Add(5 * time.Second)}},
