@@ -164,7 +164,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	registry := newRegistry()
 	ctrls, err := Assemble(Assembly{Config: cfg, Kube: cs.kube, Fencing: cs.fencing, Dynamic: cs.dynamic, Agents: agents,
 		Recorder: recorder, Registry: registry, Identity: identity, TargetInterval: o.TargetInterval, PauseConfigMap: o.PauseConfigMap,
-		Leader: controller.LeaderOptions{Guard: guard, Reach: reach, OnDeposed: deposed, NodeName: o.Identity.NodeName, IdentityRenewInterval: o.Identity.RenewInterval},
+		Lease: guard, OnDeposed: deposed, Leader: controller.LeaderOptions{Reach: reach, NodeName: o.Identity.NodeName, IdentityRenewInterval: o.Identity.RenewInterval},
 		Tuning: controller.Tuning{Workers: o.Workers, PauseAt: pauseAt(ctx)}})
 	if err != nil {
 		return err

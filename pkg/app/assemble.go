@@ -21,6 +21,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/devicemonitor"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/orphans"
@@ -54,8 +55,13 @@ type Assembly struct {
 	Recorder record.EventRecorder
 	Registry *prometheus.Registry
 	Identity string
-	Leader   controller.LeaderOptions
-	Tuning   controller.Tuning
+	// Lease checks the leader Lease (nil without leader election); OnDeposed stops a
+	// replica a newer leader replaced. Assemble makes of them the one leader.Guard every
+	// controller shares.
+	Lease     *leader.LeaseGuard
+	OnDeposed func(error)
+	Leader    controller.LeaderOptions
+	Tuning    controller.Tuning
 	// TargetInterval is how often the leader reads every fence device.
 	TargetInterval time.Duration
 	// PauseConfigMap names the pause requests' ConfigMap in the controller's namespace.
@@ -78,9 +84,11 @@ func Assemble(a Assembly) (*Controllers, error) {
 		return nil, err
 	}
 	det := detector.ForConfig(cfg)
+	now := time.Now // the process's one clock, handed to every controller
+	guard := leader.NewGuard(a.Lease, now, a.OnDeposed)
 	nodes := set.Kube.Core().V1().Nodes().Lister()
 	var loop *controller.Controller // made last; its methods are called only once the caches run
-	caller, err := agentcall.New(a.Agents, cfg, a.Kube, agentcall.NewMetrics(a.Registry, agentNames(cfg)), func() time.Time { return loop.Now() },
+	caller, err := agentcall.New(a.Agents, cfg, a.Kube, agentcall.NewMetrics(a.Registry, agentNames(cfg)), now,
 		func() ([]*corev1.Node, error) { return nodes.List(labels.Everything()) })
 	if err != nil {
 		return nil, err
@@ -93,13 +101,13 @@ func Assemble(a Assembly) (*Controllers, error) {
 	if cfg.ExternalRemediation.Enabled {
 		out.Requests, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
 			Fencing: a.Fencing, Machines: a.Dynamic, Nodes: nodes, Policies: cfg.Policies, Incidents: store,
-			EnqueueNode: func(node string) { loop.Enqueue(node) }, Confirm: func(ctx context.Context) error { return loop.CheckLease(ctx) }})
+			EnqueueNode: func(node string) { loop.Enqueue(node) }, Confirm: guard.Check})
 		if err != nil {
 			return nil, err
 		}
 	}
 	out.Agents, err = agentwatch.New(agentwatch.Options{Config: cfg, Caches: set, Detector: det, Incidents: store,
-		Enqueue: func(node string) { loop.Enqueue(node) }, Now: func() time.Time { return loop.Now() }, Identity: a.Identity, Registry: a.Registry})
+		Enqueue: func(node string) { loop.Enqueue(node) }, Now: now, Identity: a.Identity, Registry: a.Registry})
 	if err != nil {
 		return nil, err
 	}
@@ -109,17 +117,18 @@ func Assemble(a Assembly) (*Controllers, error) {
 	}
 	loop, err = controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
 		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents, Maintenance: planned, Pauses: pauses},
-		Recorder: a.Recorder, Registry: a.Registry, Identity: a.Identity, Leader: a.Leader, Tuning: a.Tuning})
+		Recorder: a.Recorder, Registry: a.Registry, Identity: a.Identity, Shared: controller.Shared{Now: now, Guard: guard},
+		Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)
 	}
 	out.Loop = loop
 	out.Monitor = devicemonitor.New(devicemonitor.Monitor{Checker: caller, Policies: cfg.Policies, Nodes: nodes, Client: a.Kube,
-		LastLife: det.LastLife, Confirm: loop.LeaseConfirmed, Recorder: a.Recorder, Interval: a.TargetInterval, Planned: planned},
+		LastLife: det.LastLife, Confirm: guard.Confirmed, Recorder: a.Recorder, Interval: a.TargetInterval, Planned: planned},
 		a.Registry, cfg.Detection.ExpectedRenewInterval.Duration)
 	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Remedy: loop.Remediator(), Record: loop.Record(),
-		Check: loop.CheckLease, Confirmed: loop.LeaseConfirmed}, a.Registry)
-	out.Retention = &incidents.Retention{Store: store, History: cfg.History, Confirm: loop.CheckLease, Now: loop.Now}
+		Check: guard.Check, Confirmed: guard.Confirmed}, a.Registry)
+	out.Retention = &incidents.Retention{Store: store, History: cfg.History, Confirm: guard.Check, Now: now}
 	return out, nil
 }
 

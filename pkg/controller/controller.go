@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -83,16 +82,11 @@ type peers struct {
 	maintenance *maintenance.Reader
 }
 
-// leadership is this replica's standing as leader: the Lease check and the epoch it acts
-// at.
+// leadership is this replica's standing as leader (the guard pkg/app shares with every
+// controller) and the tests' pause points on the way to an irreversible action.
 type leadership struct {
-	guard *leader.LeaseGuard
+	guard *leader.Guard
 	pause *testpoint.Pauser
-	mu    sync.Mutex
-	epoch int64
-	// apiUnreachable is set when a read of a node Lease failed: the API server may be
-	// down, and with it every kubelet's renewals (see confirmStale).
-	apiUnreachable atomic.Bool
 }
 
 // eventLog sends the loop's Events, each incident's held until its next save.
@@ -123,8 +117,8 @@ func New(opts Options) (*Controller, error) {
 	if t.PollInterval <= 0 {
 		t.PollInterval = 250 * time.Millisecond
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Shared.Now == nil || opts.Shared.Guard == nil {
+		return nil, fmt.Errorf("options: Shared.Now and Shared.Guard are required")
 	}
 	if opts.Leader.IdentityRenewInterval <= 0 {
 		opts.Leader.IdentityRenewInterval = 5 * time.Second
@@ -134,12 +128,12 @@ func New(opts Options) (*Controller, error) {
 	}
 	cfg := opts.Config
 	c := &Controller{
-		opts: opts, cfg: cfg, client: opts.Client, now: opts.Now, store: opts.Store, detector: opts.Detector, caller: opts.Caller,
+		opts: opts, cfg: cfg, client: opts.Client, now: opts.Shared.Now, store: opts.Store, detector: opts.Detector, caller: opts.Caller,
 		metrics: loopmetrics.New(opts.Registry),
 		peers: peers{health: opts.Peers.Health, requests: opts.Peers.Requests, agents: opts.Peers.Agents, maintenance: opts.Peers.Maintenance, pauses: opts.Peers.Pauses,
 			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
 		},
-		lead:   leadership{guard: opts.Leader.Guard, pause: testpoint.New(t.PauseAt)},
+		lead:   leadership{guard: opts.Shared.Guard, pause: testpoint.New(t.PauseAt)},
 		events: eventLog{recorder: opts.Recorder},
 		decide: decisions{dryRunSeen: map[string]map[string]bool{}},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
@@ -249,17 +243,6 @@ func (c *Controller) enqueueAll() {
 	}
 }
 
-// Now is the loop's clock.
-func (c *Controller) Now() time.Time { return c.now() }
-
-// CheckLease reads the leader Lease fresh and passes while this replica leads at its
-// epoch; a deposed replica is stopped (Options.Leader.OnDeposed).
-func (c *Controller) CheckLease(ctx context.Context) error { return c.checkLease(ctx) }
-
-// LeaseConfirmed passes when a Lease check passed within the renew deadline, and checks
-// again otherwise.
-func (c *Controller) LeaseConfirmed(ctx context.Context) error { return c.leaseConfirmed(ctx) }
-
 // Remediator is the loop's release and undo of a node's workloads.
 func (c *Controller) Remediator() *remediate.Remediator { return c.remedy }
 
@@ -299,9 +282,7 @@ func (c *Controller) onNodeFence(obj any) {
 func (c *Controller) Run(ctx context.Context, epoch int64) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
-	c.lead.mu.Lock()
-	c.lead.epoch = epoch
-	c.lead.mu.Unlock()
+	c.lead.guard.Lead(epoch)
 	c.metrics.Leader.Set(1)
 	// Open incidents resume from their status; new ones need evidence this replica
 	// gathered itself, while it led or stood by with the API server in reach.
@@ -335,12 +316,6 @@ func (c *Controller) takeOver(now time.Time) time.Time {
 	}
 	c.detector.RestartClocks(from)
 	return from
-}
-
-func (c *Controller) currentEpoch() int64 {
-	c.lead.mu.Lock()
-	defer c.lead.mu.Unlock()
-	return c.lead.epoch
 }
 
 func (c *Controller) worker(ctx context.Context) {

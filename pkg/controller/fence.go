@@ -118,7 +118,7 @@ func (c *Controller) issueFence(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	// attempt (a write of its own epoch, after a confirmation within the renew
 	// deadline); the call waits for both.
 	checked := make(chan error, 1)
-	go func() { checked <- c.checkLease(ctx) }()
+	go func() { checked <- c.lead.guard.Check(ctx) }()
 	if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.FenceIssued, Level: step.Level, Agent: step.Agent, Try: step.Try,
 		Target: target}); err != nil {
 		<-checked
@@ -132,7 +132,7 @@ func (c *Controller) issueFence(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	// paused since (SIGSTOP, a frozen VM) may have been replaced while it slept, and
 	// its power-off would be a deposed leader's: past the deadline it reads the Lease
 	// again, and a deposed one stops here.
-	if err := c.leaseConfirmed(ctx); err != nil {
+	if err := c.lead.guard.Confirmed(ctx); err != nil {
 		return false, err
 	}
 	if _, err := c.callAndApply(ctx, nf, node, plan, step); err != nil {
@@ -188,7 +188,7 @@ func (c *Controller) callStep(ctx context.Context, nf *v1alpha1.NodeFence, node 
 	if a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try); a != nil {
 		target = a.Target
 	}
-	return c.caller.Call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)
+	return c.caller.Call(ctx, step, node, target, nf.Name, c.lead.guard.Epoch(), deadline)
 }
 
 // fenceTarget is the device step's Fence call goes to: the one the agent's first attempt

@@ -97,8 +97,8 @@ func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 	f.enforceResourceVersions()
 	f.machines = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{shared.MachinesV1beta2: "MachineList"}, machines...)
-	c := newLoop(t, loopParts{cfg: cfg, kube: f.kube, fencing: f.dyn, dynamic: f.machines, agents: plugintest.One{A: f.bmc}, recorder: f.rec})
-	c.now = func() time.Time { return f.now }
+	c := newLoop(t, loopParts{cfg: cfg, kube: f.kube, fencing: f.dyn, dynamic: f.machines, agents: plugintest.One{A: f.bmc}, recorder: f.rec,
+		now: func() time.Time { return f.now }})
 	f.c = c
 	for _, o := range kubeObjs {
 		f.cache(o)
@@ -642,6 +642,6 @@ func nfIndexer(c *Controller) cache.Indexer {
 
 // prune runs the history retention once, as the leader does.
 func (f *fixture) prune() {
-	r := &incidents.Retention{Store: f.c.store, History: f.c.cfg.History, Confirm: f.c.checkLease, Now: f.c.now}
+	r := &incidents.Retention{Store: f.c.store, History: f.c.cfg.History, Confirm: func(ctx context.Context) error { return f.c.lead.guard.Check(ctx) }, Now: f.c.now}
 	r.Prune(context.Background())
 }

@@ -91,9 +91,16 @@ func (f *fixture) depose() *error {
 		f.t.Fatal(err)
 	}
 	f.kube.ClearActions()
-	f.c.lead.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
+	return f.checkLease(&leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}, f.c.lead.guard.Epoch())
+}
+
+// checkLease has the loop check lease at epoch, as pkg/app's guard does with leader
+// election on; it returns what the guard's OnDeposed is told.
+func (f *fixture) checkLease(lease *leader.LeaseGuard, epoch int64) *error {
 	deposed := new(error)
-	f.c.opts.Leader.OnDeposed = func(err error) { *deposed = err }
+	g := leader.NewGuard(lease, func() time.Time { return f.now }, func(err error) { *deposed = err })
+	g.Lead(epoch)
+	f.c.lead.guard = g
 	return deposed
 }
 
@@ -160,7 +167,9 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 func (f *fixture) repair() *orphans.Repair {
 	if f.orphans == nil {
 		f.orphans = orphans.New(orphans.Repair{Nodes: f.c.caches.nodes, Incidents: f.c.store, Remedy: f.c.remedy, Record: f.c.Record(),
-			Check: f.c.checkLease, Confirmed: f.c.leaseConfirmed}, f.c.metrics.Registry)
+
+			Check:     func(ctx context.Context) error { return f.c.lead.guard.Check(ctx) },
+			Confirmed: func(ctx context.Context) error { return f.c.lead.guard.Confirmed(ctx) }}, f.c.metrics.Registry)
 	}
 	return f.orphans
 }

@@ -44,8 +44,8 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Identity names this replica (hostname_PID_suffix).
 	Identity string
-	// Now is the clock.
-	Now func() time.Time
+	// Shared are what the loop and its peers all use, made by pkg/app below them.
+	Shared Shared
 	// Leader is this replica's place among the replicas.
 	Leader LeaderOptions
 	// Tuning are the loop's knobs, each with a default.
@@ -81,19 +81,24 @@ type AgentWatch interface {
 	Signs(node string, now time.Time) life.Signs
 }
 
+// Shared are what the loop and its peers all use, made once by pkg/app, below them all,
+// and handed down to each: none of them asks another controller for these.
+type Shared struct {
+	// Now is the process's one clock.
+	Now func() time.Time
+	// Guard is this replica's standing as leader: the epoch every write carries, the
+	// Lease check before every irreversible action, the confirmation before every other
+	// write; it stops a deposed replica.
+	Guard *leader.Guard
+}
+
 // LeaderOptions say how this replica leads.
 type LeaderOptions struct {
-	// Guard checks the leader Lease before every write and irreversible action; nil
-	// without leader election.
-	Guard *leader.LeaseGuard
 	// Reach is this replica's record of reaching the API server (leader.Reach): on
 	// takeover, the Lease silences it watched while it stood by count from the start of
 	// its unbroken reach. Nil (no leader election, or unknown) counts them from the
 	// takeover.
 	Reach *leader.Reach
-	// OnDeposed is called when a newer leader's epoch is found on an incident: the
-	// replica must stop at once (main exits with code 2).
-	OnDeposed func(error)
 	// NodeName is the node this replica runs on (the downward API's spec.nodeName);
 	// empty outside a pod. It is never fenced by this replica.
 	NodeName string

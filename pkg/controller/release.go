@@ -28,7 +28,7 @@ func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) rem
 	r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), step, msg) }
 	r.Before = func(ctx context.Context, action string) error {
 		c.lead.pause.At(action)
-		return c.leaseConfirmed(ctx)
+		return c.lead.guard.Confirmed(ctx)
 	}
 	return r
 }
@@ -144,7 +144,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 	if len(late) == 0 {
 		return 0, nil
 	}
-	if err := c.checkLease(ctx); err != nil {
+	if err := c.lead.guard.Check(ctx); err != nil {
 		return 0, err
 	}
 	var reads []string

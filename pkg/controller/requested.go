@@ -55,7 +55,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 	}
 	// The create follows a Lease check passed within the renew deadline, as every write
 	// that carries no epoch (invariant 2), after the reads.
-	if err := c.leaseConfirmed(ctx); err != nil {
+	if err := c.lead.guard.Confirmed(ctx); err != nil {
 		return false, 0, err
 	}
 	req := healthcheck.Request(kr, node.Name)

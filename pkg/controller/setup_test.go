@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
@@ -32,6 +32,8 @@ type loopParts struct {
 	dynamic  dynamic.Interface
 	agents   agentcall.Source
 	recorder record.EventRecorder
+	// now is the clock pkg/app would share; time.Now when nil.
+	now func() time.Time
 }
 
 // newLoop builds the incident loop of p on caches nothing runs: tests fill them.
@@ -46,6 +48,10 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
+	if p.now == nil {
+		p.now = time.Now
+	}
+	guard := leader.NewGuard(nil, p.now, nil)
 	var c *Controller
 	var names []string
 	for _, a := range p.cfg.Agents {
@@ -60,7 +66,7 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 	if p.cfg.ExternalRemediation.Enabled {
 		reqs, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
 			Fencing: p.fencing, Machines: p.dynamic, Nodes: set.Kube.Core().V1().Nodes().Lister(), Policies: p.cfg.Policies,
-			Incidents: store, EnqueueNode: func(node string) { c.Enqueue(node) }, Confirm: func(ctx context.Context) error { return c.checkLease(ctx) }})
+			Incidents: store, EnqueueNode: func(node string) { c.Enqueue(node) }, Confirm: guard.Check})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,6 +79,7 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 	}
 	c, err = New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
 		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Recorder: p.recorder, Registry: reg, Identity: "me",
+		Shared: Shared{Now: p.now, Guard: guard},
 		// No StatefulSet controller here: no replacement to wait for.
 		Tuning: Tuning{ReplacementWait: -1}})
 	if err != nil {

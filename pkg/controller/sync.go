@@ -137,7 +137,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	}
 	// The create follows a Lease check passed within the renew deadline, as every write
 	// that carries no epoch (invariant 2).
-	if err := c.leaseConfirmed(ctx); err != nil {
+	if err := c.lead.guard.Confirmed(ctx); err != nil {
 		return 0, err
 	}
 	if open.err != nil {
@@ -204,10 +204,10 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 	case err == nil && !found:
 		return true, nil
 	case err != nil:
-		c.lead.apiUnreachable.Store(true)
+		c.lead.guard.NoteUnreachable()
 		return false, fmt.Errorf("confirm lease of node %s: %w", node.Name, err)
 	}
-	if c.lead.apiUnreachable.CompareAndSwap(true, false) {
+	if c.lead.guard.TakeUnreachable() {
 		// This replica could not reach the API server a moment ago, and then no kubelet
 		// could renew either: staleness measured across the outage is the control
 		// plane's, not the nodes'. It counts again from now, as after a takeover.

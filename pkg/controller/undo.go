@@ -36,7 +36,7 @@ var errNotSent = errors.New("not sent")
 func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, at v1alpha1.Attempt, what string) (plugin.Result, error) {
 	notCalled := plugin.Result{State: plugin.StateUnknown, Evidence: "nothing read back: the call was never made"}
 	if at.Agent == v1alpha1.WatchdogAgent {
-		return c.caller.Unfence(ctx, at, "", node, nf.Name, c.currentEpoch())
+		return c.caller.Unfence(ctx, at, "", node, nf.Name, c.lead.guard.Epoch())
 	}
 	msg := fmt.Sprintf("agent %s %s, target %s", at.Agent, what, at.Target)
 	if at.Target == "" {
@@ -48,7 +48,7 @@ func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *cor
 	if err := c.save(ctx, nf); err != nil {
 		return notCalled, fmt.Errorf("agent %s %s %w: %w", at.Agent, what, errNotSent, err)
 	}
-	if err := c.checkLease(ctx); err != nil {
+	if err := c.lead.guard.Check(ctx); err != nil {
 		return notCalled, fmt.Errorf("agent %s %s %w: %w", at.Agent, what, errNotSent, err)
 	}
 	point := testpoint.BeforeUnfence
@@ -56,8 +56,8 @@ func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *cor
 		point = testpoint.BeforePowerOn
 	}
 	c.lead.pause.At(point)
-	if err := c.leaseConfirmed(ctx); err != nil {
+	if err := c.lead.guard.Confirmed(ctx); err != nil {
 		return notCalled, fmt.Errorf("agent %s %s %w: %w", at.Agent, what, errNotSent, err)
 	}
-	return c.caller.Unfence(ctx, at, fencer.RestoreOf(&nf.Status, at), node, nf.Name, c.currentEpoch())
+	return c.caller.Unfence(ctx, at, fencer.RestoreOf(&nf.Status, at), node, nf.Name, c.lead.guard.Epoch())
 }

@@ -34,11 +34,7 @@ func (f *fixture) lead() *error {
 		f.t.Fatal(err)
 	}
 	f.kube.ClearActions()
-	f.c.lead.epoch = 1
-	f.c.lead.guard = &leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}
-	deposed := new(error)
-	f.c.opts.Leader.OnDeposed = func(err error) { *deposed = err }
-	return deposed
+	return f.checkLease(&leader.LeaseGuard{Client: f.kube, Config: le, Identity: "me"}, 1)
 }
 
 // handOver gives the leader Lease to a successor, as a standby's takeover does.

@@ -59,8 +59,8 @@ func (c *Controller) markPods(ctx context.Context, obs detector.Observation, now
 			continue
 		}
 		if !checked {
-			if c.checkLease(ctx) != nil {
-				// Not confirmed as leader: no patch. checkLease has acted on a deposition,
+			if c.lead.guard.Check(ctx) != nil {
+				// Not confirmed as leader: no patch. the guard has acted on a deposition,
 				// and the next sync marks the pods again.
 				return
 			}
@@ -94,7 +94,7 @@ func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs dete
 		return
 	}
 	c.metrics.WouldFence.Inc()
-	if c.events.recorder != nil && c.checkLease(ctx) == nil {
+	if c.events.recorder != nil && c.lead.guard.Check(ctx) == nil {
 		c.events.recorder.Eventf(node, corev1.EventTypeWarning, v1alpha1.ReasonWouldFence, "Dry run: would fence node %s: %s (%s)",
 			node.Name, obs.Evidence, d.Message)
 	}

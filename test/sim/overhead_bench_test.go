@@ -489,7 +489,7 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 	recorder := &countingRecorder{EventRecorder: events}
 	agent := newInstantAgent()
 	ctrls, err := app.Assemble(app.Assembly{Config: cfg, Kube: client, Fencing: fencing, Agents: agent, Identity: identity,
-		Recorder: recorder, Registry: prometheus.NewRegistry(), Leader: controller.LeaderOptions{Guard: guard},
+		Recorder: recorder, Registry: prometheus.NewRegistry(), Lease: guard,
 		Tuning: controller.Tuning{Workers: envInt("KUBEFENCE_BENCH_WORKERS", controller.DefaultWorkers)}})
 	if err != nil {
 		b.Fatal(err)
