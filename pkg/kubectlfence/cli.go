@@ -96,7 +96,7 @@ func (s *session) flags(name string) *flag.FlagSet {
 	for _, n := range []string{"n", "namespace"} {
 		fs.StringVar(&s.Namespace, n, DefaultNamespace, "the release's namespace")
 	}
-	fs.StringVar(&s.Release, "release", "", "the Helm release, when the namespace holds several")
+	fs.StringVar(&s.Release, "release", "", "the Helm release, when the namespace holds several (its full name, to one who may not read its Deployment)")
 	fs.StringVar(&s.Lease, "lease", "", "the leader Lease, when config.leaderElection.name renamed it")
 	for _, n := range []string{"o", "output"} {
 		fs.StringVar(&s.Output, n, OutputTable, "output: table, json or yaml")

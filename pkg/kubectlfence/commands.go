@@ -36,7 +36,8 @@ policies check; the leader decides on each and records its answer in the inciden
 
 Flags:
   -n, --namespace NS   the release's namespace (default kubefence-system)
-  --release NAME       the Helm release, when the namespace holds several
+  --release NAME       the Helm release, when the namespace holds several (its full
+                       name, when you may not read its Deployment)
   --lease NAME         the leader Lease, when config.leaderElection.name renamed it
   -o, --output FORMAT  table (default), json or yaml
   --kubeconfig FILE, --context NAME   as kubectl's

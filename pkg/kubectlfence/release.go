@@ -45,13 +45,20 @@ type Release struct {
 // Find is the release in ns: the Deployment labelled app.kubernetes.io/component=controller
 // (of Helm release release, when named), else the leader Lease of the full name release
 // (or kubefence). lease, when set, names the leader Lease (config.leaderElection.name).
+// A caller who may read neither gets the names of the full name release as the chart
+// makes them.
 func Find(ctx context.Context, kube kubernetes.Interface, ns, release, lease string) (Release, error) {
 	sel := componentLabel + "=controller"
 	if release != "" {
 		sel += "," + instanceLabel + "=" + release
 	}
 	list, err := kube.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err):
+		// A person on call may hold only the chart's roles: the pause ConfigMap and the
+		// incidents, not the Deployments.
+		list = &appsv1.DeploymentList{}
+	case err != nil:
 		return Release{}, fmt.Errorf("find the controller's Deployment in %s: %w", ns, err)
 	}
 	switch n := len(list.Items); {
@@ -68,7 +75,7 @@ func Find(ctx context.Context, kube kubernetes.Interface, ns, release, lease str
 	if lease != "" {
 		r.Lease = lease
 	}
-	if _, err := kube.CoordinationV1().Leases(ns).Get(ctx, r.Lease, metav1.GetOptions{}); err != nil {
+	if _, err := kube.CoordinationV1().Leases(ns).Get(ctx, r.Lease, metav1.GetOptions{}); err != nil && !apierrors.IsForbidden(err) {
 		if apierrors.IsNotFound(err) {
 			return Release{}, fmt.Errorf("no kubefence release in %s: no controller Deployment and no Lease %s (-n NAMESPACE, --release)", ns, r.Lease)
 		}

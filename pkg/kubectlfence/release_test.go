@@ -7,8 +7,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestFind(t *testing.T) {
@@ -19,6 +22,7 @@ func TestFind(t *testing.T) {
 		release, lease string
 		want           Release
 		err            string
+		forbidden      bool
 	}{
 		"the Deployment, its pause ConfigMap from its container's flag": {objs: release(),
 			want: Release{Namespace: ns, Fullname: "prod-kubefence", Deployment: "prod-kubefence-controller",
@@ -34,9 +38,16 @@ func TestFind(t *testing.T) {
 			objs: []runtime.Object{&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-controller", Namespace: ns}}},
 			want: Release{Namespace: ns, Fullname: "kubefence", Lease: "kubefence-controller", PauseConfigMap: "kubefence-pause"}},
 		"nothing": {err: "no kubefence release in ops"},
+		"forbidden to read Deployments and Leases": {forbidden: true, release: "prod-kubefence",
+			want: Release{Namespace: ns, Fullname: "prod-kubefence", Lease: "prod-kubefence-controller", PauseConfigMap: "prod-kubefence-pause"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c, _, _ := fixture(t, "alice", tc.objs...)
+			c, kube, _ := fixture(t, "alice", tc.objs...)
+			if tc.forbidden {
+				kube.PrependReactor("*", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: a.GetResource().Resource}, "", nil)
+				})
+			}
 			got, err := Find(context.Background(), c.Kube, ns, tc.release, tc.lease)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {

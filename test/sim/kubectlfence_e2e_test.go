@@ -1,0 +1,234 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/kubectlfence"
+)
+
+// kubectlFenceBinary builds cmd/kubectl-fence into a directory of its own, to put on
+// PATH as kubectl's plugin.
+func kubectlFenceBinary(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/kubectl-fence")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build kubectl-fence: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "kubectl-fence")
+}
+
+// onCallKubeconfig is a kubeconfig of a new person: a ServiceAccount with the chart's
+// on-call ClusterRole, its Role on the pause ConfigMap, and a read of the controller's
+// Leases and pods (what `kubectl fence status` shows); not of its Deployments.
+func onCallKubeconfig(t *testing.T, ctx context.Context, c *Cluster, name string) string {
+	t.Helper()
+	cs := c.Client
+	if _, err := cs.CoreV1().ServiceAccounts(Namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: Namespace}}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-" + name},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubefence-oncall"}, Subjects: subject}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "test-" + name, Namespace: ControllerNamespace}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"kubefence-pause"}, Verbs: []string{"get", "patch", "update"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}}
+	if _, err := cs.RbacV1().Roles(ControllerNamespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(ControllerNamespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, Subjects: subject}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(Namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["sim"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts["sim"] = &clientcmdapi.Context{Cluster: "sim", AuthInfo: name}
+	cfg.CurrentContext = "sim"
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestKubectlFence runs the built `kubectl fence` plugin as an on-call person (a
+// ServiceAccount with the chart's roles, under the chart's admission policies) against a
+// real API server with a leading controller (decisions only): status, pause and resume,
+// a fence request, history, timeline, a confirm-off the leader refuses (the node lives)
+// and a cancel that ends the incident, each checked through the API. Every word carries
+// the person's name as the API server knows it. explain and check exec in the leader's
+// pod, which needs a kubelet that runs containers: test/realnode's to cover;
+// pkg/kubectlfence's tests cover the leader pod and the command.
+func TestKubectlFence(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	plugin := kubectlFenceBinary(t, ctx)
+	h := fastHarnessWith(t, ctx, HarnessOptions{
+		Cluster: func(o *Options) { o.Authorization = "Node,RBAC" },
+		Config:  func(c *v1alpha1.Config) { c.DryRun = true },
+	})
+	c := h.Cluster
+	applyAdmissionPolicies(t, ctx, c)
+	applyPeopleRoles(t, ctx, c)
+	startLeader(t, ctx, h, "controller")
+	leader, err := h.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderPod, _, _ := strings.Cut(leader, "_")
+	kubectlFenceState(t, ctx, c, leaderPod)
+	kubeconfig := onCallKubeconfig(t, ctx, c, "kf-oncall")
+	user := personName("kf-oncall")
+	fence := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, plugin, append(args, "--kubeconfig", kubeconfig)...)
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "KUBECONFIG=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl fence %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		t.Logf("kubectl fence %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	mustSay := func(out string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("kubectl fence printed no %q:\n%s", w, out)
+			}
+		}
+	}
+	// The fence's help lists every command.
+	mustSay(fence("--help"), "status", "history NODE", "timeline INCIDENT", "explain NODE", "check [NODE]",
+		"pause --reason", "resume", "confirm-off NODE", "cancel INCIDENT", "fence NODE")
+	mustSay(fence("status"), "kubefence in kubefence-system", "pod "+leaderPod+" on node node-2", leader,
+		"PAUSED:   no", "No open incidents.")
+
+	kubectlFencePause(t, ctx, c, fence, mustSay, user)
+	name := kubectlFenceWords(t, ctx, c, fence, mustSay, user)
+
+	var s kubectlfence.Status
+	if err := json.Unmarshal([]byte(fence("status", "-o", "json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Leader == nil || s.Leader.Identity != leader || len(s.Incidents) != 0 {
+		t.Errorf("status -o json after the cancel of %s: %+v", name, s)
+	}
+}
+
+// kubectlFenceState makes what the plugin reads beside the leader: its pod (the Lease
+// holder's host name) on node-2, and the chart's pause ConfigMap with no request.
+func kubectlFenceState(t *testing.T, ctx context.Context, c *Cluster, leaderPod string) {
+	t.Helper()
+	cs := c.Client
+	ns := ControllerNamespace
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
+		metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: leaderPod, Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: "node-2", AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "controller", Image: "kubefence/kubefence"}}}}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, pauseConfigMap(nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kubectlFencePause: pause writes the request in the person's name; resume lifts it.
+func kubectlFencePause(t *testing.T, ctx context.Context, c *Cluster, fence func(...string) string, mustSay func(string, ...string), user string) {
+	t.Helper()
+	pauseData := func() map[string]string {
+		t.Helper()
+		cm, err := c.Client.CoreV1().ConfigMaps(ControllerNamespace).Get(ctx, "kubefence-pause", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data
+	}
+	fence("pause", "--reason", "firmware on rack 3", "--name", "patch-night")
+	if got, want := pauseData()["patch-night"], user+": firmware on rack 3"; got != want {
+		t.Errorf("pause request %q, want %q", got, want)
+	}
+	mustSay(fence("status"), "PAUSED:   yes, 1 request", "patch-night", user+": firmware on rack 3")
+	fence("resume", "--name", "patch-night")
+	if data := pauseData(); len(data) != 0 {
+		t.Errorf("pause requests after resume: %v", data)
+	}
+}
+
+// requested is the incident name `kubectl fence fence` prints.
+var requested = regexp.MustCompile(`incident (\S+) requested by`)
+
+// kubectlFenceWords: a fence request in the person's name, its history and timeline, a
+// confirm-off the leader refuses (the node renews) and a cancel that ends it. It returns
+// the incident's name.
+func kubectlFenceWords(t *testing.T, ctx context.Context, c *Cluster, fence func(...string) string, mustSay func(string, ...string), user string) string {
+	t.Helper()
+	m := requested.FindStringSubmatch(fence("fence", runbookNode, "--reason", "BMC path repaired"))
+	if m == nil {
+		t.Fatal("kubectl fence fence printed no incident")
+	}
+	name := m[1]
+	nf := waitIncident(t, ctx, c, runbookNode, "Held", func(nf *v1alpha1.NodeFence) bool {
+		return nf.Name == name && nf.Status.Phase == v1alpha1.PhaseHeld
+	})
+	if nf.Spec.RequestedBy != user || nf.Spec.Reason != "BMC path repaired" {
+		t.Errorf("the request %s: %+v, want requested by %s", name, nf.Spec, user)
+	}
+	mustSay(fence("history", runbookNode), name, "Held", user)
+	mustSay(fence("timeline", name), "STEP", nf.Status.Timeline[0].Type)
+	mustSay(fence("status"), name, runbookNode, "Held")
+
+	mustSay(fence("confirm-off", runbookNode, "--reason", "chassis lost power"), name, user)
+	nf = waitIncident(t, ctx, c, runbookNode, "refused the confirm-off", func(nf *v1alpha1.NodeFence) bool {
+		return hasStep(nf, v1alpha1.StepWordRefused, "is alive")
+	})
+	if nf.Annotations[v1alpha1.ConfirmOffByAnnotation] != user || nf.Status.Verified() {
+		t.Errorf("confirm-off: annotations %v, verified %v", nf.Annotations, nf.Status.Verified())
+	}
+	mustSay(fence("timeline", name), v1alpha1.StepWordRefused)
+
+	fence("cancel", name, "--reason", "coming back after the switch repair")
+	nf = waitIncident(t, ctx, c, runbookNode, "Cancelled", func(nf *v1alpha1.NodeFence) bool {
+		return nf.Status.Phase == v1alpha1.PhaseCancelled
+	})
+	if nf.Annotations[v1alpha1.CancelByAnnotation] != user {
+		t.Errorf("cancel-by %q, want %q", nf.Annotations[v1alpha1.CancelByAnnotation], user)
+	}
+	mustSay(fence("history", runbookNode), name, "Cancelled")
+	return name
+}
