@@ -86,6 +86,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	det := detector.ForConfig(cfg)
 	now := time.Now // the process's one clock, handed to every controller
 	guard := leader.NewGuard(a.Lease, now, a.OnDeposed)
+	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: a.Identity, Events: a.Recorder, Now: now}
 	nodes := set.Kube.Core().V1().Nodes().Lister()
 	var loop *controller.Controller // made last; its methods are called only once the caches run
 	caller, err := agentcall.New(a.Agents, cfg, a.Kube, agentcall.NewMetrics(a.Registry, agentNames(cfg)), now,
@@ -117,7 +118,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	}
 	loop, err = controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
 		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents, Maintenance: planned, Pauses: pauses},
-		Recorder: a.Recorder, Registry: a.Registry, Identity: a.Identity, Shared: controller.Shared{Now: now, Guard: guard},
+		Registry: a.Registry, Identity: a.Identity, Shared: controller.Shared{Now: now, Guard: guard, Record: rec},
 		Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)
@@ -126,7 +127,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	out.Monitor = devicemonitor.New(devicemonitor.Monitor{Checker: caller, Policies: cfg.Policies, Nodes: nodes, Client: a.Kube,
 		LastLife: det.LastLife, Confirm: guard.Confirmed, Recorder: a.Recorder, Interval: a.TargetInterval, Planned: planned},
 		a.Registry, cfg.Detection.ExpectedRenewInterval.Duration)
-	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Remedy: loop.Remediator(), Record: loop.Record(),
+	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Remedy: loop.Remediator(), Record: rec,
 		Check: guard.Check, Confirmed: guard.Confirmed}, a.Registry)
 	out.Retention = &incidents.Retention{Store: store, History: cfg.History, Confirm: guard.Check, Now: now}
 	return out, nil

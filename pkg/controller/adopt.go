@@ -46,7 +46,7 @@ func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 			fmt.Sprintf("Node %s is alive (%s); incident %s cancelled before fencing", node.Name, life, nf.Name)}}); err != nil {
 		return err
 	}
-	return c.save(ctx, nf)
+	return c.record.Save(ctx, nf)
 }
 
 // failedUnrecovered returns why no automatic incident may open for node

@@ -16,7 +16,6 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -57,7 +56,7 @@ type Controller struct {
 	now      func() time.Time
 	peers    peers
 	lead     leadership
-	events   eventLog
+	record   *incidents.Recorder
 	decide   decisions
 }
 
@@ -89,12 +88,6 @@ type leadership struct {
 	pause *testpoint.Pauser
 }
 
-// eventLog sends the loop's Events, each incident's held until its next save.
-type eventLog struct {
-	recorder record.EventRecorder
-	held     incidents.PendingEvents
-}
-
 // decisions are what a decision shares with the others.
 type decisions struct {
 	// admission makes each fence decision and its claim on the budget one step.
@@ -117,8 +110,8 @@ func New(opts Options) (*Controller, error) {
 	if t.PollInterval <= 0 {
 		t.PollInterval = 250 * time.Millisecond
 	}
-	if opts.Shared.Now == nil || opts.Shared.Guard == nil {
-		return nil, fmt.Errorf("options: Shared.Now and Shared.Guard are required")
+	if sh := opts.Shared; sh.Now == nil || sh.Guard == nil || sh.Record == nil {
+		return nil, fmt.Errorf("options: Shared.Now, Shared.Guard and Shared.Record are required")
 	}
 	if opts.Leader.IdentityRenewInterval <= 0 {
 		opts.Leader.IdentityRenewInterval = 5 * time.Second
@@ -134,7 +127,7 @@ func New(opts Options) (*Controller, error) {
 			replicas: leader.NewReplicas(opts.Leader.NodeName, opts.Leader.IdentityRenewInterval),
 		},
 		lead:   leadership{guard: opts.Shared.Guard, pause: testpoint.New(t.PauseAt)},
-		events: eventLog{recorder: opts.Recorder},
+		record: opts.Shared.Record,
 		decide: decisions{dryRunSeen: map[string]map[string]bool{}},
 		// Per-node exponential backoff only: the default's cluster-wide 10 per second
 		// bucket would queue a hundred simultaneous incidents behind each other.
@@ -219,7 +212,7 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 			// A deleted incident's last write has nothing left to stand in for.
 			if nf, ok := tombstone.Unwrap(obj).(*v1alpha1.NodeFence); ok {
 				c.store.Forget(nf.Name)
-				c.dropEvents(nf.Name)
+				c.record.Drop(nf.Name)
 				c.decide.admission.unclaim(nf.Name)
 			}
 		},
@@ -245,10 +238,6 @@ func (c *Controller) enqueueAll() {
 
 // Remediator is the loop's release and undo of a node's workloads.
 func (c *Controller) Remediator() *remediate.Remediator { return c.remedy }
-
-// Record is the loop's record of incidents (steps, Events held for the save, the save at
-// this replica's epoch), for the repairs of closed incidents.
-func (c *Controller) Record() IncidentRecord { return IncidentRecord{c} }
 
 func (c *Controller) enqueueObject(obj any) {
 	if n, ok := tombstone.Unwrap(obj).(*corev1.Node); ok {
@@ -341,23 +330,4 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.Forget(key)
 	}
 	return true
-}
-
-// IncidentRecord is the incident loop's record of an incident (steps, Events held for the
-// save, the save at this replica's epoch).
-type IncidentRecord struct{ c *Controller }
-
-// Step adds a timeline step to nf.
-func (r IncidentRecord) Step(ctx context.Context, nf *v1alpha1.NodeFence, typ, msg string) {
-	r.c.step(ctx, nf, r.c.now(), typ, msg)
-}
-
-// Event holds an Event of nf (or, with nf nil, of node) for its next save.
-func (r IncidentRecord) Event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
-	r.c.event(node, nf, typ, reason, format, args...)
-}
-
-// Save writes nf's status at this replica's epoch.
-func (r IncidentRecord) Save(ctx context.Context, nf *v1alpha1.NodeFence) error {
-	return r.c.save(ctx, nf)
 }

@@ -23,20 +23,20 @@ import (
 func TestEventsWaitForTheSave(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
-	rec := c.events.recorder.(*record.FakeRecorder)
+	rec := c.record.Events.(*record.FakeRecorder)
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "node %s", node.Name)
 	if n := len(rec.Events); n != 0 {
 		t.Fatalf("%d events sent before the save", n)
 	}
-	if err := c.save(context.Background(), nf); err != nil {
+	if err := c.record.Save(context.Background(), nf); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rec.Events); n != 1 {
 		t.Fatalf("%d events after the save, want 1 (on the node)", n)
 	}
 	c.event(node, nf, corev1.EventTypeNormal, "Other", "x")
-	c.dropEvents(nf.Name)
-	if err := c.save(context.Background(), nf); err != nil {
+	c.record.Drop(nf.Name)
+	if err := c.record.Save(context.Background(), nf); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(rec.Events); n != 1 {
@@ -50,11 +50,11 @@ func TestEventsWaitForTheSave(t *testing.T) {
 func TestEventOnNodeOnly(t *testing.T) {
 	nf, node := remediatedIncident(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC))
 	c := testController(t, nf)
-	rec := c.events.recorder.(*record.FakeRecorder)
+	rec := c.record.Events.(*record.FakeRecorder)
 	rec.IncludeObject = true
 	c.event(node, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "with node")
 	c.event(nil, nf, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "node gone")
-	if err := c.save(context.Background(), nf); err != nil {
+	if err := c.record.Save(context.Background(), nf); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
@@ -191,10 +191,10 @@ func TestCountersStartAtZero(t *testing.T) {
 // them ("Type Reason message").
 func saveAndDrain(t *testing.T, c *Controller, nf *v1alpha1.NodeFence) []string {
 	t.Helper()
-	if err := c.save(context.Background(), nf); err != nil {
+	if err := c.record.Save(context.Background(), nf); err != nil {
 		t.Fatal(err)
 	}
-	rec := c.events.recorder.(*record.FakeRecorder)
+	rec := c.record.Events.(*record.FakeRecorder)
 	var got []string
 	for len(rec.Events) > 0 {
 		got = append(got, <-rec.Events)

@@ -31,7 +31,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		if !unsaved {
 			return d, nil
 		}
-		return d, c.save(ctx, nf)
+		return d, c.record.Save(ctx, nf)
 	}
 	for {
 		now := c.now()
@@ -88,7 +88,7 @@ func (c *Controller) giveUp(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 			fmt.Sprintf("Fencing node %s failed; nothing was released: %s", node.Name, step.Reason)}}); err != nil {
 		return 0, err
 	}
-	return 0, c.save(ctx, nf)
+	return 0, c.record.Save(ctx, nf)
 }
 
 // issueFence carries out a DoFence step: it skips a level whose agent is down, or
@@ -99,7 +99,7 @@ func (c *Controller) issueFence(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	// attempt.
 	if why := c.peers.health.Down(step.Agent); why != "" {
 		msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
-		c.step(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
+		c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
 		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
 		if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Skipped, Level: step.Level, Agent: step.Agent,
 			Try: step.Try, Err: errors.New(msg), ErrKind: plugin.KindAgentDown}); err != nil {
@@ -111,7 +111,7 @@ func (c *Controller) issueFence(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	// is sent, so a crash or an API server outage cannot hide an action the
 	// device took.
 	target, terr := c.fenceTarget(nf, node, step)
-	c.step(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, step, target, terr))
+	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepAgentCalled, c.callRecord(nf, step, target, terr))
 	// The one fresh read of the leader Lease an incident needs: a power-off is
 	// the act a deposed replica must never send, so it does not ride on an
 	// earlier confirmation. It goes out together with the write of the issued
@@ -162,15 +162,15 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 		// The same read error again while verifying: nothing new to record.
 		return false, nil
 	case ev.Err != nil:
-		c.step(ctx, nf, now, v1alpha1.StepAgentError, fmt.Sprintf("agent %s %s %s: %v", step.Agent, agentcall.Method(step), ev.ErrKind, ev.Err))
+		c.record.StepAt(ctx, nf, now, v1alpha1.StepAgentError, fmt.Sprintf("agent %s %s %s: %v", step.Agent, agentcall.Method(step), ev.ErrKind, ev.Err))
 	case step.Kind == fencer.DoFence:
-		c.step(ctx, nf, now, v1alpha1.StepAgentReturned, fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
+		c.record.StepAt(ctx, nf, now, v1alpha1.StepAgentReturned, fmt.Sprintf("agent %s reports %s: %s", step.Agent, ev.State, ev.Evidence))
 	case a.State != prev:
 		msg := fmt.Sprintf("agent %s read %s: %s", step.Agent, ev.State, ev.Evidence)
 		if prev == v1alpha1.AttemptFencing {
 			msg += "; " + a.Error // found in flight and read back first (fencer.lostInFlight)
 		}
-		c.step(ctx, nf, now, v1alpha1.StepStateReadBack, msg)
+		c.record.StepAt(ctx, nf, now, v1alpha1.StepStateReadBack, msg)
 	default:
 		// Still verifying with nothing new: no write, the next poll comes soon.
 		return false, nil
@@ -223,7 +223,7 @@ func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, p
 	if err := fencer.Apply(&nf.Status, plan, ev, c.now()); err != nil {
 		return fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
-	return c.save(ctx, nf)
+	return c.record.Save(ctx, nf)
 }
 
 func lastStepIs(nf *v1alpha1.NodeFence, typ, contains string) bool {

@@ -100,7 +100,7 @@ func (f *fixture) checkLease(lease *leader.LeaseGuard, epoch int64) *error {
 	deposed := new(error)
 	g := leader.NewGuard(lease, func() time.Time { return f.now }, func(err error) { *deposed = err })
 	g.Lead(epoch)
-	f.c.lead.guard = g
+	f.c.lead.guard, f.c.record.Guard = g, g
 	return deposed
 }
 
@@ -166,7 +166,7 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 // repair is the orphan repair the leader runs beside the fixture's loop.
 func (f *fixture) repair() *orphans.Repair {
 	if f.orphans == nil {
-		f.orphans = orphans.New(orphans.Repair{Nodes: f.c.caches.nodes, Incidents: f.c.store, Remedy: f.c.remedy, Record: f.c.Record(),
+		f.orphans = orphans.New(orphans.Repair{Nodes: f.c.caches.nodes, Incidents: f.c.store, Remedy: f.c.remedy, Record: f.c.record,
 
 			Check:     func(ctx context.Context) error { return f.c.lead.guard.Check(ctx) },
 			Confirmed: func(ctx context.Context) error { return f.c.lead.guard.Confirmed(ctx) }}, f.c.metrics.Registry)

@@ -150,7 +150,7 @@ func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1
 // startFencing moves the incident to Fencing at level 1 and fences.
 func (c *Controller) startFencing(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, a fencer.Action) (time.Duration, error) {
 	if a.Forced != "" {
-		c.step(ctx, nf, c.now(), v1alpha1.StepForced, a.Forced)
+		c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepForced, a.Forced)
 		c.decide.admission.claimForced(nf.Name, node.Name, c.now())
 	}
 	nf.Status.Level = 1
@@ -180,5 +180,5 @@ func (c *Controller) notYet(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	if err := c.enter(ctx, nf, node, t); err != nil {
 		return err
 	}
-	return c.save(ctx, nf)
+	return c.record.Save(ctx, nf)
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -38,8 +37,7 @@ type Options struct {
 	// Caller reaches the agents; indexed on Caches' nodes by New.
 	Caller *agentcall.Caller
 	// Peers are the other controllers the loop asks; each may be nil (off).
-	Peers    Peers
-	Recorder record.EventRecorder
+	Peers Peers
 	// Registry takes the loop's metrics; nil: a registry of its own.
 	Registry *prometheus.Registry
 	// Identity names this replica (hostname_PID_suffix).
@@ -90,6 +88,9 @@ type Shared struct {
 	// Lease check before every irreversible action, the confirmation before every other
 	// write; it stops a deposed replica.
 	Guard *leader.Guard
+	// Record writes the incidents: timeline steps, Events held until the save, the save
+	// at the Guard's epoch.
+	Record *incidents.Recorder
 }
 
 // LeaderOptions say how this replica leads.

@@ -291,7 +291,7 @@ func TestDeletedIncidentIsForgotten(t *testing.T) {
 	f.startInformers()
 	mine := nf.DeepCopy()
 	mine.Status.Message = "released"
-	if err := f.c.save(ctx, mine); err != nil {
+	if err := f.c.record.Save(ctx, mine); err != nil {
 		t.Fatal(err)
 	}
 	f.c.event(nil, mine, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "waiting on the next save")
@@ -303,7 +303,7 @@ func TestDeletedIncidentIsForgotten(t *testing.T) {
 			return false // not deleted from the cache yet: the store still has a reason to hold the write
 		}
 		incs, err := f.c.store.ForNode("node-1")
-		pending := f.c.events.held.Held(nf.Name)
+		pending := f.c.record.Held(nf.Name)
 		return err == nil && len(incs) == 0 && pending == 0
 	})
 	if ev := f.events(); len(ev) != 0 {

@@ -55,14 +55,14 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			// the try is retried with backoff, and the timeline records each new state
 			// read back, not every try.
 			if key, msg := unfenceFailure(at.Agent, agentcall.MethodUnfence, res, err); !strings.HasPrefix(lastUnfenceFailure(nf, at.Agent), key) {
-				c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
-				if serr := c.save(ctx, nf); serr != nil {
+				c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
+				if serr := c.record.Save(ctx, nf); serr != nil {
 					err = errors.Join(err, serr)
 				}
 			}
 			return 0, fmt.Errorf("incident %s: unfence agent %s: %w", nf.Name, at.Agent, err)
 		}
-		c.step(ctx, nf, c.now(), v1alpha1.StepUnfenced, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+		c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenced, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
 	}
 	r := c.remediator(ctx, nf)
 	if _, err := r.RemoveTaints(ctx, nf.Name, node.Name, &nf.Status.Remediation); err != nil {
@@ -73,7 +73,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		event: note{corev1.EventTypeNormal, v1alpha1.ReasonRecovered, fmt.Sprintf("Node %s is back with a new boot; incident %s closed", node.Name, nf.Name)}}); err != nil {
 		return 0, err
 	}
-	return 0, c.save(ctx, nf)
+	return 0, c.record.Save(ctx, nf)
 }
 
 // attemptsToUndo are the attempts recovery undoes: the verified ones, and one attempt of
@@ -108,11 +108,11 @@ func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, 
 		node.Name, nf.Status.BootID)
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionContradiction, Status: metav1.ConditionTrue,
 		Reason: conditionReasonSameBoot, Message: msg, ObservedGeneration: nf.Generation})
-	c.step(ctx, nf, c.now(), v1alpha1.StepContradiction, msg)
+	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepContradiction, msg)
 	c.metrics.Contradictions.Inc()
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceContradicted, "%s", msg)
 	klog.FromContext(ctx).Error(nil, "Fence contradicted", "bootID", nf.Status.BootID)
-	return c.save(ctx, nf)
+	return c.record.Save(ctx, nf)
 }
 
 // clearContradiction lowers a FenceContradicted condition once the node turns out to have
@@ -125,7 +125,7 @@ func (c *Controller) clearContradiction(ctx context.Context, nf *v1alpha1.NodeFe
 		obs.BootID, nf.Status.BootID)
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionContradiction, Status: metav1.ConditionFalse,
 		Reason: conditionReasonRebooted, Message: msg, ObservedGeneration: nf.Generation})
-	c.step(ctx, nf, c.now(), v1alpha1.StepContradictionCleared, msg)
+	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepContradictionCleared, msg)
 }
 
 func nodeReady(node *corev1.Node) bool {

@@ -25,7 +25,7 @@ import (
 // remediator acts for nf: its steps go to nf's timeline.
 func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) remediate.Remediator {
 	r := *c.remedy
-	r.OnStep = func(step, msg string) { c.step(ctx, nf, c.now(), step, msg) }
+	r.OnStep = func(step, msg string) { c.record.StepAt(ctx, nf, c.now(), step, msg) }
 	r.Before = func(ctx context.Context, action string) error {
 		c.lead.pause.At(action)
 		return c.lead.guard.Confirmed(ctx)
@@ -49,11 +49,11 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			step: v1alpha1.StepReleaseSkipped, detail: err.Error()}); err != nil {
 			return 0, err
 		}
-		return 0, c.save(ctx, nf)
+		return 0, c.record.Save(ctx, nf)
 	}
 	if err != nil {
 		// Record what was done so far; the next try resumes from it.
-		if serr := c.save(ctx, nf); serr != nil {
+		if serr := c.record.Save(ctx, nf); serr != nil {
 			klog.FromContext(ctx).Error(serr, "Recording partial remediation")
 		}
 		return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
@@ -69,7 +69,7 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 	c.metrics.FailureToReleased.WithLabelValues(pol.Name).Observe(c.now().Sub(failedAt(nf)).Seconds())
 	c.lead.pause.At(testpoint.BeforeRecord)
 	c.yieldToReleases(ctx)
-	if err := c.save(ctx, nf); err != nil {
+	if err := c.record.Save(ctx, nf); err != nil {
 		return 0, err
 	}
 	if fencer.ActionOf(nf, pol) == v1alpha1.ActionReboot {
@@ -97,7 +97,7 @@ func failedAt(nf *v1alpha1.NodeFence) time.Time {
 func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node) {
 	for _, at := range fencer.VerifiedAttempts(&nf.Status) {
 		if why := c.caller.NotPowering(ctx, at.Agent); why != "" {
-			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceSkipped, fmt.Sprintf("agent %s not asked to power the node on: %s", at.Agent, why))
+			c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenceSkipped, fmt.Sprintf("agent %s not asked to power the node on: %s", at.Agent, why))
 			continue
 		}
 		res, err := c.undo(ctx, nf, node, at, undoPowerOn)
@@ -107,12 +107,12 @@ func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		}
 		if err != nil {
 			_, msg := unfenceFailure(at.Agent, undoPowerOn, res, err)
-			c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
+			c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
 			continue
 		}
-		c.step(ctx, nf, c.now(), v1alpha1.StepPoweredOn, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
+		c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepPoweredOn, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
 	}
-	if err := c.save(ctx, nf); err != nil {
+	if err := c.record.Save(ctx, nf); err != nil {
 		klog.FromContext(ctx).Error(err, "Recording power on")
 	}
 }
@@ -157,23 +157,23 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 			if lastStepIs(nf, v1alpha1.StepLateReleaseRefused, msg) {
 				return 0, nil
 			}
-			c.step(ctx, nf, c.now(), v1alpha1.StepLateReleaseRefused, msg)
+			c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepLateReleaseRefused, msg)
 			c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateReleaseRefused, "%s", msg)
-			return 0, c.save(ctx, nf)
+			return 0, c.record.Save(ctx, nf)
 		}
 		reads = append(reads, fmt.Sprintf("agent %s reads %s", at.Agent, ev.State))
 	}
 	msg := fmt.Sprintf("pods %v are bound to the fenced node but were not released with it; %s", late, strings.Join(reads, ", "))
-	c.step(ctx, nf, c.now(), v1alpha1.StepLateRelease, msg)
+	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepLateRelease, msg)
 	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateRelease, "%s", msg)
 	r := c.remediator(ctx, nf)
 	if err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation); err != nil {
-		if serr := c.save(ctx, nf); serr != nil {
+		if serr := c.record.Save(ctx, nf); serr != nil {
 			klog.FromContext(ctx).Error(serr, "Recording late release")
 		}
 		return 0, fmt.Errorf("incident %s: late release: %w", nf.Name, err)
 	}
-	return 0, c.save(ctx, nf)
+	return 0, c.record.Save(ctx, nf)
 }
 
 // lateBound reports whether pod, bound to node, is one releaseLate releases: not done, not

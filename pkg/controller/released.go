@@ -49,7 +49,7 @@ func (c *Controller) resumeRelease(ctx context.Context, nf *v1alpha1.NodeFence, 
 	}
 	level := nf.Status.Attempts[picked[0]].Level
 	nf.Status.Level, nf.Status.VerifiedLevel = level, level
-	c.step(ctx, nf, c.now(), v1alpha1.StepReleaseFound, fmt.Sprintf("level %d %s", level, why))
+	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepReleaseFound, fmt.Sprintf("level %d %s", level, why))
 	requeue, err := c.fenced(ctx, nf, node, pol)
 	return true, requeue, err
 }

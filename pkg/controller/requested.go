@@ -59,7 +59,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 		return false, 0, err
 	}
 	req := healthcheck.Request(kr, node.Name)
-	c.step(ctx, req, c.now(), v1alpha1.StepRequested, req.Spec.Reason)
+	c.record.StepAt(ctx, req, c.now(), v1alpha1.StepRequested, req.Spec.Reason)
 	created, err := c.store.Create(ctx, req)
 	if apierrors.IsAlreadyExists(err) {
 		// Opened for this request before, by an attempt whose outcome was lost.
@@ -87,7 +87,7 @@ func (c *Controller) withdraw(ctx context.Context, nf *v1alpha1.NodeFence, node 
 			fmt.Sprintf("Incident %s of node %s cancelled before fencing: %s", nf.Name, node.Name, why)}}); err != nil {
 		return err
 	}
-	return c.save(ctx, nf)
+	return c.record.Save(ctx, nf)
 }
 
 // standsOrWithdraw checks, before an incident opened for a remediation request is held or

@@ -10,7 +10,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/buildinfo"
 )
 
-// TestSaveRecordsWhoTookTheIncidentUp: the first save of an open incident another leader
+// TestSaveRecordsWhoTookTheIncidentUp: the first save (incidents.Recorder.Save) of an open incident another leader
 // wrote last adds a TakenUp step naming this replica, its release and the previous
 // leader; later saves add none, nor does a save of a closed incident.
 func TestSaveRecordsWhoTookTheIncidentUp(t *testing.T) {
@@ -29,18 +29,18 @@ func TestSaveRecordsWhoTookTheIncidentUp(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			nf := pendingIncident(t0, nil)
 			c := testController(t, nf)
-			c.opts.Identity = "new-leader"
+			c.record.Identity = "new-leader"
 			nf.Status.Phase = tc.phase
 			switch tc.leader {
 			case "":
-				nf.Status.Leader = c.opts.Identity
+				nf.Status.Leader = c.record.Identity
 			case "-":
 				nf.Status.Leader = ""
 			default:
 				nf.Status.Leader = tc.leader
 			}
 			for range 2 {
-				if err := c.save(context.Background(), nf); err != nil {
+				if err := c.record.Save(context.Background(), nf); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -54,7 +54,7 @@ func TestSaveRecordsWhoTookTheIncidentUp(t *testing.T) {
 				t.Fatalf("TakenUp steps %q, want %d", taken, tc.want)
 			}
 			if tc.want == 1 {
-				for _, w := range []string{"taken up by " + c.opts.Identity, "fence-controller " + buildinfo.Version(), "from old-leader"} {
+				for _, w := range []string{"taken up by " + c.record.Identity, "fence-controller " + buildinfo.Version(), "from old-leader"} {
 					if !strings.Contains(taken[0], w) {
 						t.Errorf("TakenUp %q does not say %q", taken[0], w)
 					}

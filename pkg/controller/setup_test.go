@@ -52,6 +52,7 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 		p.now = time.Now
 	}
 	guard := leader.NewGuard(nil, p.now, nil)
+	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: "me", Events: p.recorder, Now: p.now}
 	var c *Controller
 	var names []string
 	for _, a := range p.cfg.Agents {
@@ -78,8 +79,8 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 		t.Fatal(err)
 	}
 	c, err = New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
-		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Recorder: p.recorder, Registry: reg, Identity: "me",
-		Shared: Shared{Now: p.now, Guard: guard},
+		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Registry: reg, Identity: "me",
+		Shared: Shared{Now: p.now, Guard: guard, Record: rec},
 		// No StatefulSet controller here: no replacement to wait for.
 		Tuning: Tuning{ReplacementWait: -1}})
 	if err != nil {

@@ -148,8 +148,8 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		return time.Second, nil
 	}
 	nf := newIncident(node, pol, obs)
-	c.step(ctx, nf, obs.Since, v1alpha1.StepEvidenceStarted, obs.Evidence)
-	c.step(ctx, nf, now, v1alpha1.StepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
+	c.record.StepAt(ctx, nf, obs.Since, v1alpha1.StepEvidenceStarted, obs.Evidence)
+	c.record.StepAt(ctx, nf, now, v1alpha1.StepDetected, fmt.Sprintf("unhealthy for longer than the threshold: %s", obs.Evidence))
 	created, err := c.store.Create(ctx, nf)
 	if err != nil {
 		return 0, err
@@ -166,7 +166,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	if err != nil && c.store.Fresh(created).ResourceVersion == created.ResourceVersion {
 		// The decision failed before it could write: keep the detection on record. (Had
 		// it written, this older copy would only be refused on its resourceVersion.)
-		if serr := c.save(ctx, created); serr != nil {
+		if serr := c.record.Save(ctx, created); serr != nil {
 			klog.FromContext(ctx).V(2).Info("Recording detection after a failed decision", "err", serr)
 		}
 	}
@@ -265,13 +265,6 @@ func withLogValues(ctx context.Context, keysAndValues ...any) context.Context {
 	return klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), keysAndValues...))
 }
 
-// step adds a timeline step to nf and logs it with the context's keys (node and
-// incident): the log carries every step an incident takes, as its timeline does.
-func (c *Controller) step(ctx context.Context, nf *v1alpha1.NodeFence, at time.Time, typ, msg string) {
-	incidents.AddStep(&nf.Status, at, typ, msg)
-	klog.FromContext(ctx).Info("Incident step", "step", typ, "message", msg)
-}
-
 // event records an event on the node, or on the incident when the node is gone. Not on
 // both: the incident's timeline already holds every step with its time and detail, and a
 // second copy of each Event doubled the controller's requests per incident.
@@ -281,17 +274,14 @@ func (c *Controller) step(ctx context.Context, nf *v1alpha1.NodeFence, at time.T
 // An incident's events wait for its next save (incidents.PendingEvents). An event with no
 // incident follows a Lease check of its own.
 func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
-	if c.events.recorder == nil {
+	if c.record.Events == nil {
 		return
 	}
 	e := incidents.Event{Node: node, Incident: nf, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)}
-	if nf == nil {
-		c.emit(e)
-		return
-	}
 	// In a storm the start of a fence is told with its end.
-	e.HoldWhileFencing = reason == v1alpha1.ReasonFenceStarted && c.decide.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
-	c.events.held.Hold(e)
+	e.HoldWhileFencing = nf != nil && reason == v1alpha1.ReasonFenceStarted &&
+		c.decide.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
+	c.record.Hold(e)
 }
 
 // eventStormAt is how many nodes fencing at once make a storm for Events: from then on
@@ -300,21 +290,3 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 // its fence start while the BMC works; in a storm, one Event per node says it all, and
 // client-go's broadcaster drops what its queue of 1,000 cannot hold anyway.
 const eventStormAt = 10
-
-func (c *Controller) emit(e incidents.Event) {
-	if e.Node != nil {
-		c.events.recorder.Event(e.Node, e.Type, e.Reason, e.Message)
-	} else if e.Incident != nil {
-		c.events.recorder.Event(e.Incident, e.Type, e.Reason, e.Message)
-	}
-}
-
-// flushEvents sends the events the save of nf has just made legitimate.
-func (c *Controller) flushEvents(nf *v1alpha1.NodeFence) {
-	for _, e := range c.events.held.Take(nf) {
-		c.emit(e)
-	}
-}
-
-// dropEvents forgets the events of an incident that is gone.
-func (c *Controller) dropEvents(name string) { c.events.held.Drop(name) }

@@ -42,7 +42,7 @@ func (c *Controller) enter(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 	if t.message != nil {
 		nf.Status.Message = *t.message
 	}
-	c.step(ctx, nf, c.now(), t.step, t.detail)
+	c.record.StepAt(ctx, nf, c.now(), t.step, t.detail)
 	if t.count {
 		c.metrics.Incidents.WithLabelValues(string(t.to)).Inc()
 	}

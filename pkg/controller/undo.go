@@ -43,9 +43,9 @@ func (c *Controller) undo(ctx context.Context, nf *v1alpha1.NodeFence, node *cor
 		msg = fmt.Sprintf("agent %s %s, target as the node names it now (the fence recorded none)", at.Agent, what)
 	}
 	if !incidents.UndoOnRecord(&nf.Status, at.Agent, msg) {
-		c.step(ctx, nf, c.now(), v1alpha1.StepUnfenceCalled, msg)
+		c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenceCalled, msg)
 	}
-	if err := c.save(ctx, nf); err != nil {
+	if err := c.record.Save(ctx, nf); err != nil {
 		return notCalled, fmt.Errorf("agent %s %s %w: %w", at.Agent, what, errNotSent, err)
 	}
 	if err := c.lead.guard.Check(ctx); err != nil {

@@ -94,8 +94,8 @@ func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs dete
 		return
 	}
 	c.metrics.WouldFence.Inc()
-	if c.events.recorder != nil && c.lead.guard.Check(ctx) == nil {
-		c.events.recorder.Eventf(node, corev1.EventTypeWarning, v1alpha1.ReasonWouldFence, "Dry run: would fence node %s: %s (%s)",
+	if c.record.Events != nil && c.lead.guard.Check(ctx) == nil {
+		c.record.Event(node, nil, corev1.EventTypeWarning, v1alpha1.ReasonWouldFence, "Dry run: would fence node %s: %s (%s)",
 			node.Name, obs.Evidence, d.Message)
 	}
 	klog.FromContext(ctx).Info("Dry run: would fence", "evidence", obs.Evidence)

@@ -35,9 +35,9 @@ func (c *Controller) answerWord(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	}
 	switch a.Act {
 	case oncall.ActRefuse:
-		c.step(ctx, nf, c.now(), a.Step, a.Message)
+		c.record.StepAt(ctx, nf, c.now(), a.Step, a.Message)
 		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.StepWordRefused, "%s", a.Message)
-		return true, c.save(ctx, nf)
+		return true, c.record.Save(ctx, nf)
 	case oncall.ActAccept:
 		// The word goes on record first: it is what makes the incident verified.
 		oncall.Accept(nf, w, a, c.now())
@@ -45,7 +45,7 @@ func (c *Controller) answerWord(ctx context.Context, nf *v1alpha1.NodeFence, nod
 			event: note{corev1.EventTypeWarning, a.Step, a.Message}}); err != nil {
 			return true, err
 		}
-		if err := c.save(ctx, nf); err != nil {
+		if err := c.record.Save(ctx, nf); err != nil {
 			return true, err
 		}
 		return a.Phase != v1alpha1.PhaseFenced, nil
@@ -92,6 +92,6 @@ func (c *Controller) pausedFence(ctx context.Context, nf *v1alpha1.NodeFence, st
 	if lastStepIs(nf, v1alpha1.StepFencePaused, msg) {
 		return fencer.HoldRecheck, nil
 	}
-	c.step(ctx, nf, c.now(), v1alpha1.StepFencePaused, msg)
-	return fencer.HoldRecheck, c.save(ctx, nf)
+	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepFencePaused, msg)
+	return fencer.HoldRecheck, c.record.Save(ctx, nf)
 }

@@ -1,0 +1,117 @@
+package incidents
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/buildinfo"
+)
+
+// Guard is the leader's standing the record is written under (leader.Guard).
+type Guard interface {
+	// Confirmed passes when a Lease check passed within the renew deadline, and checks
+	// the Lease again otherwise.
+	Confirmed(ctx context.Context) error
+	// Epoch is the fencing epoch this replica acts at.
+	Epoch() int64
+	// Deposed stops the replica when err says a newer leader wrote first.
+	Deposed(err error)
+}
+
+// Recorder is how every controller that writes an incident records it: a timeline step,
+// an Event held until the incident's next save, and the save at this replica's epoch and
+// name. pkg/app makes one and hands it to the incident loop and to the peers that write
+// incidents (the orphan repair).
+type Recorder struct {
+	Store *Store
+	Guard Guard
+	// Identity names this replica (hostname_PID_suffix) on what it saves.
+	Identity string
+	// Events sends the Events; nil sends none.
+	Events record.EventRecorder
+	// Now is the clock of the steps the recorder dates itself.
+	Now func() time.Time
+
+	held PendingEvents
+}
+
+// Step adds a timeline step to nf, now.
+func (r *Recorder) Step(ctx context.Context, nf *v1alpha1.NodeFence, typ, msg string) {
+	r.StepAt(ctx, nf, r.Now(), typ, msg)
+}
+
+// StepAt adds a timeline step to nf and logs it with the context's keys (node and
+// incident): the log carries every step an incident takes, as its timeline does.
+func (r *Recorder) StepAt(ctx context.Context, nf *v1alpha1.NodeFence, at time.Time, typ, msg string) {
+	AddStep(&nf.Status, at, typ, msg)
+	klog.FromContext(ctx).Info("Incident step", "step", typ, "message", msg)
+}
+
+// Event records an Event on the node, or on the incident when the node is gone (Hold).
+func (r *Recorder) Event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
+	r.Hold(Event{Node: node, Incident: nf, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)})
+}
+
+// Hold keeps e, an Event of e.Incident, until the incident's next save (PendingEvents).
+// An Event of no incident goes out at once: it follows a Lease check of its own.
+func (r *Recorder) Hold(e Event) {
+	switch {
+	case r.Events == nil:
+	case e.Incident == nil:
+		r.emit(e)
+	default:
+		r.held.Hold(e)
+	}
+}
+
+func (r *Recorder) emit(e Event) {
+	if e.Node != nil {
+		r.Events.Event(e.Node, e.Type, e.Reason, e.Message)
+	} else if e.Incident != nil {
+		r.Events.Event(e.Incident, e.Type, e.Reason, e.Message)
+	}
+}
+
+// Save persists the incident's status at this replica's epoch, keeps the fresh copy in
+// nf, and sends the Events the save has just made legitimate. It follows a Lease check
+// that passed within the renew deadline (Guard.Confirmed): the resourceVersion only
+// catches a newer leader that has already written this incident, not one that has not
+// touched it yet, and no standby can take over within the renew deadline of a check that
+// found this replica leading. A check of its own per save cost a read of the leader Lease
+// on the critical path of every incident; the one read that must be fresh is the one
+// before an agent's Fence call (pkg/controller's fence.go).
+func (r *Recorder) Save(ctx context.Context, nf *v1alpha1.NodeFence) error {
+	if err := r.Guard.Confirmed(ctx); err != nil {
+		return err
+	}
+	if prev := nf.Status.Leader; prev != "" && prev != r.Identity && nf.Status.Phase.Open() {
+		// Across a handover, an upgrade or a rollback the timeline says which replica,
+		// of which release, went on with the incident.
+		r.Step(ctx, nf, v1alpha1.StepTakenUp, fmt.Sprintf("taken up by %s (fence-controller %s) from %s",
+			r.Identity, buildinfo.Version(), prev))
+	}
+	saved, err := r.Store.WriteStatus(ctx, nf, r.Guard.Epoch(), r.Identity)
+	if err != nil {
+		r.Guard.Deposed(err)
+		return err
+	}
+	*nf = *saved
+	if r.Events != nil {
+		for _, e := range r.held.Take(nf) {
+			r.emit(e)
+		}
+	}
+	return nil
+}
+
+// Drop forgets the held Events of an incident that is gone.
+func (r *Recorder) Drop(name string) { r.held.Drop(name) }
+
+// Held is how many Events of the incident name wait for its next save.
+func (r *Recorder) Held(name string) int { return r.held.Held(name) }
