@@ -40,11 +40,11 @@ type CLI struct {
 // session is one command's run: its flags, clients and output.
 type session struct {
 	Globals
-	reason, entry string
-	all           bool
-	cli           CLI
-	clients       Clients
-	exec          Exec
+	reason, entry, incident string
+	all                     bool
+	cli                     CLI
+	clients                 Clients
+	exec                    Exec
 }
 
 // Run runs args (without the program name) and returns the exit code: 0, 1 on an error,
@@ -103,6 +103,7 @@ func (s *session) flags(name string) *flag.FlagSet {
 	}
 	fs.StringVar(&s.reason, "reason", "", "why (pause, confirm-off, cancel, fence)")
 	fs.StringVar(&s.entry, "name", DefaultPauseEntry, "the pause request's name (pause, resume)")
+	fs.StringVar(&s.incident, "incident", "", "confirm-off: the node's incident (default: its newest)")
 	fs.BoolVar(&s.all, "all", false, "resume: lift every pause request")
 	return fs
 }

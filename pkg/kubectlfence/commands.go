@@ -25,7 +25,9 @@ Commands:
   check [NODE]                      every node's fence device read once, or NODE's (asked of the leader)
   pause --reason TEXT [--name E]    stop every new fence: a pause request E in your name
   resume [--name E | --all]         lift pause request E (or every one)
-  confirm-off NODE --reason TEXT    say NODE's machine is off: its incident may release it
+  confirm-off NODE --reason TEXT [--incident INCIDENT]
+                                    say NODE's machine is off: its incident (default: its
+                                    newest) may release it
   cancel INCIDENT --reason TEXT     end an incident that sent no fence
   force INCIDENT                    fence an incident past the budget
   fence NODE --reason TEXT          ask for NODE to be fenced, in your name
@@ -33,6 +35,9 @@ Commands:
 Every word (pause, confirm-off, cancel, fence) is written in the name the API server
 gives you (a SelfSubjectReview, as kubectl auth whoami), which the chart's admission
 policies check; the leader decides on each and records its answer in the incident.
+explain and check run fence-controller in the leader's controller container, with its
+configuration and agents: they take kubectl exec's permission (create pods/exec in the
+release namespace), which holds the controller's own powers; grant it as such.
 
 Flags:
   -n, --namespace NS   the release's namespace (default kubefence-system)
@@ -51,7 +56,7 @@ var commands = map[string]command{
 	"check":       {usage: "check [NODE]", max: 1, run: askLeader("check")},
 	"pause":       {usage: "pause --reason TEXT [--name ENTRY]", run: runPause},
 	"resume":      {usage: "resume [--name ENTRY | --all]", run: runResume},
-	"confirm-off": {usage: "confirm-off NODE --reason TEXT", min: 1, max: 1, run: runConfirmOff},
+	"confirm-off": {usage: "confirm-off NODE --reason TEXT [--incident INCIDENT]", min: 1, max: 1, run: runConfirmOff},
 	"cancel":      {usage: "cancel INCIDENT --reason TEXT", min: 1, max: 1, run: runCancel},
 	"force":       {usage: "force INCIDENT", min: 1, max: 1, run: runForce},
 	"fence":       {usage: "fence NODE --reason TEXT", min: 1, max: 1, run: runFence},
@@ -141,7 +146,7 @@ func runConfirmOff(ctx context.Context, s *session, args []string) error {
 	if err != nil {
 		return err
 	}
-	name, err := s.clients.ConfirmOff(ctx, args[0], who, s.reason)
+	name, err := s.clients.ConfirmOff(ctx, args[0], s.incident, who, s.reason)
 	if err != nil {
 		return err
 	}

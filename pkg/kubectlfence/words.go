@@ -93,25 +93,48 @@ func (c Clients) patchPause(ctx context.Context, r Release, data map[string]any)
 	return nil
 }
 
-// ConfirmOff sets a person's word that node is off on its newest incident, when that is
-// open or Failed (the incidents a confirm-off moves), and returns the incident's name.
-func (c Clients) ConfirmOff(ctx context.Context, node, who, reason string) (string, error) {
+// ConfirmOff sets a person's word that node is off on its incident (named, or else its
+// newest) when that is open or Failed (the incidents a confirm-off moves), and returns
+// the incident's name.
+func (c Clients) ConfirmOff(ctx context.Context, node, incident, who, reason string) (string, error) {
 	if strings.TrimSpace(reason) == "" {
 		return "", ErrNoReason
 	}
-	nfs, err := c.nodeFences(ctx, node)
+	nf, err := c.confirmable(ctx, node, incident)
 	if err != nil {
 		return "", err
 	}
-	if len(nfs) == 0 {
-		return "", fmt.Errorf("node %s has no incident to confirm off", node)
-	}
-	nf := nfs[0]
-	if !nf.Status.Phase.Open() && nf.Status.Phase != v1alpha1.PhaseFailed {
-		return "", fmt.Errorf("the newest incident of %s, %s, ended %s: nothing to confirm off", node, nf.Name, nf.Status.Phase)
-	}
 	return nf.Name, c.annotate(ctx, nf.Name, map[string]string{
 		v1alpha1.ConfirmOffAnnotation: reason, v1alpha1.ConfirmOffByAnnotation: who})
+}
+
+// confirmable is node's incident named incident (its newest when empty), if a confirm-off
+// may move it.
+func (c Clients) confirmable(ctx context.Context, node, incident string) (*v1alpha1.NodeFence, error) {
+	var nf *v1alpha1.NodeFence
+	if incident != "" {
+		got, err := c.Fencing.FencingV1alpha1().NodeFences().Get(ctx, incident, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("read incident %s: %w", incident, err)
+		}
+		if got.Spec.NodeName != node {
+			return nil, fmt.Errorf("incident %s is of node %s, not %s", incident, got.Spec.NodeName, node)
+		}
+		nf = got
+	} else {
+		nfs, err := c.nodeFences(ctx, node)
+		if err != nil {
+			return nil, err
+		}
+		if len(nfs) == 0 {
+			return nil, fmt.Errorf("node %s has no incident to confirm off", node)
+		}
+		nf = &nfs[0]
+	}
+	if !nf.Status.Phase.Open() && nf.Status.Phase != v1alpha1.PhaseFailed {
+		return nil, fmt.Errorf("incident %s of %s ended %s: nothing to confirm off", nf.Name, node, nf.Status.Phase)
+	}
+	return nf, nil
 }
 
 // Cancel sets a person's cancel on incident name.

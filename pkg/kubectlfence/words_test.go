@@ -68,6 +68,12 @@ func TestWordsCarryTheCallersName(t *testing.T) {
 	}{
 		"confirm-off, on the node's newest incident": {args: []string{"confirm-off", "node-1", "--reason", "chassis lost power"}, nf: "node-1-c",
 			want: map[string]string{v1alpha1.ConfirmOffAnnotation: "chassis lost power", v1alpha1.ConfirmOffByAnnotation: "alice"}},
+		"confirm-off, on the incident named": {args: []string{"confirm-off", "node-1", "--incident", "node-1-c", "--reason", "off"}, nf: "node-1-c",
+			want: map[string]string{v1alpha1.ConfirmOffAnnotation: "off", v1alpha1.ConfirmOffByAnnotation: "alice"}},
+		"confirm-off, on an ended incident named": {args: []string{"confirm-off", "node-1", "--incident", "node-1-a", "--reason", "off"},
+			fails: "ended Recovered"},
+		"confirm-off, on another node's incident": {args: []string{"confirm-off", "node-1", "--incident", "node-2-a", "--reason", "off"},
+			fails: "is of node node-2, not node-1"},
 		"confirm-off with no reason":      {args: []string{"confirm-off", "node-1"}, fails: "say why"},
 		"confirm-off of a node with none": {args: []string{"confirm-off", "node-7", "--reason", "x"}, fails: "no incident"},
 		"cancel": {args: []string{"cancel", "node-2-a", "--reason", "coming back"}, nf: "node-2-a",
@@ -101,8 +107,8 @@ func TestWordsCarryTheCallersName(t *testing.T) {
 
 func TestConfirmOffOfAnEndedIncident(t *testing.T) {
 	c, _, _ := fixture(t, "alice", incidents()[:2]...)
-	_, err := c.ConfirmOff(context.Background(), "node-1", "alice", "off")
-	if err == nil || !strings.Contains(err.Error(), "ended Cancelled") {
+	_, err := c.ConfirmOff(context.Background(), "node-1", "", "alice", "off")
+	if err == nil || !strings.Contains(err.Error(), "node-1-b of node-1 ended Cancelled") {
 		t.Fatalf("err %v, want the newest incident ended", err)
 	}
 }
