@@ -92,7 +92,7 @@ func (w *Watch) startHeartbeats(ctx context.Context) error {
 			return fmt.Errorf("heartbeats.advertiseAddress: %w", err)
 		}
 	}
-	h.seat, err = nodeagent.StartObserver(pc, w.identity, h.cfg.LeaveGrace.Duration, w.enqueue, w.now)
+	h.seat, err = nodeagent.StartObserver(pc, w.identity, h.cfg.LeaveGrace.Duration, w.queue.Add, w.now)
 	if err != nil {
 		return fmt.Errorf("heartbeats: %w", err)
 	}

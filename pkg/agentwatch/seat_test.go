@@ -53,7 +53,7 @@ func newWatch(t *testing.T, cfg *v1alpha1.Config, clk *fixture.Clock, enqueue fu
 	var err error
 	p.set, err = caches.New(p.kube, p.fencing, nil, cfg.LeaderElection.Namespace, cfg.Watchdog.Namespace, "kubefence-pause")
 	fixture.Must(t, err)
-	p.w, err = New(Options{Config: cfg, Caches: p.set, Detector: p.det, Incidents: incidentsOf{}, Enqueue: enqueue, Now: clk.Now, Identity: "me", Registry: p.reg})
+	p.w, err = New(Options{Config: cfg, Caches: p.set, Detector: p.det, Incidents: incidentsOf{}, Queue: enqueueFunc(enqueue), Now: clk.Now, Identity: "me", Registry: p.reg})
 	fixture.Must(t, err)
 	return p
 }
@@ -235,3 +235,8 @@ func TestHeartbeatGoodbyeIsNotGone(t *testing.T) {
 		t.Error("the goodbye is not kept for the watchdog verdict")
 	}
 }
+
+// enqueueFunc is a Queue that calls itself.
+type enqueueFunc func(node string)
+
+func (f enqueueFunc) Add(node string) { f(node) }

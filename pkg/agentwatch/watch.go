@@ -26,6 +26,10 @@ type Incidents interface {
 	Get(name string) *v1alpha1.NodeFence
 }
 
+// Queue is the incident loop's queue of nodes to look at, made by pkg/app before the loop
+// and the watch: the watch asks the loop to look at a node by adding it.
+type Queue interface{ Add(node string) }
+
 // Options are what the watch is made of, by the process that wires it (pkg/app).
 type Options struct {
 	Config *v1alpha1.Config
@@ -35,8 +39,8 @@ type Options struct {
 	Detector *detector.Detector
 	// Incidents names the node of an incident a report holds.
 	Incidents Incidents
-	// Enqueue asks the incident loop to look at a node.
-	Enqueue func(node string)
+	// Queue is the incident loop's queue of nodes to look at.
+	Queue Queue
 	// Now is the clock.
 	Now func() time.Time
 	// Identity names this replica among the agents' peers.
@@ -52,7 +56,7 @@ type Watch struct {
 	nodes     corelisters.NodeLister
 	detector  *detector.Detector
 	incidents Incidents
-	enqueue   func(node string)
+	queue     Queue
 	now       func() time.Time
 	identity  string
 	watchdogs *watchdogs
@@ -64,7 +68,7 @@ type Watch struct {
 func New(opts Options) (*Watch, error) {
 	cfg := opts.Config
 	w := &Watch{cfg: cfg, nodes: opts.Caches.Kube.Core().V1().Nodes().Lister(), detector: opts.Detector, incidents: opts.Incidents,
-		enqueue: opts.Enqueue, now: opts.Now, identity: opts.Identity}
+		queue: opts.Queue, now: opts.Now, identity: opts.Identity}
 	w.watchdogs = newWatchdogs(cfg.Watchdog, func() time.Time { return w.now() })
 	if cfg.Heartbeats != nil {
 		reg := opts.Registry
@@ -177,11 +181,11 @@ func (w *Watch) ObserveReport(l *coordinationv1.Lease) {
 		return
 	}
 	if node := nodeagent.NodeOf(l); node != "" {
-		w.enqueue(node)
+		w.queue.Add(node)
 	}
 	for _, name := range holds {
 		if nf := w.incidents.Get(name); nf != nil {
-			w.enqueue(nf.Spec.NodeName)
+			w.queue.Add(nf.Spec.NodeName)
 		}
 	}
 }

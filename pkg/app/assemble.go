@@ -25,6 +25,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/orphans"
+	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
 
@@ -86,9 +87,10 @@ func Assemble(a Assembly) (*Controllers, error) {
 	det := detector.ForConfig(cfg)
 	now := time.Now // the process's one clock, handed to every controller
 	guard := leader.NewGuard(a.Lease, now, a.OnDeposed)
+	queue := controller.NewQueue() // the loop's, which the peers that ask it to look at a node add to
+	remedy := remediate.OnCaches(a.Kube, set.Kube, now, 0)
 	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: a.Identity, Events: a.Recorder, Now: now}
 	nodes := set.Kube.Core().V1().Nodes().Lister()
-	var loop *controller.Controller // made last; its methods are called only once the caches run
 	caller, err := agentcall.New(a.Agents, cfg, a.Kube, agentcall.NewMetrics(a.Registry, agentNames(cfg)), now,
 		func() ([]*corev1.Node, error) { return nodes.List(labels.Everything()) })
 	if err != nil {
@@ -102,13 +104,13 @@ func Assemble(a Assembly) (*Controllers, error) {
 	if cfg.ExternalRemediation.Enabled {
 		out.Requests, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
 			Fencing: a.Fencing, Machines: a.Dynamic, Nodes: nodes, Policies: cfg.Policies, Incidents: store,
-			EnqueueNode: func(node string) { loop.Enqueue(node) }, Confirm: guard.Check})
+			Queue: queue, Confirm: guard.Check})
 		if err != nil {
 			return nil, err
 		}
 	}
 	out.Agents, err = agentwatch.New(agentwatch.Options{Config: cfg, Caches: set, Detector: det, Incidents: store,
-		Enqueue: func(node string) { loop.Enqueue(node) }, Now: now, Identity: a.Identity, Registry: a.Registry})
+		Queue: queue, Now: now, Identity: a.Identity, Registry: a.Registry})
 	if err != nil {
 		return nil, err
 	}
@@ -116,9 +118,9 @@ func Assemble(a Assembly) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
-	loop, err = controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
+	loop, err := controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
 		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents, Maintenance: planned, Pauses: pauses},
-		Registry: a.Registry, Identity: a.Identity, Shared: controller.Shared{Now: now, Guard: guard, Record: rec},
+		Registry: a.Registry, Identity: a.Identity, Shared: controller.Shared{Now: now, Guard: guard, Record: rec, Queue: queue, Remedy: remedy},
 		Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)
@@ -127,7 +129,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	out.Monitor = devicemonitor.New(devicemonitor.Monitor{Checker: caller, Policies: cfg.Policies, Nodes: nodes, Client: a.Kube,
 		LastLife: det.LastLife, Confirm: guard.Confirmed, Recorder: a.Recorder, Interval: a.TargetInterval, Planned: planned},
 		a.Registry, cfg.Detection.ExpectedRenewInterval.Duration)
-	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Remedy: loop.Remediator(), Record: rec,
+	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Remedy: remedy, Record: rec,
 		Check: guard.Check, Confirmed: guard.Confirmed}, a.Registry)
 	out.Retention = &incidents.Retention{Store: store, History: cfg.History, Confirm: guard.Check, Now: now}
 	return out, nil

@@ -8,7 +8,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -110,8 +109,8 @@ func New(opts Options) (*Controller, error) {
 	if t.PollInterval <= 0 {
 		t.PollInterval = 250 * time.Millisecond
 	}
-	if sh := opts.Shared; sh.Now == nil || sh.Guard == nil || sh.Record == nil {
-		return nil, fmt.Errorf("options: Shared.Now, Shared.Guard and Shared.Record are required")
+	if sh := opts.Shared; sh.Now == nil || sh.Guard == nil || sh.Record == nil || sh.Queue == nil || sh.Remedy == nil {
+		return nil, fmt.Errorf("options: Shared.Now, Guard, Record, Queue and Remedy are required")
 	}
 	if opts.Leader.IdentityRenewInterval <= 0 {
 		opts.Leader.IdentityRenewInterval = 5 * time.Second
@@ -129,11 +128,7 @@ func New(opts Options) (*Controller, error) {
 		lead:   leadership{guard: opts.Shared.Guard, pause: testpoint.New(t.PauseAt)},
 		record: opts.Shared.Record,
 		decide: decisions{dryRunSeen: map[string]map[string]bool{}},
-		// Per-node exponential backoff only: the default's cluster-wide 10 per second
-		// bucket would queue a hundred simultaneous incidents behind each other.
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"}),
+		queue:  opts.Shared.Queue, remedy: opts.Shared.Remedy,
 	}
 	c.metrics.InitCounters()
 	c.metrics.Identity.WithLabelValues(opts.Identity).Set(1)
@@ -144,24 +139,17 @@ func New(opts Options) (*Controller, error) {
 		// A pause, or its end, takes effect at every node's next sync, now.
 		p.Notify(c.enqueueAll)
 	}
-	replacementWait := opts.Tuning.ReplacementWait
-	if replacementWait == 0 {
-		replacementWait = remediate.DefaultReplacementWait
-	}
-	c.remedy = &remediate.Remediator{Client: opts.Client, Attachments: remediate.SharedAttachments(opts.Client), Pods: c.podsOn, ReplacementWait: replacementWait,
-		Now: func() time.Time { return c.now() },
-		CachedAttachments: func() []*storagev1.VolumeAttachment {
-			vas, _ := c.caches.attachments.List(everything()) // a cache read fails only on a selector it cannot use
-			return vas
-		},
-		Node: func(name string) (*corev1.Node, bool) {
-			n, err := c.caches.nodes.Get(name)
-			if err != nil {
-				return nil, false
-			}
-			return n.DeepCopy(), true
-		}}
 	return c, nil
+}
+
+// NewQueue is the incident loop's queue of nodes to look at, which pkg/app makes before
+// the loop and its peers that add to it. Per-node exponential backoff only: the
+// default's cluster-wide 10 per second bucket would queue a hundred simultaneous
+// incidents behind each other.
+func NewQueue() workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubefence"})
 }
 
 // useCaches takes the loop's reads from the shared caches and adds its handlers.
@@ -222,9 +210,6 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 	return nil
 }
 
-// Enqueue asks the loop to look at node.
-func (c *Controller) Enqueue(node string) { c.queue.Add(node) }
-
 // enqueueAll asks the loop to look at every node.
 func (c *Controller) enqueueAll() {
 	nodes, err := c.caches.nodes.List(everything())
@@ -235,9 +220,6 @@ func (c *Controller) enqueueAll() {
 		c.queue.Add(n.Name)
 	}
 }
-
-// Remediator is the loop's release and undo of a node's workloads.
-func (c *Controller) Remediator() *remediate.Remediator { return c.remedy }
 
 func (c *Controller) enqueueObject(obj any) {
 	if n, ok := tombstone.Unwrap(obj).(*corev1.Node); ok {

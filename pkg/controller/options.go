@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -18,6 +19,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/oncall/life"
+	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/kubefence/kubefence/pkg/selffence"
 )
@@ -91,6 +93,12 @@ type Shared struct {
 	// Record writes the incidents: timeline steps, Events held until the save, the save
 	// at the Guard's epoch.
 	Record *incidents.Recorder
+	// Queue is the loop's queue of nodes to look at (NewQueue); peers add nodes to it.
+	// The loop shuts it down when it stops leading.
+	Queue workqueue.TypedRateLimitingInterface[string]
+	// Remedy releases and undoes a node's workloads (remediate.OnCaches); the orphan
+	// repair shares it.
+	Remedy *remediate.Remediator
 }
 
 // LeaderOptions say how this replica leads.
@@ -116,11 +124,6 @@ type Tuning struct {
 	PollInterval time.Duration
 	// PauseAt names a test pause point (testpoint.Env); empty in production.
 	PauseAt string
-	// ReplacementWait bounds how long a release waits for the StatefulSets' replacements
-	// of the pods it deleted before it adds the out-of-service taint
-	// (remediate.Remediator.ReplacementWait); zero means remediate.DefaultReplacementWait,
-	// below zero no wait.
-	ReplacementWait time.Duration
 }
 
 // DefaultWorkers is how many nodes are synced at once by default. A worker stays with an

@@ -19,6 +19,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/oncall"
+	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
 
@@ -52,6 +53,9 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 		p.now = time.Now
 	}
 	guard := leader.NewGuard(nil, p.now, nil)
+	queue := NewQueue()
+	// No StatefulSet controller here: no replacement to wait for.
+	remedy := remediate.OnCaches(p.kube, set.Kube, p.now, -1)
 	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: "me", Events: p.recorder, Now: p.now}
 	var c *Controller
 	var names []string
@@ -67,22 +71,21 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 	if p.cfg.ExternalRemediation.Enabled {
 		reqs, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
 			Fencing: p.fencing, Machines: p.dynamic, Nodes: set.Kube.Core().V1().Nodes().Lister(), Policies: p.cfg.Policies,
-			Incidents: store, EnqueueNode: func(node string) { c.Enqueue(node) }, Confirm: guard.Check})
+			Incidents: store, Queue: queue, Confirm: guard.Check})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	det := detector.ForConfig(p.cfg)
 	agents, err := agentwatch.New(agentwatch.Options{Config: p.cfg, Caches: set, Detector: det, Incidents: store,
-		Enqueue: func(node string) { c.Enqueue(node) }, Now: func() time.Time { return c.now() }, Identity: "me", Registry: reg})
+		Queue: queue, Now: func() time.Time { return c.now() }, Identity: "me", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err = New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
 		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Registry: reg, Identity: "me",
-		Shared: Shared{Now: p.now, Guard: guard, Record: rec},
-		// No StatefulSet controller here: no replacement to wait for.
-		Tuning: Tuning{ReplacementWait: -1}})
+		Shared: Shared{Now: p.now, Guard: guard, Record: rec, Queue: queue, Remedy: remedy},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

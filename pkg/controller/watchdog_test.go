@@ -180,7 +180,7 @@ func TestFixtureWatchdogAfterTakeover(t *testing.T) {
 	// The new leader's memory of the reports starts now, 5s later.
 	f.now = f.now.Add(5 * time.Second)
 	w, err := agentwatch.New(agentwatch.Options{Config: f.c.cfg, Caches: f.c.opts.Caches, Detector: f.c.detector, Incidents: f.c.store,
-		Enqueue: f.c.Enqueue, Now: func() time.Time { return f.now }, Identity: "me"})
+		Queue: f.c.queue, Now: func() time.Time { return f.now }, Identity: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}

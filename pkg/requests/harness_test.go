@@ -75,8 +75,8 @@ func newHarness(t *testing.T, o harnessOptions, krs ...*v1alpha1.KubefenceRemedi
 		pols[0].NodeSelector = &metav1.LabelSelector{MatchLabels: o.selector}
 	}
 	opts := Options{Informer: inf, Fencing: h.fencing, Nodes: nodes.Lister(), Policies: pols, Incidents: h.inc,
-		EnqueueNode: func(node string) { h.mu.Lock(); defer h.mu.Unlock(); h.enqueued = append(h.enqueued, node) },
-		Confirm:     func(context.Context) error { return h.deposed }}
+		Queue:   enqueueFunc(func(node string) { h.mu.Lock(); defer h.mu.Unlock(); h.enqueued = append(h.enqueued, node) }),
+		Confirm: func(context.Context) error { return h.deposed }}
 	if !o.noMachines {
 		opts.Machines = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 			map[schema.GroupVersionResource]string{fixture.MachinesV1beta2: "MachineList"}, o.machines...)
@@ -167,3 +167,8 @@ func incident(name string, phase v1alpha1.Phase) *v1alpha1.NodeFence {
 		Spec:   v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: v1alpha1.RequestedByController, Reason: "node unhealthy"},
 		Status: v1alpha1.NodeFenceStatus{Phase: phase}}
 }
+
+// enqueueFunc is a Queue that calls itself.
+type enqueueFunc func(node string)
+
+func (f enqueueFunc) Add(node string) { f(node) }

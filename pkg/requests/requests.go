@@ -64,12 +64,16 @@ type Options struct {
 	Nodes     corelisters.NodeLister
 	Policies  []v1alpha1.Policy
 	Incidents Incidents
-	// EnqueueNode asks the incident loop to sync a node.
-	EnqueueNode func(node string)
+	// Queue is the incident loop's queue of nodes to look at.
+	Queue Queue
 	// Confirm passes while this replica leads (a Lease check); no status is written
 	// while it fails.
 	Confirm func(ctx context.Context) error
 }
+
+// Queue is the incident loop's queue of nodes to look at, made by pkg/app before the
+// loop and the requests: a request asks the loop to sync its node by adding it.
+type Queue interface{ Add(node string) }
 
 // requestsByNodeFence indexes requests by the NodeFence that carries them.
 const requestsByNodeFence = "nodeFence"
@@ -115,7 +119,7 @@ func (r *Requests) onRequest(obj any) {
 	}
 	r.queue.Add(healthcheck.Key(kr))
 	if kr.Status.NodeName != "" {
-		r.o.EnqueueNode(kr.Status.NodeName)
+		r.o.Queue.Add(kr.Status.NodeName)
 	}
 }
 
@@ -271,7 +275,7 @@ func (r *Requests) incident(kr *v1alpha1.KubefenceRemediation, node string) (*v1
 		return open, err
 	}
 	r.want(node, healthcheck.Key(kr))
-	r.o.EnqueueNode(node)
+	r.o.Queue.Add(node)
 	return nil, nil
 }
 
