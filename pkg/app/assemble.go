@@ -32,9 +32,11 @@ import (
 // Controllers are the process's controllers, on one set of shared caches: the incident
 // loop and the leader's housekeepers around it.
 type Controllers struct {
-	Config    *v1alpha1.Config
-	Caches    *caches.Set
-	Loop      *controller.Controller
+	Config *v1alpha1.Config
+	Caches *caches.Set
+	Loop   *controller.Controller
+	// Guard is this replica's standing as leader, which every controller shares.
+	Guard     *leader.Guard
 	Agents    *agentwatch.Watch
 	Health    *agentcall.Health
 	Requests  *requests.Requests
@@ -100,7 +102,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Controllers{Config: cfg, Caches: set, Health: &agentcall.Health{}, Planned: planned}
+	out := &Controllers{Config: cfg, Caches: set, Guard: guard, Health: &agentcall.Health{}, Planned: planned}
 	if cfg.ExternalRemediation.Enabled {
 		out.Requests, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
 			Fencing: a.Fencing, Machines: a.Dynamic, Nodes: nodes, Policies: cfg.Policies, Incidents: store,
@@ -138,6 +140,9 @@ func Assemble(a Assembly) (*Controllers, error) {
 // Lead runs, while this replica leads at epoch, the incident loop and the leader's
 // housekeepers, until ctx ends.
 func (c *Controllers) Lead(ctx context.Context, epoch int64) {
+	// Before any of them runs: each write and irreversible action carries, and is
+	// checked at, this epoch.
+	c.Guard.Lead(epoch)
 	// Every fence device is read now and then regularly, as Pacemaker's monitor does.
 	go c.Monitor.Run(ctx)
 	// At take-over and then regularly, find what a dead predecessor left behind.
@@ -147,7 +152,7 @@ func (c *Controllers) Lead(ctx context.Context, epoch int64) {
 	}
 	// Ended incidents are kept as history, within the configured retention.
 	go c.Retention.Run(ctx)
-	c.Loop.Run(ctx, epoch)
+	c.Loop.Run(ctx)
 }
 
 func agentNames(cfg *v1alpha1.Config) []string {

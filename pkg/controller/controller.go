@@ -249,16 +249,16 @@ func (c *Controller) onNodeFence(obj any) {
 	}
 }
 
-// Run acts as leader with the given fencing epoch until ctx ends.
-func (c *Controller) Run(ctx context.Context, epoch int64) {
+// Run acts as leader, at the epoch the guard leads at (Shared.Guard.Lead, set by pkg/app
+// before anything runs), until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
-	c.lead.guard.Lead(epoch)
 	c.metrics.Leader.Set(1)
 	// Open incidents resume from their status; new ones need evidence this replica
 	// gathered itself, while it led or stood by with the API server in reach.
 	from := c.takeOver(c.now())
-	klog.FromContext(ctx).Info("Acting as leader", "identity", c.opts.Identity, "epoch", epoch, "leaseSilenceCountsFrom", from)
+	klog.FromContext(ctx).Info("Acting as leader", "identity", c.opts.Identity, "epoch", c.lead.guard.Epoch(), "leaseSilenceCountsFrom", from)
 	c.enqueueAll()
 	for range c.opts.Tuning.Workers {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)

@@ -504,7 +504,8 @@ func incidentRound(b *testing.B, ctx context.Context, c *Cluster, rec *Recorder,
 	cpuStart := cpuTime()
 	sampler := sampleCPU(c)
 	var firstCrossed, lastDone time.Time
-	go ctl.Run(runCtx, 1)
+	ctrls.Guard.Lead(1)
+	go ctl.Run(runCtx)
 	var res roundResult
 	perNode := map[string]int{}
 	// The figures come from the incidents' timelines, not from when this poll sees them.
