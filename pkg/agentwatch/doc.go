@@ -3,6 +3,6 @@
 // keeps the replica's seat among their peers (heartbeats), probing kubelets the detector
 // asks about. It owns what it observed and when; it writes nothing to the API server. It
 // feeds the detector what the seat and the probes saw, asks the incident loop to look
-// at a node a report moves on, and answers the loop's one question of the watchdog
+// at a node a report moves on (through the loop's queue, which pkg/app hands to both), and answers the loop's one question of the watchdog
 // level: is this node's watchdog fence verified (Verdict).
 package agentwatch

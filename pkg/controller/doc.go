@@ -6,5 +6,7 @@
 // the incidents' progress and writes NodeFences (at the leader's epoch, through
 // pkg/incidents), their Events, and the releases' taints, pod deletions and
 // VolumeAttachment removals. It asks its peers (the health checkers' requests, the watch
-// on the node agents, the remote agents' health) through their methods; pkg/app wires them.
+// on the node agents, the remote agents' health) through their methods; pkg/app wires
+// them, and hands it what it shares with them (Shared: the clock, the leader's guard, the
+// incident Recorder, its own queue, the Remediator), so that no peer calls back into it.
 package controller

@@ -104,8 +104,8 @@ func (f *fixture) checkLease(lease *leader.LeaseGuard, epoch int64) *error {
 	return deposed
 }
 
-// TestOrphanRepairRecordedByTheLoop: the orphan repair records through the loop's
-// IncidentRecord: its step goes on the closed incident's timeline, its Event waits for
+// TestOrphanRepairRecordedByTheLoop: the orphan repair records through the Recorder the
+// loop shares: its step goes on the closed incident's timeline, its Event waits for
 // the save, and the save is the loop's, at this replica's epoch and name.
 func TestOrphanRepairRecordedByTheLoop(t *testing.T) {
 	nf := endedIncident("node-1-x0", "node-1", f0, remediate.FencedTaint.Key, remediate.OutOfServiceTaint.Key)

@@ -20,7 +20,8 @@ import (
 )
 
 // Record is how a repair goes on its incident's record: a step, an Event, and the save at
-// the leader's epoch (after a Lease check), as the incident loop records its own steps.
+// the leader's epoch (after a Lease check); pkg/app hands it the incidents.Recorder the
+// incident loop records its own steps with.
 type Record interface {
 	Step(ctx context.Context, nf *v1alpha1.NodeFence, typ, msg string)
 	Event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any)
