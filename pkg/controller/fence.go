@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +12,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/testpoint"
@@ -158,7 +158,7 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 	}
 	now := c.now()
 	switch {
-	case ev.Err != nil && step.Kind == fencer.DoVerify && lastAttempt(nf).State == prev && lastStepIs(nf, v1alpha1.StepAgentError, ev.Err.Error()):
+	case ev.Err != nil && step.Kind == fencer.DoVerify && lastAttempt(nf).State == prev && incidents.LastStepIs(&nf.Status, v1alpha1.StepAgentError, ev.Err.Error()):
 		// The same read error again while verifying: nothing new to record.
 		return false, nil
 	case ev.Err != nil:
@@ -224,11 +224,6 @@ func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, p
 		return fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
 	return c.record.Save(ctx, nf)
-}
-
-func lastStepIs(nf *v1alpha1.NodeFence, typ, contains string) bool {
-	tl := nf.Status.Timeline
-	return len(tl) > 0 && tl[len(tl)-1].Type == typ && strings.Contains(tl[len(tl)-1].Message, contains)
 }
 
 func lastAttempt(nf *v1alpha1.NodeFence) *v1alpha1.Attempt {

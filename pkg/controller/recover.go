@@ -16,27 +16,9 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
-
-// lastUnfenceFailure is the message of agent's latest UnfenceFailed step since its last
-// successful Unfence, or "".
-func lastUnfenceFailure(nf *v1alpha1.NodeFence, agent string) string {
-	prefix := "agent " + agent + " "
-	tl := nf.Status.Timeline
-	for i := len(tl) - 1; i >= 0; i-- {
-		if !strings.HasPrefix(tl[i].Message, prefix) {
-			continue
-		}
-		switch tl[i].Type {
-		case v1alpha1.StepUnfenceFailed:
-			return tl[i].Message
-		case v1alpha1.StepUnfenced:
-			return ""
-		}
-	}
-	return ""
-}
 
 // recover closes an incident once its node is back with a new boot: it undoes the fence
 // (power on is idempotent for a node that booted; storage access is restored exactly as
@@ -54,7 +36,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			// Nothing is released on a failed Unfence, whatever was read back after it:
 			// the try is retried with backoff, and the timeline records each new state
 			// read back, not every try.
-			if key, msg := unfenceFailure(at.Agent, agentcall.MethodUnfence, res, err); !strings.HasPrefix(lastUnfenceFailure(nf, at.Agent), key) {
+			if key, msg := unfenceFailure(at.Agent, agentcall.MethodUnfence, res, err); !strings.HasPrefix(incidents.LastUnfenceFailure(&nf.Status, at.Agent), key) {
 				c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
 				if serr := c.record.Save(ctx, nf); serr != nil {
 					err = errors.Join(err, serr)

@@ -154,7 +154,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 		if ev.Err != nil || ev.State != fencer.StateFenced {
 			msg := fmt.Sprintf("pods %v are bound to the node but were not released with it, and are left alone: agent %s does not read the fence back (state %q, error %v)",
 				late, at.Agent, ev.State, ev.Err)
-			if lastStepIs(nf, v1alpha1.StepLateReleaseRefused, msg) {
+			if incidents.LastStepIs(&nf.Status, v1alpha1.StepLateReleaseRefused, msg) {
 				return 0, nil
 			}
 			c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepLateReleaseRefused, msg)

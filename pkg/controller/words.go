@@ -9,6 +9,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/oncall"
 )
 
@@ -89,7 +90,7 @@ func (c *Controller) waitingWord(name string, gone bool) *v1alpha1.NodeFence {
 // call goes out at the first sync after the pause ends.
 func (c *Controller) pausedFence(ctx context.Context, nf *v1alpha1.NodeFence, step fencer.Step, why string) (time.Duration, error) {
 	msg := fmt.Sprintf("level %d agent %s try %d not sent: fencing is paused: %s", step.Level, step.Agent, step.Try, why)
-	if lastStepIs(nf, v1alpha1.StepFencePaused, msg) {
+	if incidents.LastStepIs(&nf.Status, v1alpha1.StepFencePaused, msg) {
 		return fencer.HoldRecheck, nil
 	}
 	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepFencePaused, msg)

@@ -114,6 +114,32 @@ func clampText(s string, limit int) string {
 	return s[:end] + cut
 }
 
+// LastStepIs reports whether the timeline's latest step is of type typ and its message
+// contains contains: a step a retry would write again is written once.
+func LastStepIs(st *v1alpha1.NodeFenceStatus, typ, contains string) bool {
+	tl := st.Timeline
+	return len(tl) > 0 && tl[len(tl)-1].Type == typ && strings.Contains(tl[len(tl)-1].Message, contains)
+}
+
+// LastUnfenceFailure is the message of agent's latest UnfenceFailed step since its last
+// successful Unfence, or "".
+func LastUnfenceFailure(st *v1alpha1.NodeFenceStatus, agent string) string {
+	prefix := "agent " + agent + " "
+	tl := st.Timeline
+	for i := len(tl) - 1; i >= 0; i-- {
+		if !strings.HasPrefix(tl[i].Message, prefix) {
+			continue
+		}
+		switch tl[i].Type {
+		case v1alpha1.StepUnfenceFailed:
+			return tl[i].Message
+		case v1alpha1.StepUnfenced:
+			return ""
+		}
+	}
+	return ""
+}
+
 // UndoOnRecord reports whether the agent's latest undo step already puts msg's call on
 // record: the same call announced, or a retry of one that failed (the failure and the
 // backoff say it is sent again).

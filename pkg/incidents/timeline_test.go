@@ -89,3 +89,29 @@ func TestClampStatus(t *testing.T) {
 		t.Errorf("error %q, error kind of %d bytes", st.Attempts[0].Error, len(st.Attempts[0].ErrorKind))
 	}
 }
+
+// TestLastSteps: the latest step of a type, and an agent's latest Unfence failure since
+// its last success, as retries read them back before writing again.
+func TestLastSteps(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	st := &v1alpha1.NodeFenceStatus{}
+	AddStep(st, t0, v1alpha1.StepUnfenceFailed, "agent ipmi unfence failed, read back on")
+	AddStep(st, t0, v1alpha1.StepUnfenceFailed, "agent iscsi unfence failed, read back fenced")
+	if got := LastUnfenceFailure(st, "ipmi"); got != "agent ipmi unfence failed, read back on" {
+		t.Errorf("LastUnfenceFailure(ipmi) = %q", got)
+	}
+	if !LastStepIs(st, v1alpha1.StepUnfenceFailed, "iscsi") || LastStepIs(st, v1alpha1.StepUnfenceFailed, "ipmi") ||
+		LastStepIs(st, v1alpha1.StepUnfenced, "iscsi") {
+		t.Error("LastStepIs does not read the latest step alone")
+	}
+	AddStep(st, t0, v1alpha1.StepUnfenced, "agent ipmi unfenced")
+	if got := LastUnfenceFailure(st, "ipmi"); got != "" {
+		t.Errorf("LastUnfenceFailure(ipmi) after its Unfence = %q, want none", got)
+	}
+	if got := LastUnfenceFailure(st, "iscsi"); got == "" {
+		t.Error("LastUnfenceFailure(iscsi) lost to another agent's Unfence")
+	}
+	if LastStepIs(&v1alpha1.NodeFenceStatus{}, v1alpha1.StepUnfenced, "") {
+		t.Error("LastStepIs on an empty timeline")
+	}
+}
