@@ -57,13 +57,12 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 	// No StatefulSet controller here: no replacement to wait for.
 	remedy := remediate.OnCaches(p.kube, set.Kube, p.now, -1)
 	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: "me", Events: p.recorder, Now: p.now}
-	var c *Controller
 	var names []string
 	for _, a := range p.cfg.Agents {
 		names = append(names, a.Name)
 	}
-	caller, err := agentcall.New(p.agents, p.cfg, p.kube, agentcall.NewMetrics(reg, names), func() time.Time { return c.now() },
-		func() ([]*corev1.Node, error) { return c.caches.nodes.List(everything()) })
+	caller, err := agentcall.New(p.agents, p.cfg, p.kube, agentcall.NewMetrics(reg, names), p.now,
+		func() ([]*corev1.Node, error) { return set.Kube.Core().V1().Nodes().Lister().List(everything()) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +77,11 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 	}
 	det := detector.ForConfig(p.cfg)
 	agents, err := agentwatch.New(agentwatch.Options{Config: p.cfg, Caches: set, Detector: det, Incidents: store,
-		Queue: queue, Now: func() time.Time { return c.now() }, Identity: "me", Registry: reg})
+		Queue: queue, Now: p.now, Identity: "me", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err = New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
+	c, err := New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
 		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Registry: reg, Identity: "me",
 		Shared: Shared{Now: p.now, Guard: guard, Record: rec, Queue: queue, Remedy: remedy},
 	})
