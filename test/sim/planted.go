@@ -48,6 +48,13 @@ var PlantedBugs = map[string]PlantedBug{
 	"resend": {File: "pkg/fencer/machine.go",
 		From: "		if a.State == v1alpha1.AttemptFencing && agent == v1alpha1.WatchdogAgent {",
 		To:   "		if a.State == v1alpha1.AttemptFencing {"},
+	// resendunknown: a Fence call whose outcome is unknown, found in flight or not yet
+	// read back (Verifying, as an older release or another leader left it), is sent again
+	// instead of read back until its deadline (safety invariant 7): against a slow BMC the
+	// second off is asked while the first is pending.
+	"resendunknown": {File: "pkg/fencer/machine.go",
+		From: "		if a.State == v1alpha1.AttemptFencing && agent == v1alpha1.WatchdogAgent {",
+		To:   "		if a.State == v1alpha1.AttemptFencing || a.State == v1alpha1.AttemptVerifying {"},
 }
 
 // PlantOverlay writes into dir the patched source and the `go build -overlay` file that
