@@ -63,3 +63,37 @@ func TestSaveRecordsWhoTookTheIncidentUp(t *testing.T) {
 		})
 	}
 }
+
+// TestTakenUpPrecedesWhatTheNewLeaderDid: the TakenUp step goes before the steps the new
+// leader added to the incident as the old one left it, dated as the first of them, so
+// that the timeline reads who did what (a read back verified across an upgrade was the
+// new release's).
+func TestTakenUpPrecedesWhatTheNewLeaderDid(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	left := pendingIncident(t0, nil)
+	left.Status.Phase = v1alpha1.PhaseFencing
+	c := testController(t, left)
+	c.record.Identity = "new-leader"
+	if err := c.opts.Caches.Fencing.Fencing().V1alpha1().NodeFences().Informer().GetIndexer().Add(left.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	nf := c.store.Get(left.Name).DeepCopy() // as a sync works on its copy
+	readBack := t0.Add(90 * time.Second)
+	c.record.StepAt(context.Background(), nf, readBack, v1alpha1.StepStateReadBack, "read off")
+	c.record.StepAt(context.Background(), nf, readBack, v1alpha1.StepVerified, "level 1 read back as fenced")
+	if err := c.record.Save(context.Background(), nf); err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	var takenAt time.Time
+	for _, st := range stored(t, c, nf.Name).Status.Timeline {
+		types = append(types, st.Type)
+		if st.Type == v1alpha1.StepTakenUp {
+			takenAt = st.Time.Time
+		}
+	}
+	want := []string{v1alpha1.StepDetected, v1alpha1.StepTakenUp, v1alpha1.StepStateReadBack, v1alpha1.StepVerified}
+	if strings.Join(types, ",") != strings.Join(want, ",") || !takenAt.Equal(readBack) {
+		t.Errorf("timeline %v, TakenUp at %s; want %v, TakenUp at %s", types, takenAt, want, readBack)
+	}
+}

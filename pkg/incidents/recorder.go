@@ -3,9 +3,11 @@ package incidents
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -70,6 +72,23 @@ func (r *Recorder) Hold(e Event) {
 	}
 }
 
+// takenUp records that this replica took up an incident prev wrote last: across a
+// handover, an upgrade or a rollback the timeline says which replica, of which release,
+// went on with it. The step goes before the steps this replica added since the incident
+// as prev left it (the stored copy), dated as the first of them: what follows it is what
+// this replica did.
+func (r *Recorder) takenUp(ctx context.Context, nf *v1alpha1.NodeFence, prev string) {
+	msg := fmt.Sprintf("taken up by %s (fence-controller %s) from %s", r.Identity, buildinfo.Version(), prev)
+	at, n := r.Now(), len(nf.Status.Timeline)
+	if left := r.Store.Get(nf.Name); left != nil && left.Status.Leader == prev && len(left.Status.Timeline) < n {
+		n = len(left.Status.Timeline)
+		at = nf.Status.Timeline[n].Time.Time
+	}
+	step := v1alpha1.Step{Time: metav1.NewMicroTime(at), Type: v1alpha1.StepTakenUp, Message: msg}
+	nf.Status.Timeline = slices.Insert(slices.Clone(nf.Status.Timeline), n, step)
+	klog.FromContext(ctx).Info("Incident step", "step", v1alpha1.StepTakenUp, "message", msg)
+}
+
 func (r *Recorder) emit(e Event) {
 	if e.Node != nil {
 		r.Events.Event(e.Node, e.Type, e.Reason, e.Message)
@@ -91,10 +110,7 @@ func (r *Recorder) Save(ctx context.Context, nf *v1alpha1.NodeFence) error {
 		return err
 	}
 	if prev := nf.Status.Leader; prev != "" && prev != r.Identity && nf.Status.Phase.Open() {
-		// Across a handover, an upgrade or a rollback the timeline says which replica,
-		// of which release, went on with the incident.
-		r.Step(ctx, nf, v1alpha1.StepTakenUp, fmt.Sprintf("taken up by %s (fence-controller %s) from %s",
-			r.Identity, buildinfo.Version(), prev))
+		r.takenUp(ctx, nf, prev)
 	}
 	saved, err := r.Store.WriteStatus(ctx, nf, r.Guard.Epoch(), r.Identity)
 	if err != nil {
