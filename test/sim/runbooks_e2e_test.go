@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -48,6 +49,7 @@ func TestRunbookCommands(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	kubectl := kubectlBinary(t)
+	plugin := kubectlFenceBinary(t, ctx)
 	blocks := runbookBlocks(t)
 	h := fastHarnessWith(t, ctx, HarnessOptions{
 		// The API server reaches the simulated kubelets on loopback for kubectl logs.
@@ -67,14 +69,17 @@ func TestRunbookCommands(t *testing.T) {
 	runbookState(t, ctx, h, leaderPod, r)
 
 	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "HOME="+t.TempDir(),
-		"PATH="+filepath.Dir(kubectl)+string(os.PathListSeparator)+h.bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		"PATH="+strings.Join([]string{filepath.Dir(kubectl), filepath.Dir(plugin), h.bin, os.Getenv("PATH")}, string(os.PathListSeparator)))
 	values := map[string]string{"NAMESPACE": runbookNamespace, "NAME": runbookIncident, "NODE": runbookNode,
 		"CONFIG": h.ConfigPath, "AGENT": runbookAgent, "OLDNODE": runbookGoneNode, "OLDNAME": runbookGoneIncident}
 	var all strings.Builder
 	for i, block := range blocks {
-		script := placeholder.ReplaceAllStringFunc(block, func(p string) string { return values[p] })
+		script := placeholder.ReplaceAllStringFunc(withoutExec(block), func(p string) string { return values[p] })
+		script = watches.ReplaceAllString(script, "timeout 3 $1 || test $$? -eq 124$2")
 		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
 		cmd.Env = env
+		// A command bash started that outlives it (a watch) must not hold its output open.
+		cmd.WaitDelay = 5 * time.Second
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("block %d failed: %v\n%s\noutput:\n%s", i+1, err, script, out)
@@ -83,14 +88,15 @@ func TestRunbookCommands(t *testing.T) {
 		all.Write(out)
 	}
 	for _, want := range []string{
-		"MESSAGE",                         // kubectl get nodefences -o wide
-		"Caches synced",                   // the leader's own log, through the API server and its kubelet
-		leader,                            // the Lease's holder
-		"kubefence-agent-" + runbookAgent, // describe deploy
-		"incident:  " + runbookIncident,   // fence-controller explain, on the held incident
-		"rule now:  ",                     // the rule that holds it
-		"partition under investigation",   // the pause requests listed
-		runbookWatchdogStopped,            // the node agent's report
+		"MESSAGE",                              // kubectl get nodefences -o wide
+		"Caches synced",                        // the leader's own log, through the API server and its kubelet
+		leader,                                 // the Lease's holder
+		"kubefence-agent-" + runbookAgent,      // describe deploy
+		"incident:  " + runbookIncident,        // fence-controller explain, on the held incident
+		"rule now:  ",                          // the rule that holds it
+		"partition under investigation",        // the pause requests listed
+		runbookWatchdogStopped,                 // the node agent's report
+		"pod " + leaderPod + " on node node-2", // kubectl fence status, through kubectl's plugin lookup
 	} {
 		if !strings.Contains(all.String(), want) {
 			t.Errorf("the runbook commands printed no %q", want)
@@ -98,6 +104,17 @@ func TestRunbookCommands(t *testing.T) {
 	}
 	checkRunbookEffects(t, ctx, c)
 }
+
+// execCommands are the runbooks' commands that exec in the leader's pod: the simulated
+// kubelets run no containers. pkg/kubectlfence's tests cover the pod and the command.
+var execCommands = regexp.MustCompile(`(?m)^kubectl fence (explain|check)\b.*$`)
+
+// watches are the runbooks' watches (kubectl get -w), which run until the person stops
+// them: the test watches for 3 seconds.
+var watches = regexp.MustCompile(`(?m)^(kubectl [^#\n]* -w)( *#.*)?$`)
+
+// withoutExec is block without the commands that exec in the leader's pod.
+func withoutExec(block string) string { return execCommands.ReplaceAllString(block, "") }
 
 // runbookState makes what the runbooks look at: the leader's pod (its log served by a
 // node's kubelet), an incident, the target monitor's mark and a remote agent.
@@ -220,14 +237,18 @@ func checkRunbookEffects(t *testing.T, ctx context.Context, c *Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	requested := 0
+	// The runbook's request, once with kubectl fence and once with kubectl, both in the
+	// kubeconfig's user name.
+	requested, requestedBy := 0, map[string]bool{}
 	for _, item := range list.Items {
 		if strings.HasPrefix(item.GetName(), runbookNode+"-") {
+			by, _, _ := unstructured.NestedString(item.Object, "spec", "requestedBy")
+			requestedBy[by] = true
 			requested++
 		}
 	}
-	if requested != 1 {
-		t.Errorf("%d NodeFences requested by hand for %s, want the runbook's one", requested, runbookNode)
+	if requested != 2 || len(requestedBy) != 1 || requestedBy[""] {
+		t.Errorf("%d NodeFences requested by hand for %s by %v, want the runbook's two, by one user", requested, runbookNode, requestedBy)
 	}
 }
 
