@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -38,8 +39,57 @@ func (c *Cluster) MakeRelease(ctx context.Context, version string) (*MadeRelease
 	if err != nil {
 		return nil, err
 	}
-	r := &MadeRelease{Tree: filepath.Join(c.dir, "release", "tree"), Dir: filepath.Join(c.dir, "release", "bin", "release", version)}
-	logFile := filepath.Join(c.dir, "release", "make-release.log")
+	return c.makeRelease(ctx, root, version, "ALLOW_DIRTY=1")
+}
+
+// MakePreviousRelease runs `make release` for version from the commit CHANGELOG.md names
+// for it ("Released from commit SHA." in its section), as that commit's Makefile does it:
+// in a shared clone of this repository checked out at the commit, with this checkout's
+// .cache/ (the Debian packages the image is built from).
+func (c *Cluster) MakePreviousRelease(ctx context.Context, version string) (*MadeRelease, error) {
+	root, err := sim.ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	commit, err := ReleaseCommit(filepath.Join(root, imagebuild.ChangelogFile), version)
+	if err != nil {
+		return nil, err
+	}
+	src := filepath.Join(c.dir, "release-"+version, "src")
+	for _, args := range [][]string{{"clone", "-q", "--shared", "--no-checkout", root, src}, {"-C", src, "checkout", "-q", "--detach", commit}} {
+		if out, err := exec.CommandContext(ctx, "git", args...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("git %s: %w: %s (a clone without %s's history: git fetch --unshallow)", strings.Join(args, " "), err, out, version)
+		}
+	}
+	if err := os.Symlink(filepath.Join(root, ".cache"), filepath.Join(src, ".cache")); err != nil {
+		return nil, err
+	}
+	return c.makeRelease(ctx, src, version)
+}
+
+// ReleaseCommit is the commit that CHANGELOG.md's section for version names.
+func ReleaseCommit(changelog, version string) (string, error) {
+	b, err := os.ReadFile(changelog)
+	if err != nil {
+		return "", err
+	}
+	_, section, ok := strings.Cut(string(b), "\n## "+version+"\n")
+	if !ok {
+		return "", fmt.Errorf("%s: no section ## %s", changelog, version)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	m := regexp.MustCompile(`Released from commit ([0-9a-f]{40})\.`).FindStringSubmatch(section)
+	if m == nil {
+		return "", fmt.Errorf("%s: section ## %s names no commit (\"Released from commit SHA.\")", changelog, version)
+	}
+	return m[1], nil
+}
+
+// makeRelease runs make release for version in the checkout root.
+func (c *Cluster) makeRelease(ctx context.Context, root, version string, extra ...string) (*MadeRelease, error) {
+	out := filepath.Join(c.dir, "release-"+version)
+	r := &MadeRelease{Tree: filepath.Join(out, "tree"), Dir: filepath.Join(out, "bin", "release", version)}
+	logFile := filepath.Join(out, "make-release.log")
 	if err := os.MkdirAll(r.Tree, 0o755); err != nil {
 		return nil, err
 	}
@@ -48,8 +98,8 @@ func (c *Cluster) MakeRelease(ctx context.Context, version string) (*MadeRelease
 		return nil, err
 	}
 	defer log.Close()
-	cmd := exec.CommandContext(ctx, "make", "-C", root, "release", "VERSION="+version, "REGISTRY="+c.ReleaseRegistry(),
-		"INSECURE=1", "ALLOW_DIRTY=1", "RELEASE_TREE="+r.Tree, "BIN="+filepath.Join(c.dir, "release", "bin"))
+	cmd := exec.CommandContext(ctx, "make", append([]string{"-C", root, "release", "VERSION=" + version, "REGISTRY=" + c.ReleaseRegistry(),
+		"INSECURE=1", "RELEASE_TREE=" + r.Tree, "BIN=" + filepath.Join(out, "bin")}, extra...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.WaitDelay = time.Second
 	start := time.Now()
