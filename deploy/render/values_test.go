@@ -296,3 +296,35 @@ func TestRenderNames(t *testing.T) {
 		})
 	}
 }
+
+// TestExecAgentNeedsFenceAgents: fence-agent-exec set to run a ClusterLabs agent
+// (/usr/sbin/fence_*) from the kubefence image, which carries none, is refused with the
+// agent's path; a remote agent with an image of its own, or a script of the user's own,
+// renders.
+func TestExecAgentNeedsFenceAgents(t *testing.T) {
+	local := map[string]any{"agents": []any{map[string]any{"name": "ipmilan", "binary": "fence-agent-exec",
+		"params": map[string]any{"script": "/usr/sbin/fence_ipmilan", "target_key": "ip"}, "secret": "bmc", "target": map[string]any{"annotation": "a"}}}}
+	if _, err := RenderFor(chartDir, local, "v1.31.0"); err == nil || !strings.Contains(err.Error(), "agents[0] (ipmilan): fence-agent-exec runs /usr/sbin/fence_ipmilan") {
+		t.Errorf("a local exec agent running fence_ipmilan: err = %v, want the refusal naming agents[0]", err)
+	}
+	own := map[string]any{"agents": []any{map[string]any{"name": "mine", "binary": "fence-agent-exec",
+		"params": map[string]any{"script": "/opt/fence/fence_mine", "target_key": "ip"}, "secret": "bmc", "target": map[string]any{"annotation": "a"}}}}
+	if _, err := RenderFor(chartDir, own, "v1.31.0"); err != nil {
+		t.Errorf("a local exec agent running a script of one's own: %v", err)
+	}
+	remote := func(image map[string]any) map[string]any {
+		a := map[string]any{"name": "ipmilan-dc2", "namespace": "fencing-dc2", "binary": "fence-agent-exec", "port": 9443,
+			"serverTLSSecret": "s", "clientTLSSecret": "c", "secret": "bmc-dc2",
+			"params": map[string]any{"script": "/usr/sbin/fence_ipmilan", "target_key": "ip"}, "target": map[string]any{"annotation": "a"}}
+		if image != nil {
+			a["image"] = image
+		}
+		return map[string]any{"remoteAgents": []any{a}, "policies": []any{map[string]any{"name": "default", "levels": []any{map[string]any{"agents": []any{"ipmilan-dc2"}}}}}}
+	}
+	if _, err := RenderFor(chartDir, remote(nil), "v1.31.0"); err == nil || !strings.Contains(err.Error(), "remoteAgents[0] (ipmilan-dc2)") {
+		t.Errorf("a remote exec agent on the kubefence image: err = %v, want the refusal naming remoteAgents[0]", err)
+	}
+	if _, err := RenderFor(chartDir, remote(map[string]any{"repository": "example.com/fence-agents"}), "v1.31.0"); err != nil {
+		t.Errorf("a remote exec agent on an image of its own: %v", err)
+	}
+}
