@@ -34,14 +34,14 @@ var PlantedBugs = map[string]PlantedBug{
 	// (safety invariant 11): a leader that slept there gives a node back the storage its
 	// successor cut again.
 	"unguardedundo": {File: "pkg/controller/undo.go",
-		From: "	if err := c.leaseConfirmed(ctx); err != nil {",
+		From: "	if err := c.lead.guard.Confirmed(ctx); err != nil {",
 		To:   "	if err := error(nil); err != nil {"},
 	// unpinned: the read back goes to the target the node's mapping names now, not the one
 	// the Fence went to: a mapping edited mid-fence to a switched-off machine verifies a
 	// running node.
 	"unpinned": {File: "pkg/controller/fence.go",
-		From: "	return c.caller.Call(ctx, step, node, target, nf.Name, c.currentEpoch(), deadline)",
-		To:   "	return c.caller.Call(ctx, step, node, target[:0], nf.Name, c.currentEpoch(), deadline)"},
+		From: "	return c.caller.Call(ctx, step, node, target, nf.Name, c.lead.guard.Epoch(), deadline)",
+		To:   "	return c.caller.Call(ctx, step, node, target[:0], nf.Name, c.lead.guard.Epoch(), deadline)"},
 	// resend: a Fence call found in flight (its outcome lost to a handover or a failed
 	// save) is sent again at once instead of read back (safety invariant 7): against a
 	// slow BMC the second off is asked while the first is pending.
