@@ -27,6 +27,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/releasegate"
 	"github.com/kubefence/kubefence/pkg/remediate"
@@ -90,7 +91,7 @@ type leadership struct {
 // decisions are what a decision shares with the others.
 type decisions struct {
 	// admission makes each fence decision and its claim on the budget one step.
-	admission admission
+	admission nodeview.Admission
 	// gate lets a storm's releases go before their records.
 	gate releasegate.Gate
 	mu   sync.Mutex
@@ -201,7 +202,7 @@ func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedInde
 			if nf, ok := tombstone.Unwrap(obj).(*v1alpha1.NodeFence); ok {
 				c.store.Forget(nf.Name)
 				c.record.Drop(nf.Name)
-				c.decide.admission.unclaim(nf.Name)
+				c.decide.admission.Unclaim(nf.Name)
 			}
 		},
 	}); err != nil {

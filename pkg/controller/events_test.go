@@ -127,7 +127,7 @@ func TestEventsFoldInAStorm(t *testing.T) {
 	expect(save(v1alpha1.PhaseFencing), "Warning FenceStarted unhealthy. fencing")
 
 	for i := range eventStormAt {
-		c.decide.admission.claimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), c.now())
+		c.decide.admission.ClaimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), c.now())
 	}
 	start()
 	expect(save(v1alpha1.PhaseFencing)) // before the agent call

@@ -151,7 +151,7 @@ func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1
 func (c *Controller) startFencing(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, a fencer.Action) (time.Duration, error) {
 	if a.Forced != "" {
 		c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepForced, a.Forced)
-		c.decide.admission.claimForced(nf.Name, node.Name, c.now())
+		c.decide.admission.ClaimForced(nf.Name, node.Name, c.now())
 	}
 	nf.Status.Level = 1
 	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFencing, message: ptr.To(""), count: true,

@@ -17,6 +17,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/policy"
+	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
@@ -61,7 +62,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	if pol == nil || !dryRun(c.cfg, pol) {
 		// Shadow mode touches nothing, not even the pods' NodeUnreachable condition.
-		c.markPods(ctx, obs, now)
+		remediate.MarkUnreachable(ctx, c.client, c.podsOn(obs.Node), detector.PodCondition(obs, now), c.lead.guard.Check)
 	}
 	inc, err := c.store.Open(name)
 	if err != nil {
@@ -280,7 +281,7 @@ func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reaso
 	e := incidents.Event{Node: node, Incident: nf, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)}
 	// In a storm the start of a fence is told with its end.
 	e.HoldWhileFencing = nf != nil && reason == v1alpha1.ReasonFenceStarted &&
-		c.decide.admission.fencingNow(c.store.Cached(), c.now()) >= eventStormAt
+		c.decide.admission.FencingNow(c.store.Cached(), c.now()) >= eventStormAt
 	c.record.Hold(e)
 }
 

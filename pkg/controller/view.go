@@ -2,13 +2,10 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -43,39 +40,6 @@ func (c *Controller) urgentPDBs() []*policyv1.PodDisruptionBudget {
 
 func (c *Controller) attachmentsOf(node string) int {
 	return caches.AttachmentsOn(c.caches.attachments, node)
-}
-
-// markPods sets or clears the NodeUnreachable condition on the node's pods, so that users
-// and tools see why they are stuck. A patch merges by condition type: the kubelet's own
-// conditions stay.
-func (c *Controller) markPods(ctx context.Context, obs detector.Observation, now time.Time) {
-	cond := detector.PodCondition(obs, now)
-	checked := false
-	for _, pod := range c.podsOn(obs.Node) {
-		if pod.DeletionTimestamp != nil {
-			continue
-		}
-		if _, changed := detector.SetPodCondition(pod.Status.Conditions, cond); !changed {
-			continue
-		}
-		if !checked {
-			if c.lead.guard.Check(ctx) != nil {
-				// Not confirmed as leader: no patch. the guard has acted on a deposition,
-				// and the next sync marks the pods again.
-				return
-			}
-			checked = true
-		}
-		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
-		if err != nil {
-			return // a PodCondition always encodes
-		}
-		_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch,
-			metav1.PatchOptions{}, "status")
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Marking pod of unreachable node", "pod", klog.KObj(pod), "err", err)
-		}
-	}
 }
 
 // wouldFence reports a dry-run decision once per unhealthy episode of a node.

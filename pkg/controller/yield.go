@@ -16,7 +16,7 @@ func (c *Controller) yieldToReleases(ctx context.Context) {
 	if entered, _ := ctx.Value(gateKey{}).(bool); !entered {
 		return
 	}
-	if c.decide.admission.fencingNow(c.store.Cached(), c.now()) < eventStormAt {
+	if c.decide.admission.FencingNow(c.store.Cached(), c.now()) < eventStormAt {
 		return
 	}
 	waited := c.decide.gate.Yield(ctx, c.queue.Len)

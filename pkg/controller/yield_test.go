@@ -24,7 +24,7 @@ func TestRecordYieldsToReleasesInAStorm(t *testing.T) {
 			f.c.decide.gate.Max = time.Hour
 			if storm {
 				for i := range eventStormAt {
-					f.c.decide.admission.claimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), f.now)
+					f.c.decide.admission.ClaimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), f.now)
 				}
 			}
 			f.c.decide.gate.Enter() // another incident on its way to its release

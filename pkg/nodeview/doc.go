@@ -5,5 +5,6 @@
 // thresholds, what says it is under maintenance, a controller replica on it, its
 // incidents); a decision is policy's verdict on its incident with the rest of the
 // cluster surveyed. Each caller hands it Sources; it reads nothing else and writes
-// nothing.
+// nothing. Admission is the loop's lock over a decision and its claim on the fencing
+// budget.
 package nodeview

@@ -2,5 +2,7 @@
 // returns: the out-of-service taint, the DisruptionTarget condition and force deletion of
 // the node's pods, and deletion of its VolumeAttachments. Every entry point refuses to act
 // unless the incident records a verified fence (safety invariant 1), and only the taint
-// kubefence added is ever removed (invariant 6).
+// kubefence added is ever removed (invariant 6). It also marks an unreachable node's pods
+// with the NodeUnreachable condition (MarkUnreachable), so that users see why they are
+// stuck long before they are released.
 package remediate
