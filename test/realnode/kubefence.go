@@ -28,12 +28,14 @@ import (
 )
 
 // Where and how the tests install kubefence: as docs/getting-started.md tells a user,
-// under a release name other than the chart's own, as users name theirs: every name the
-// chart renders must follow it (a controller that watched the default name once sat
-// unready and fenced nothing).
+// under a release name and in a namespace other than the docs' own (kubefence,
+// kubefence-system), as users name theirs: every name the chart renders must follow them
+// (a controller that watched the default name once sat unready and fenced nothing). The
+// docs' commands run with the docs' namespace read as this one (DocNamespace).
 const (
-	Namespace = "kubefence-system"
-	Release   = "fencing"
+	Namespace    = "fencing-ops"
+	DocNamespace = "kubefence-system"
+	Release      = "fencing"
 	// Fullname is the chart's kubefence.fullname for Release: the release name and the
 	// chart's, since the release name does not contain "kubefence".
 	Fullname       = Release + "-kubefence"

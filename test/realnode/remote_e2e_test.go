@@ -336,6 +336,9 @@ func (k *kubectl) run(ctx context.Context, args []string) error {
 			rest = append(rest, a)
 		}
 	}
+	if ns == DocNamespace {
+		ns = Namespace // the user's namespace for the docs'
+	}
 	switch {
 	case len(rest) == 3 && rest[0] == "create" && rest[1] == "namespace":
 		_, err := k.c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: rest[2]}}, metav1.CreateOptions{})

@@ -96,7 +96,7 @@ func runDocCommands(t *testing.T, ctx context.Context, c *Cluster, block string)
 	script := strings.NewReplacer(
 		"job/kubefence-uninstall-check", "job/"+Fullname+"-uninstall-check",
 		"lease kubefence-controller", "lease "+controllerName,
-		"-n kubefence-system", "-n "+Namespace,
+		"-n "+DocNamespace, "-n "+Namespace,
 		"helm uninstall kubefence ", "helm uninstall "+Release+" ",
 	).Replace(block)
 	cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
