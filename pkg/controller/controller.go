@@ -167,19 +167,11 @@ func (c *Controller) useCaches(opts Options) error {
 		opts.Caches.Fencing.Fencing().V1alpha1().NodeFences().Informer(), opts.Caches.Identities.Coordination().V1().Leases().Informer())
 }
 
-// watch queues a node when it, its Lease or one of its incidents changes, and follows
-// the replicas' identity Leases.
+// watch queues a node when it, its Lease or one of its incidents changes, and has the
+// replicas follow their identity Leases (leader.Replicas.Follow).
 func (c *Controller) watch(nodes, leases, incidents, identities cache.SharedIndexInformer) error {
-	if _, err := identities.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onIdentityLease(obj) },
-		UpdateFunc: func(_, obj any) { c.onIdentityLease(obj) },
-		DeleteFunc: func(obj any) {
-			if l, ok := tombstone.Unwrap(obj).(*coordinationv1.Lease); ok {
-				c.peers.replicas.Forget(l.Name)
-			}
-		},
-	}); err != nil {
-		return fmt.Errorf("watch identity leases: %w", err)
+	if err := c.peers.replicas.Follow(identities, c.now); err != nil {
+		return err
 	}
 	if _, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueObject(obj) },
@@ -235,12 +227,6 @@ func (c *Controller) onLease(obj any) {
 	}
 	c.detector.ObserveLease(lease, c.now())
 	c.queue.Add(lease.Name)
-}
-
-func (c *Controller) onIdentityLease(obj any) {
-	if l, ok := obj.(*coordinationv1.Lease); ok {
-		c.peers.replicas.Observe(l, c.now())
-	}
 }
 
 func (c *Controller) onNodeFence(obj any) {

@@ -33,7 +33,7 @@ func TestReplicaHoldsWhateverThePolicy(t *testing.T) {
 	f.cache(n)
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
-	f.c.onIdentityLease(identityLease("replica-b", "node-1", f.now))
+	f.c.peers.replicas.Observe(identityLease("replica-b", "node-1", f.now), f.now)
 	f.sync("node-1")
 	f.expectCalls()
 	got := f.incident("node-1")
@@ -129,7 +129,7 @@ func TestReplicaHoldLiftsWhenItsRenewalsLapse(t *testing.T) {
 	window := 3 * f.c.opts.Leader.IdentityRenewInterval
 	seen := f0.Add(time.Minute - window + 700*time.Millisecond)
 	f.now = seen
-	f.c.onIdentityLease(identityLease("replica-b", "node-1", seen))
+	f.c.peers.replicas.Observe(identityLease("replica-b", "node-1", seen), f.now)
 	f.now = f0.Add(time.Minute)
 	f.renewAllBut("node-1")
 	if after := f.sync("node-1"); after != 700*time.Millisecond {

@@ -65,12 +65,11 @@ func TestHandlersQueueTheNode(t *testing.T) {
 		"a pod":        {func(c *Controller) { c.enqueueObject(pod) }, nil},
 		"a pod's tombstone": {func(c *Controller) { c.enqueueObject(cache.DeletedFinalStateUnknown{Key: "default/web-0", Obj: pod}) },
 			nil},
-		"node Lease renewed":          {func(c *Controller) { c.onLease(fixtureLease("node-1", f0)) }, []string{"node-1"}},
-		"not a Lease":                 {func(c *Controller) { c.onLease(node) }, nil},
-		"incident changed":            {func(c *Controller) { c.onNodeFence(nf) }, []string{"node-1"}},
-		"incident naming no node":     {func(c *Controller) { c.onNodeFence(nameless) }, nil},
-		"not an incident":             {func(c *Controller) { c.onNodeFence(node) }, nil},
-		"identity Lease of a replica": {func(c *Controller) { c.onIdentityLease(identityLease("replica-b", "node-1", f0)) }, nil},
+		"node Lease renewed":      {func(c *Controller) { c.onLease(fixtureLease("node-1", f0)) }, []string{"node-1"}},
+		"not a Lease":             {func(c *Controller) { c.onLease(node) }, nil},
+		"incident changed":        {func(c *Controller) { c.onNodeFence(nf) }, []string{"node-1"}},
+		"incident naming no node": {func(c *Controller) { c.onNodeFence(nameless) }, nil},
+		"not an incident":         {func(c *Controller) { c.onNodeFence(node) }, nil},
 		"all of them at once": {func(c *Controller) {
 			c.enqueueObject(node)
 			c.onLease(fixtureLease("node-1", f0))
@@ -124,7 +123,7 @@ func TestIdentityLeaseHoldsItsNode(t *testing.T) {
 			f := newFixture(t, fixtureConfig(), threeNodes()...)
 			// Seen renewing 10 s before the sync, within three renew intervals of it.
 			f.now = f0.Add(50 * time.Second)
-			f.c.onIdentityLease(identityLease("replica-b", tc.node, f.now))
+			f.c.peers.replicas.Observe(identityLease("replica-b", tc.node, f.now), f.now)
 			f.now = f0.Add(time.Minute)
 			f.renewAllBut("node-1")
 			f.sync("node-1")
