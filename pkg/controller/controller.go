@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -94,11 +93,8 @@ type decisions struct {
 	admission nodeview.Admission
 	// gate lets a storm's releases go before their records.
 	gate releasegate.Gate
-	mu   sync.Mutex
-	// dryRunSeen holds, per node, the unhealthy episodes (keyed by when their evidence
-	// started) already reported in dry run. A node's entry goes once it is healthy again
-	// or deleted (forgetDryRun), so the map holds only nodes that are unhealthy now.
-	dryRunSeen map[string]map[string]bool
+	// dryRun reports each unhealthy episode of a node once in dry run.
+	dryRun nodeview.DryRunReports
 }
 
 // New builds the incident loop on opts' caches; Run starts it.
@@ -128,7 +124,6 @@ func New(opts Options) (*Controller, error) {
 		},
 		lead:   leadership{guard: opts.Shared.Guard, pause: testpoint.New(t.PauseAt)},
 		record: opts.Shared.Record,
-		decide: decisions{dryRunSeen: map[string]map[string]bool{}},
 		queue:  opts.Shared.Queue, remedy: opts.Shared.Remedy,
 	}
 	c.metrics.InitCounters()

@@ -33,7 +33,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		// its state and a person decides. Nothing new is started for a node we cannot see.
 		obs := c.detector.NodeDeleted(name, now)
 		klog.FromContext(ctx).V(2).Info("Node deleted", "evidence", obs.Evidence)
-		c.forgetDryRun(name)
+		c.decide.dryRun.Forget(name)
 		if nf := c.waitingWord(name, true); nf != nil {
 			// A person's cancel closes the incident of a node that is gone for good.
 			_, err := c.answerWord(withLogValues(ctx, "incident", nf.Name), nf, nil, nil)
@@ -58,7 +58,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	if obs.Health == detector.Healthy {
 		// The unhealthy episode, if any, is over.
-		c.forgetDryRun(name)
+		c.decide.dryRun.Forget(name)
 	}
 	if pol == nil || !dryRun(c.cfg, pol) {
 		// Shadow mode touches nothing, not even the pods' NodeUnreachable condition.

@@ -44,17 +44,7 @@ func (c *Controller) attachmentsOf(node string) int {
 
 // wouldFence reports a dry-run decision once per unhealthy episode of a node.
 func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs detector.Observation, d policy.Decision) {
-	key := obs.Since.String()
-	c.decide.mu.Lock()
-	episodes := c.decide.dryRunSeen[node.Name]
-	if episodes == nil {
-		episodes = map[string]bool{}
-		c.decide.dryRunSeen[node.Name] = episodes
-	}
-	seen := episodes[key]
-	episodes[key] = true
-	c.decide.mu.Unlock()
-	if seen {
+	if !c.decide.dryRun.First(node.Name, obs.Since.String()) {
 		return
 	}
 	c.metrics.WouldFence.Inc()
@@ -63,14 +53,6 @@ func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs dete
 			node.Name, obs.Evidence, d.Message)
 	}
 	klog.FromContext(ctx).Info("Dry run: would fence", "evidence", obs.Evidence)
-}
-
-// forgetDryRun forgets the episodes reported in dry run for a node that is healthy again
-// or deleted; its next unhealthy episode is reported anew.
-func (c *Controller) forgetDryRun(node string) {
-	c.decide.mu.Lock()
-	delete(c.decide.dryRunSeen, node)
-	c.decide.mu.Unlock()
 }
 
 func dryRun(cfg *v1alpha1.Config, pol *v1alpha1.Policy) bool { return cfg.DryRun || pol.DryRun }

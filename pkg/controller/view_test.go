@@ -63,8 +63,8 @@ func TestDryRunSeenIsForgotten(t *testing.T) {
 			if _, err := c.sync(ctx, node.Name); err != nil {
 				t.Fatalf("sync: %v", err)
 			}
-			if len(c.decide.dryRunSeen) != 0 {
-				t.Errorf("dry run still remembers %v after the episode ended", c.decide.dryRunSeen)
+			if n := c.decide.dryRun.Nodes(); n != 0 {
+				t.Errorf("dry run still remembers %d nodes after the episode ended", n)
 			}
 		})
 	}

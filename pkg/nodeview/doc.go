@@ -6,5 +6,5 @@
 // incidents); a decision is policy's verdict on its incident with the rest of the
 // cluster surveyed. Each caller hands it Sources; it reads nothing else and writes
 // nothing. Admission is the loop's lock over a decision and its claim on the fencing
-// budget.
+// budget; DryRunReports says which dry-run decisions the loop has reported.
 package nodeview
