@@ -235,26 +235,12 @@ func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluste
 // the detector finds unhealthy and those with an open incident, as the budget counts
 // them) and kubefence_nodes_fence_failed (nodes whose last incident failed and that get
 // no new one until they recover or a person acts). It runs on its own period, so the
-// gauges follow cancelled, recovered and adopted incidents, not only decisions.
+// gauges follow cancelled, recovered and adopted incidents, not only decisions. The
+// counting is nodeview.Sources.Unhealthy's.
 func (c *Controller) refreshUnhealthy(now time.Time) {
-	nodes, err := c.caches.nodes.List(everything())
+	unhealthy, failed, err := c.sources().Unhealthy(now, c.failedUnrecovered)
 	if err != nil {
 		return // a cache read; the gauges keep their values until the next round
-	}
-	unhealthy, failed := 0, 0
-	for _, n := range nodes {
-		pol, err := policy.Select(c.cfg.Policies, n.Labels)
-		if err != nil || pol == nil {
-			// Counted by no policy; the node's own sync reports a bad selector.
-			continue
-		}
-		pn, obs := c.view(pol, n, now)
-		if pn.Health.Unhealthy || pn.Incident {
-			unhealthy++
-		}
-		if !pn.Incident && c.failedUnrecovered(n.Name, obs) != "" {
-			failed++
-		}
 	}
 	c.metrics.Unhealthy.Set(float64(unhealthy))
 	c.metrics.FailedNodes.Set(float64(failed))

@@ -130,3 +130,29 @@ func (s Sources) replicaOn(node string, now time.Time) (string, time.Time) {
 	}
 	return s.Replicas.On(node, now)
 }
+
+// Unhealthy counts, over every node a policy selects as it stands at now, those the
+// detector finds unhealthy or with an open incident (as the budget counts them), and
+// among those with no open incident the ones failedUnrecovered names a reason for (their
+// last incident failed, and they get no new one until they recover or a person acts).
+// A node no policy selects, or whose selector is bad, is counted by none.
+func (s Sources) Unhealthy(now time.Time, failedUnrecovered func(node string, obs detector.Observation) string) (unhealthy, failed int, err error) {
+	nodes, err := s.Nodes()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, n := range nodes {
+		pol, err := policy.Select(s.Config.Policies, n.Labels)
+		if err != nil || pol == nil {
+			continue
+		}
+		pn, obs := s.View(pol, n, now)
+		if pn.Health.Unhealthy || pn.Incident {
+			unhealthy++
+		}
+		if !pn.Incident && failedUnrecovered(n.Name, obs) != "" {
+			failed++
+		}
+	}
+	return unhealthy, failed, nil
+}
