@@ -34,7 +34,7 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		// A held incident is looked at again as after any decision.
 		return fencer.HoldRecheck, err
 	}
-	f := fencer.Facts{Now: c.now(), Obs: obs, Ready: nodeReady(node), Identity: c.opts.Identity, Strategy: pol.Remediation, DryRun: dryRun(c.cfg, pol),
+	f := fencer.Facts{Now: c.now(), Obs: obs, Ready: detector.Ready(node), Identity: c.opts.Identity, Strategy: pol.Remediation, DryRun: dryRun(c.cfg, pol),
 		CreatedHere: ctx.Value(createdKey{}) == nf.Name, Superseded: c.supersededBy(nf)}
 	for {
 		a := fencer.Lifecycle(nf, f)

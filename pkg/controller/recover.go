@@ -110,15 +110,6 @@ func (c *Controller) clearContradiction(ctx context.Context, nf *v1alpha1.NodeFe
 	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepContradictionCleared, msg)
 }
 
-func nodeReady(node *corev1.Node) bool {
-	for _, cnd := range node.Status.Conditions {
-		if cnd.Type == corev1.NodeReady {
-			return cnd.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // unfenceFailure words a failed Unfence for the timeline: read is what unfence read back
 // after it. The first return is the part that stays the same across retries that read
 // back the same state, so that a retry loop records a change, not every try.

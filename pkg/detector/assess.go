@@ -180,6 +180,12 @@ func (d *Detector) boot(st *nodeState, obs *Observation, now time.Time, evidence
 	}
 }
 
+// Ready reports whether node's Ready condition is True.
+func Ready(node *corev1.Node) bool {
+	c := readyCondition(node)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
 func readyCondition(node *corev1.Node) *corev1.NodeCondition {
 	for i := range node.Status.Conditions {
 		if node.Status.Conditions[i].Type == corev1.NodeReady {
