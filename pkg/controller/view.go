@@ -22,24 +22,17 @@ func (c *Controller) podsOn(node string) []*corev1.Pod { return caches.PodsOn(c.
 // which explain computes them with too): its caches and its peers.
 func (c *Controller) sources() nodeview.Sources {
 	return nodeview.Sources{Config: c.cfg, Detector: c.detector,
-		Nodes: func() ([]*corev1.Node, error) { return c.caches.nodes.List(everything()) },
-		Pods:  c.podsOn, UrgentPDBs: c.urgentPDBs, Attachments: c.attachmentsOf,
-		Incidents: c.store.Cached, IncidentsOf: c.store.FactsForNode, PausedBy: c.peers.pauses.Why,
+		Nodes:       func() ([]*corev1.Node, error) { return c.caches.nodes.List(everything()) },
+		Pods:        c.podsOn,
+		UrgentPDBs:  func() []*policyv1.PodDisruptionBudget { return caches.UrgentPDBs(c.caches.pdbs) },
+		Attachments: func(node string) int { return caches.AttachmentsOn(c.caches.attachments, node) },
+		Incidents:   c.store.Cached, IncidentsOf: c.store.FactsForNode, PausedBy: c.peers.pauses.Why,
 		Agents: c.peers.agents, Replicas: c.peers.replicas, Maintenance: c.peers.maintenance}
 }
 
 // view is the node's view under policy pol at now (nodeview.Sources.View).
 func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (policy.Node, detector.Observation) {
 	return c.sources().View(pol, n, now)
-}
-
-// urgentPDBs are the cached PodDisruptionBudgets that allow no disruption now.
-func (c *Controller) urgentPDBs() []*policyv1.PodDisruptionBudget {
-	return caches.UrgentPDBs(c.caches.pdbs)
-}
-
-func (c *Controller) attachmentsOf(node string) int {
-	return caches.AttachmentsOn(c.caches.attachments, node)
 }
 
 // wouldFence reports a dry-run decision once per unhealthy episode of a node.
