@@ -66,7 +66,7 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		return 0, err
 	}
 	c.metrics.PhaseDuration.WithLabelValues(loopmetrics.DurationRemediate).Observe(c.now().Sub(start).Seconds())
-	c.metrics.FailureToReleased.WithLabelValues(pol.Name).Observe(c.now().Sub(failedAt(nf)).Seconds())
+	c.metrics.FailureToReleased.WithLabelValues(pol.Name).Observe(c.now().Sub(incidents.FailedAt(nf)).Seconds())
 	c.lead.pause.At(testpoint.BeforeRecord)
 	c.yieldToReleases(ctx)
 	if err := c.record.Save(ctx, nf); err != nil {
@@ -78,15 +78,6 @@ func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		c.powerOn(ctx, nf, node)
 	}
 	return 0, nil
-}
-
-// failedAt is when nf's node failed: when the evidence the incident opened on turned bad,
-// or, for a request that recorded none (a person's, a health checker's), its creation.
-func failedAt(nf *v1alpha1.NodeFence) time.Time {
-	if at := incidents.FactsOf(nf).EvidenceStart; !at.IsZero() {
-		return at
-	}
-	return nf.CreationTimestamp.Time
 }
 
 // powerOn asks the agents that powered the node off to power it on again, for the

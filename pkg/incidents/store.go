@@ -249,6 +249,15 @@ type Facts struct {
 	EvidenceStart time.Time
 }
 
+// FailedAt is when nf's node failed: when the evidence the incident opened on turned bad,
+// or, for a request that recorded none (a person's, a health checker's), its creation.
+func FailedAt(nf *v1alpha1.NodeFence) time.Time {
+	if at := FactsOf(nf).EvidenceStart; !at.IsZero() {
+		return at
+	}
+	return nf.CreationTimestamp.Time
+}
+
 // FactsOf are nf's facts; none for an object that is not a NodeFence.
 func FactsOf(obj any) Facts {
 	nf, ok := obj.(*v1alpha1.NodeFence)
