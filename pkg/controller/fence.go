@@ -62,7 +62,7 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 				return 0, err
 			}
 			unsaved = unsaved || changed
-			if a := lastAttempt(nf); a != nil && a.State == v1alpha1.AttemptVerifying && !changed {
+			if a := fencer.LastAttempt(&nf.Status); a != nil && a.State == v1alpha1.AttemptVerifying && !changed {
 				return wait(plan.PollInterval)
 			}
 		}
@@ -158,7 +158,7 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 	}
 	now := c.now()
 	switch {
-	case ev.Err != nil && step.Kind == fencer.DoVerify && lastAttempt(nf).State == prev && incidents.LastStepIs(&nf.Status, v1alpha1.StepAgentError, ev.Err.Error()):
+	case ev.Err != nil && step.Kind == fencer.DoVerify && fencer.LastAttempt(&nf.Status).State == prev && incidents.LastStepIs(&nf.Status, v1alpha1.StepAgentError, ev.Err.Error()):
 		// The same read error again while verifying: nothing new to record.
 		return false, nil
 	case ev.Err != nil:
@@ -226,13 +226,6 @@ func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, p
 	return c.record.Save(ctx, nf)
 }
 
-func lastAttempt(nf *v1alpha1.NodeFence) *v1alpha1.Attempt {
-	if len(nf.Status.Attempts) == 0 {
-		return nil
-	}
-	return &nf.Status.Attempts[len(nf.Status.Attempts)-1]
-}
-
 // fenced records the verified fence and releases the node's workloads.
 func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFenced, count: true,
@@ -240,7 +233,7 @@ func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		event: note{corev1.EventTypeNormal, v1alpha1.ReasonFenced, fmt.Sprintf("Node %s verified fenced at level %d", node.Name, nf.Status.VerifiedLevel)}}); err != nil {
 		return 0, err
 	}
-	if a := lastAttempt(nf); a != nil {
+	if a := fencer.LastAttempt(&nf.Status); a != nil {
 		c.metrics.PhaseDuration.WithLabelValues(loopmetrics.DurationFence).Observe(c.now().Sub(a.Started.Time).Seconds())
 	}
 	// Written with the release's end (Remediated), or with what it did if it fails.

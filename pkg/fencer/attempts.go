@@ -63,6 +63,14 @@ func VerifiedBefore(st *v1alpha1.NodeFenceStatus) []int {
 	return first
 }
 
+// LastAttempt is the incident's latest attempt, nil before the first.
+func LastAttempt(st *v1alpha1.NodeFenceStatus) *v1alpha1.Attempt {
+	if len(st.Attempts) == 0 {
+		return nil
+	}
+	return &st.Attempts[len(st.Attempts)-1]
+}
+
 // LastLevelIssued is the highest level an attempt of the incident was issued at.
 func LastLevelIssued(st *v1alpha1.NodeFenceStatus) int32 {
 	var level int32
