@@ -15,8 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -69,16 +67,7 @@ func onCallKubeconfig(t *testing.T, ctx context.Context, c *Cluster, name string
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["sim"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	cfg.Contexts["sim"] = &clientcmdapi.Context{Cluster: "sim", AuthInfo: name}
-	cfg.CurrentContext = "sim"
-	path := filepath.Join(t.TempDir(), name+".kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return tokenKubeconfig(t, c, tr.Status.Token)
 }
 
 // TestKubectlFence runs the built `kubectl fence` plugin as an on-call person (a
