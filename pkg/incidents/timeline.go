@@ -124,40 +124,35 @@ func LastStepIs(st *v1alpha1.NodeFenceStatus, typ, contains string) bool {
 // LastUnfenceFailure is the message of agent's latest UnfenceFailed step since its last
 // successful Unfence, or "".
 func LastUnfenceFailure(st *v1alpha1.NodeFenceStatus, agent string) string {
-	prefix := "agent " + agent + " "
-	tl := st.Timeline
-	for i := len(tl) - 1; i >= 0; i-- {
-		if !strings.HasPrefix(tl[i].Message, prefix) {
-			continue
-		}
-		switch tl[i].Type {
-		case v1alpha1.StepUnfenceFailed:
-			return tl[i].Message
-		case v1alpha1.StepUnfenced:
-			return ""
-		}
+	if s := latestAgentStep(st, agent, v1alpha1.StepUnfenceFailed, v1alpha1.StepUnfenced); s != nil && s.Type == v1alpha1.StepUnfenceFailed {
+		return s.Message
 	}
 	return ""
+}
+
+// latestAgentStep is agent's latest step of one of types (its message names the agent
+// first), nil when there is none.
+func latestAgentStep(st *v1alpha1.NodeFenceStatus, agent string, types ...string) *v1alpha1.Step {
+	prefix := "agent " + agent + " "
+	for i := len(st.Timeline) - 1; i >= 0; i-- {
+		if s := &st.Timeline[i]; strings.HasPrefix(s.Message, prefix) && slices.Contains(types, s.Type) {
+			return s
+		}
+	}
+	return nil
 }
 
 // UndoOnRecord reports whether the agent's latest undo step already puts msg's call on
 // record: the same call announced, or a retry of one that failed (the failure and the
 // backoff say it is sent again).
 func UndoOnRecord(st *v1alpha1.NodeFenceStatus, agent, msg string) bool {
-	prefix := "agent " + agent + " "
-	tl := st.Timeline
-	for i := len(tl) - 1; i >= 0; i-- {
-		if !strings.HasPrefix(tl[i].Message, prefix) {
-			continue
-		}
-		switch tl[i].Type {
-		case v1alpha1.StepUnfenceCalled:
-			return tl[i].Message == msg
-		case v1alpha1.StepUnfenceFailed:
-			return true
-		case v1alpha1.StepUnfenced, v1alpha1.StepPoweredOn:
-			return false
-		}
+	s := latestAgentStep(st, agent, v1alpha1.StepUnfenceCalled, v1alpha1.StepUnfenceFailed, v1alpha1.StepUnfenced, v1alpha1.StepPoweredOn)
+	switch {
+	case s == nil:
+		return false
+	case s.Type == v1alpha1.StepUnfenceCalled:
+		return s.Message == msg
+	default:
+		return s.Type == v1alpha1.StepUnfenceFailed
 	}
-	return false
 }
