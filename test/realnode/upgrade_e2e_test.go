@@ -264,15 +264,13 @@ func offRequests(t *testing.T, c *Cluster, node string) int {
 // nodesWithoutController are the nodes no controller pod runs on, sorted.
 func nodesWithoutController(t *testing.T, ctx context.Context, c *Cluster) []string {
 	t.Helper()
-	pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+	pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=controller"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var busy []string
 	for _, p := range pods.Items {
-		if strings.HasPrefix(p.Name, Fullname+"-controller-") {
-			busy = append(busy, p.Spec.NodeName)
-		}
+		busy = append(busy, p.Spec.NodeName)
 	}
 	var free []string
 	for _, n := range c.Nodes() {
