@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -38,8 +37,9 @@ type Caller struct {
 	metrics *Metrics
 	// now is the controller's clock: attempt deadlines are on it.
 	now func() time.Time
-	// templates are the parsed target templates, by agent.
-	templates map[string]*template.Template
+	// templates are the parsed target templates, by agent; secretTemplates the parsed
+	// secretRef templates.
+	templates, secretTemplates map[string]*template.Template
 	// nodes lists every node (from the cache), to find a target two nodes share.
 	nodes func() ([]*corev1.Node, error)
 	// owned, when set, lists the nodes an agent acts for that name a target, from the node
@@ -56,9 +56,16 @@ type Caller struct {
 func New(src Source, cfg *v1alpha1.Config, client kubernetes.Interface, m *Metrics,
 	now func() time.Time, nodes func() ([]*corev1.Node, error)) (*Caller, error) {
 	a := &Caller{agents: src, config: map[string]v1alpha1.Agent{}, client: client, metrics: m, now: now,
-		templates: map[string]*template.Template{}, nodes: nodes, policies: cfg.Policies}
+		templates: map[string]*template.Template{}, secretTemplates: map[string]*template.Template{}, nodes: nodes, policies: cfg.Policies}
 	for _, cfg := range cfg.Agents {
 		a.config[cfg.Name] = cfg
+		if ref := cfg.SecretRef; ref != nil && ref.Template != "" {
+			t, err := ref.SecretTemplate()
+			if err != nil {
+				return nil, fmt.Errorf("agent %s: secretRef.template: %w", cfg.Name, err)
+			}
+			a.secretTemplates[cfg.Name] = t
+		}
 		if cfg.Target.Template == "" {
 			continue
 		}
@@ -110,17 +117,11 @@ func (a *Caller) request(ctx context.Context, name string, node *corev1.Node, ta
 	if req.Params == nil {
 		req.Params = map[string]string{}
 	}
-	if cfg.SecretRef != nil {
-		sec, err := a.client.CoreV1().Secrets(cfg.SecretRef.Namespace).Get(ctx, cfg.SecretRef.Name, metav1.GetOptions{})
-		if err != nil {
-			// The error names the Secret, never its content.
-			return req, cfg, plugin.Errorf(plugin.KindRetryable, "agent %s: read secret %s/%s: %v", name, cfg.SecretRef.Namespace, cfg.SecretRef.Name, err)
-		}
-		req.Secrets = make(map[string]string, len(sec.Data))
-		for k, v := range sec.Data {
-			req.Secrets[k] = string(v)
-		}
+	secrets, err := a.secretsFor(ctx, cfg, node)
+	if err != nil {
+		return req, cfg, err
 	}
+	req.Secrets = secrets
 	return req, cfg, nil
 }
 

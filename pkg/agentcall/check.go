@@ -129,7 +129,9 @@ func (a *Caller) checkTarget(ctx context.Context, agent string, node *corev1.Nod
 	tc.Identity, tc.Expect = res.Identity, req.ExpectIdentity
 	a.countMismatch(agent, err)
 	if err != nil {
-		tc.Err = err
+		// A device that refuses what it was sent: the table says which Secret it was.
+		secret, _ := a.secretOf(cfg, node)
+		tc.Err = credentialsRefused(err, node, secret)
 		return tc
 	}
 	tc.State = res.State

@@ -276,18 +276,11 @@ func (a *Agent) validate(p *field.Path) field.ErrorList {
 		errs = append(errs, field.Forbidden(p.Child("tls"), "only for a remote agent (address)"))
 	}
 	errs = append(errs, boundedParams(p.Child("params"), a.Params)...)
-	if a.SecretRef != nil && (a.SecretRef.Namespace == "" || a.SecretRef.Name == "") {
-		errs = append(errs, field.Required(p.Child("secretRef"), "namespace and name"))
-	}
 	if a.Target.sources() == 0 {
 		errs = append(errs, field.Required(p.Child("target"), "one of annotation, label, providerID or template: where the node's target is found"))
 	}
 	errs = append(errs, a.validateCommon(p)...)
-	if a.SecretRef != nil && a.SecretRef.Namespace != "" && a.SecretRef.Name != "" {
-		errs = append(errs, dnsLabel(p.Child("secretRef", "namespace"), a.SecretRef.Namespace)...)
-		errs = append(errs, dnsSubdomain(p.Child("secretRef", "name"), a.SecretRef.Name)...)
-	}
-	return errs
+	return append(errs, a.SecretRef.validate(p.Child("secretRef"))...)
 }
 
 // sources counts the ways of finding the target that are set.

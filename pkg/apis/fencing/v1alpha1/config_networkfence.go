@@ -41,14 +41,7 @@ func (a *Agent) validateNetworkFence(p *field.Path) field.ErrorList {
 			errs = append(errs, field.Forbidden(np.Child("parameters"), "with className the NetworkFenceClass holds the parameters and the Secret"))
 		}
 	}
-	if s := n.Secret; s != nil {
-		if s.Namespace == "" || s.Name == "" {
-			errs = append(errs, field.Required(np.Child("secret"), "namespace and name"))
-		} else {
-			errs = append(errs, dnsLabel(np.Child("secret", "namespace"), s.Namespace)...)
-			errs = append(errs, dnsSubdomain(np.Child("secret", "name"), s.Name)...)
-		}
-	}
+	errs = append(errs, n.Secret.validateNamed(np.Child("secret"))...)
 	errs = append(errs, boundedParams(np.Child("parameters"), n.Parameters)...)
 	errs = append(errs, tooMany(np.Child("addressTypes"), len(n.AddressTypes), MaxAddressTypes)...)
 	valid := []string{AddressInternalIP, AddressExternalIP}

@@ -188,10 +188,12 @@ type Agent struct {
 	// most 64 KiB in all (names and values). The agent checks each when the configuration
 	// is loaded; a problem is reported at its path, e.g. agents[0].params.cipherSuite.
 	Params map[string]string `json:"params,omitempty"`
-	// SecretRef names a Secret whose keys are passed as the agent's secret parameters.
-	// Required for an agent that says its secrets are required (the BMC agent, IPMI and
-	// Redfish alike: username and password): without it every fence would fail, so the
-	// configuration is refused when it is loaded.
+	// SecretRef names the Secret whose keys are passed as the agent's secret parameters:
+	// one for every node (name), or one per node (template or annotation), for fleets
+	// that give every BMC its own password. It is read at each call, so a rotated Secret
+	// is used from the next call on. Required for an agent that says its secrets are
+	// required (the BMC agent, IPMI and Redfish alike: username and password): without
+	// it every fence would fail, so the configuration is refused when it is loaded.
 	SecretRef *SecretRef `json:"secretRef,omitempty"`
 	// Target says how to find the agent's target for a node.
 	Target TargetSource `json:"target"`
@@ -257,10 +259,26 @@ type AgentTLS struct {
 	ServerName string `json:"serverName,omitempty"`
 }
 
-// SecretRef names a Secret.
+// SecretRef names a Secret. As an agent's secretRef exactly one of name, template and
+// annotation is set; as networkFence.secret, name only.
 type SecretRef struct {
+	// Namespace holds the Secret: the agents' namespace (the chart's release namespace),
+	// where the controller's Role lets it read Secrets.
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	// Name is the one Secret for every node the agent acts for.
+	Name string `json:"name,omitempty"`
+	// Template: the Secret's name is this Go text/template executed on the node, with the
+	// data and functions of target.template, e.g. `bmc-{{ .Name }}`. A result that is not
+	// a DNS subdomain is an error naming the node.
+	Template string `json:"template,omitempty"`
+	// Annotation: the Secret's name is the value of this node annotation. Whoever may
+	// annotate a node (its own kubelet among them) then chooses which of the labelled
+	// Secrets goes to its target: prefer template where names allow.
+	//
+	// A Secret chosen per node (template or annotation) is read only if it carries the
+	// label fencing.kubefence.io/credentials: "true"; any other Secret is refused with an
+	// error naming it, since the controller's Role cannot list the names in advance.
+	Annotation string `json:"annotation,omitempty"`
 }
 
 // TargetSource finds an agent's target on the Node object. Exactly one field is set.

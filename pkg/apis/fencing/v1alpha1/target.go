@@ -31,6 +31,12 @@ type targetData struct {
 
 // ExecuteTarget runs a parsed target template on node and checks its result.
 func ExecuteTarget(tmpl *template.Template, node *corev1.Node) (string, error) {
+	return executeOnNode("target template", tmpl, node)
+}
+
+// executeOnNode runs a parsed template on node and checks that its result is one word;
+// what names the template in errors, which name the node.
+func executeOnNode(what string, tmpl *template.Template, node *corev1.Node) (string, error) {
 	var b bytes.Buffer
 	data := targetData{Name: node.Name, ProviderID: node.Spec.ProviderID, Labels: node.Labels, Annotations: node.Annotations}
 	if data.Labels == nil {
@@ -40,14 +46,14 @@ func ExecuteTarget(tmpl *template.Template, node *corev1.Node) (string, error) {
 		data.Annotations = map[string]string{}
 	}
 	if err := tmpl.Execute(&b, data); err != nil {
-		return "", fmt.Errorf("target template on node %s: %w", node.Name, err)
+		return "", fmt.Errorf("%s on node %s: %w", what, node.Name, err)
 	}
 	out := b.String()
 	switch {
 	case out == "":
-		return "", fmt.Errorf("target template on node %s: empty result", node.Name)
+		return "", fmt.Errorf("%s on node %s: empty result", what, node.Name)
 	case strings.IndexFunc(out, unicode.IsSpace) >= 0:
-		return "", fmt.Errorf("target template on node %s: result %q holds white space", node.Name, out)
+		return "", fmt.Errorf("%s on node %s: result %q holds white space", what, node.Name, out)
 	}
 	return out, nil
 }
