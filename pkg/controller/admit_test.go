@@ -89,7 +89,7 @@ func TestForcedFenceCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pn, _ := f.c.view(pol, node, f.now)
+	pn, _ := f.c.sources().View(pol, node, f.now)
 	d, err := f.c.decision(pol, pn, node, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-2-x9"}}, f.now)
 	if err != nil {
 		t.Fatal(err)

@@ -333,9 +333,9 @@ func loopDecision(t *testing.T, c *Controller, name string, now time.Time) strin
 		t.Fatalf("policy of %s: %v %v", name, pol, err)
 	}
 	c.peers.agents.ObserveAgent(name)
-	pn, obs := c.view(pol, node, now)
+	pn, obs := c.sources().View(pol, node, now)
 	if obs.ProbeKubelet && c.peers.agents.ProbeKubelet(context.Background(), node, now) {
-		pn, obs = c.view(pol, node, now)
+		pn, obs = c.sources().View(pol, node, now)
 	}
 	nf, err := c.store.Open(name)
 	if err != nil {

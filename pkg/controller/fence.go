@@ -13,7 +13,6 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/incidents"
-	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
@@ -178,19 +177,6 @@ func (c *Controller) callAndApply(ctx context.Context, nf *v1alpha1.NodeFence, n
 	return true, nil
 }
 
-// callStep carries out a DoFence or DoVerify step of nf: a call to its agent, at the
-// target its attempt recorded, or for a watchdog level, the controller's own check.
-func (c *Controller) callStep(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, step fencer.Step, deadline time.Time) fencer.Event {
-	if step.Agent == v1alpha1.WatchdogAgent {
-		return c.watchdogEvent(nf, node, step)
-	}
-	target := ""
-	if a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try); a != nil {
-		target = a.Target
-	}
-	return c.caller.Call(ctx, step, node, target, nf.Name, c.lead.guard.Epoch(), deadline)
-}
-
 // fenceTarget is the device step's Fence call goes to: the one the agent's first attempt
 // in the incident recorded (a re-issue, a retry and a later level go where the first
 // call went: one incident, one device per agent), or the one the node names now. A
@@ -224,18 +210,4 @@ func (c *Controller) applyAndSave(ctx context.Context, nf *v1alpha1.NodeFence, p
 		return fmt.Errorf("incident %s: %w", nf.Name, err)
 	}
 	return c.record.Save(ctx, nf)
-}
-
-// fenced records the verified fence and releases the node's workloads.
-func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
-	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFenced, count: true,
-		step: v1alpha1.StepVerified, detail: fmt.Sprintf("level %d read back as fenced", nf.Status.VerifiedLevel),
-		event: note{corev1.EventTypeNormal, v1alpha1.ReasonFenced, fmt.Sprintf("Node %s verified fenced at level %d", node.Name, nf.Status.VerifiedLevel)}}); err != nil {
-		return 0, err
-	}
-	if a := fencer.LastAttempt(&nf.Status); a != nil {
-		c.metrics.PhaseDuration.WithLabelValues(loopmetrics.DurationFence).Observe(c.now().Sub(a.Started.Time).Seconds())
-	}
-	// Written with the release's end (Remediated), or with what it did if it fails.
-	return c.release(ctx, nf, node, pol)
 }

@@ -22,15 +22,58 @@ import (
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
-// remediator acts for nf: its steps go to nf's timeline.
-func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) remediate.Remediator {
-	r := *c.remedy
-	r.OnStep = func(step, msg string) { c.record.StepAt(ctx, nf, c.now(), step, msg) }
-	r.Before = func(ctx context.Context, action string) error {
-		c.lead.pause.At(action)
-		return c.lead.guard.Confirmed(ctx)
+// releasedBefore finds the release an earlier leader made for nf and did not live to
+// record: taints on the node that its owner mark gives to nf (read from the API server,
+// which has the mark in the same update as each taint). A release runs only after a
+// verified fence (invariant 1), so the mark is proof that one held, even when the
+// record of its read back was lost and the fence cannot be read back now (a BMC that
+// died with the node). It returns the marked keys, none when there are none.
+func (c *Controller) releasedBefore(ctx context.Context, nf *v1alpha1.NodeFence) ([]string, error) {
+	n, err := c.client.CoreV1().Nodes().Get(ctx, nf.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("incident %s: read node %s for its release: %w", nf.Name, nf.Spec.NodeName, err)
 	}
-	return r
+	return remediate.Owned(n, nf.Name), nil
+}
+
+// resumeRelease records the fence an earlier leader verified before it released the node
+// (releasedBefore found its taints) and carries the release on: the attempts of the last
+// level issued that are still Fencing or Verifying on record (or, when this replica's
+// own tries have failed them since, each agent's first try at that level) are recorded
+// verified, with the evidence that says how it is known; the incident moves to Fenced,
+// is released (resuming from the owner mark) and Remediated, never Failed with "nothing
+// was released". It reports false, doing nothing, when the incident has no attempt.
+func (c *Controller) resumeRelease(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, marked []string) (bool, time.Duration, error) {
+	picked := fencer.VerifiedBefore(&nf.Status)
+	if len(picked) == 0 {
+		return false, 0, nil
+	}
+	now := metav1.NewMicroTime(c.now())
+	why := fmt.Sprintf("verified by an earlier leader: node %s carries taints %s this incident added after a verified fence (owner mark %s); the record of the read back was lost with that leader",
+		node.Name, strings.Join(marked, ","), remediate.OwnerAnnotation)
+	for _, i := range picked {
+		a := &nf.Status.Attempts[i]
+		a.State, a.Finished, a.Error, a.ErrorKind, a.Evidence = v1alpha1.AttemptVerified, &now, "", "", why
+	}
+	level := nf.Status.Attempts[picked[0]].Level
+	nf.Status.Level, nf.Status.VerifiedLevel = level, level
+	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepReleaseFound, fmt.Sprintf("level %d %s", level, why))
+	requeue, err := c.fenced(ctx, nf, node, pol)
+	return true, requeue, err
+}
+
+// fenced records the verified fence and releases the node's workloads.
+func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
+	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFenced, count: true,
+		step: v1alpha1.StepVerified, detail: fmt.Sprintf("level %d read back as fenced", nf.Status.VerifiedLevel),
+		event: note{corev1.EventTypeNormal, v1alpha1.ReasonFenced, fmt.Sprintf("Node %s verified fenced at level %d", node.Name, nf.Status.VerifiedLevel)}}); err != nil {
+		return 0, err
+	}
+	if a := fencer.LastAttempt(&nf.Status); a != nil {
+		c.metrics.PhaseDuration.WithLabelValues(loopmetrics.DurationFence).Observe(c.now().Sub(a.Started.Time).Seconds())
+	}
+	// Written with the release's end (Remediated), or with what it did if it fails.
+	return c.release(ctx, nf, node, pol)
 }
 
 // release carries out the policy's remediation for a verified incident and saves it
@@ -173,4 +216,21 @@ func lateBound(pod *corev1.Pod, node string) bool {
 	_, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]
 	return pod.Spec.NodeName == node && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed &&
 		!mirror && !policy.Tolerates(pod, &remediate.FencedTaint)
+}
+
+// gateKey marks a context whose sync entered the gate.
+type gateKey struct{}
+
+// yieldToReleases holds the record of a release back while a storm's other releases are
+// under way (pkg/releasegate): a storm is eventStormAt nodes fencing at once. Outside a
+// storm, or in a sync that did not enter the gate, it returns at once.
+func (c *Controller) yieldToReleases(ctx context.Context) {
+	if entered, _ := ctx.Value(gateKey{}).(bool); !entered {
+		return
+	}
+	if c.decide.admission.FencingNow(c.store.Cached(), c.now()) < eventStormAt {
+		return
+	}
+	waited := c.decide.gate.Yield(ctx, c.queue.Len)
+	klog.FromContext(ctx).V(2).Info("Release recorded after the storm's other releases", "waited", waited)
 }

@@ -14,11 +14,11 @@ import (
 	"github.com/kubefence/kubefence/pkg/requests"
 )
 
-// The incident loop's side of the health checkers' requests (requested.go): the node's
-// sync opens the incident a request asked for, drives it under the node's policy, ends
-// the ask with it, cancels it when the request is withdrawn before fencing, and finishes
-// a fence under way. How a request finds its node and mirrors its incident is tested in
-// pkg/requests.
+// The incident loop's side of the health checkers' requests (openRequested,
+// standsOrWithdraw): the node's sync opens the incident a request asked for, drives it
+// under the node's policy, ends the ask with it, cancels it when the request is withdrawn
+// before fencing, and finishes a fence under way. How a request finds its node and
+// mirrors its incident is tested in pkg/requests.
 
 // requestConfig is fixtureConfig with the external remediation contract on.
 func requestConfig() *v1alpha1.Config {

@@ -8,20 +8,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
-	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/healthcheck"
 	"github.com/kubefence/kubefence/pkg/loopmetrics"
+	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/policy"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
-
-func everything() labels.Selector { return labels.Everything() }
 
 // sync looks at one node and moves its incident on. It returns when to look again.
 func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
@@ -33,7 +31,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		// its state and a person decides. Nothing new is started for a node we cannot see.
 		obs := c.detector.NodeDeleted(name, now)
 		klog.FromContext(ctx).V(2).Info("Node deleted", "evidence", obs.Evidence)
-		c.decide.dryRun.Forget(name)
+		c.decide.dryRunReports.Forget(name)
 		if nf := c.waitingWord(name, true); nf != nil {
 			// A person's cancel closes the incident of a node that is gone for good.
 			_, err := c.answerWord(withLogValues(ctx, "incident", nf.Name), nf, nil, nil)
@@ -58,7 +56,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	if obs.Health == detector.Healthy {
 		// The unhealthy episode, if any, is over.
-		c.decide.dryRun.Forget(name)
+		c.decide.dryRunReports.Forget(name)
 	}
 	if pol == nil || !dryRun(c.cfg, pol) {
 		// Shadow mode touches nothing, not even the pods' NodeUnreachable condition.
@@ -107,7 +105,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 		return 0, nil
 	}
 	if dryRun(c.cfg, pol) {
-		cl, err := c.cluster(pol, now)
+		cl, err := c.sources().Cluster(pol, now)
 		if err != nil {
 			return 0, err
 		}
@@ -217,7 +215,7 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 		return false, nil
 	}
 	c.detector.ObserveLease(lease, now)
-	_, obs := c.view(pol, node, now)
+	_, obs := c.sources().View(pol, node, now)
 	if obs.Health != detector.Unhealthy {
 		klog.FromContext(ctx).Info("Lease renewed after all; no incident", "evidence", obs.Evidence)
 		return false, nil
@@ -225,55 +223,78 @@ func (c *Controller) confirmStale(ctx context.Context, node *corev1.Node, pol *v
 	return true, nil
 }
 
-// cluster is the policy's view of the nodes it governs (nodeview.Sources.Cluster). It is
-// read without a lock; who is fencing is read again by admit.
-func (c *Controller) cluster(pol *v1alpha1.Policy, now time.Time) (policy.Cluster, error) {
-	return c.sources().Cluster(pol, now)
-}
-
-// refreshUnhealthy sets kubefence_nodes_unhealthy from every node as it stands now (those
-// the detector finds unhealthy and those with an open incident, as the budget counts
-// them) and kubefence_nodes_fence_failed (nodes whose last incident failed and that get
-// no new one until they recover or a person acts). It runs on its own period, so the
-// gauges follow cancelled, recovered and adopted incidents, not only decisions. The
-// counting is nodeview.Sources.Unhealthy's.
-func (c *Controller) refreshUnhealthy(now time.Time) {
-	unhealthy, failed, err := c.sources().Unhealthy(now, c.failedUnrecovered)
+// openRequested opens, in node's sync, the incident a request asked for, once the node
+// has no open incident: read live from the API server, as before any incident is opened.
+// It reports false when there was nothing to open.
+func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *v1alpha1.Policy, pn policy.Node, obs detector.Observation) (bool, time.Duration, error) {
+	if c.peers.requests == nil || pol == nil {
+		// A node no policy governs: the request's own sync says so in its status.
+		return false, 0, nil
+	}
+	key := c.peers.requests.Wanted(node.Name)
+	if key == "" {
+		return false, 0, nil
+	}
+	kr, err := c.peers.requests.Lookup(key)
 	if err != nil {
-		return // a cache read; the gauges keep their values until the next round
+		c.peers.requests.Done(node.Name, key)
+		return false, 0, err
 	}
-	c.metrics.Unhealthy.Set(float64(unhealthy))
-	c.metrics.FailedNodes.Set(float64(failed))
-}
-
-// withLogValues returns ctx with its logger carrying keysAndValues: what a sync logs
-// names its node and incident.
-func withLogValues(ctx context.Context, keysAndValues ...any) context.Context {
-	return klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), keysAndValues...))
-}
-
-// event records an event on the node, or on the incident when the node is gone. Not on
-// both: the incident's timeline already holds every step with its time and detail, and a
-// second copy of each Event doubled the controller's requests per incident.
-// Operators find them where they look first, on the node (`kubectl describe node`,
-// `kubectl get events --field-selector involvedObject.kind=Node`).
-//
-// An incident's events wait for its next save (incidents.PendingEvents). An event with no
-// incident follows a Lease check of its own.
-func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
-	if c.record.Events == nil {
-		return
+	if kr == nil || healthcheck.Withdrawn(kr, string(kr.UID)) != "" {
+		c.peers.requests.Done(node.Name, key)
+		return false, 0, nil
 	}
-	e := incidents.Event{Node: node, Incident: nf, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)}
-	// In a storm the start of a fence is told with its end.
-	e.HoldWhileFencing = nf != nil && reason == v1alpha1.ReasonFenceStarted &&
-		c.decide.admission.FencingNow(c.store.Cached(), c.now()) >= eventStormAt
-	c.record.Hold(e)
+	if carried := c.peers.requests.Carrier(kr); carried != nil {
+		// An incident already answers it (one that ended too: a request whose node was
+		// fenced and recovered must not fence it again while the health checker waits to
+		// see it healthy and delete the request).
+		c.peers.requests.Answered(node.Name, key)
+		return false, 0, nil
+	}
+	live, err := c.store.OpenLive(ctx, node.Name)
+	if err != nil {
+		return false, 0, err
+	}
+	if len(live) > 0 {
+		// The cache is behind the API server: the request joins that incident once the
+		// informer brings it.
+		c.peers.requests.Answered(node.Name, key)
+		return true, time.Second, nil
+	}
+	// The create follows a Lease check passed within the renew deadline, as every write
+	// that carries no epoch (invariant 2), after the reads.
+	if err := c.lead.guard.Confirmed(ctx); err != nil {
+		return false, 0, err
+	}
+	req := healthcheck.Request(kr, node.Name)
+	c.record.StepAt(ctx, req, c.now(), v1alpha1.StepRequested, req.Spec.Reason)
+	created, err := c.store.Create(ctx, req)
+	if apierrors.IsAlreadyExists(err) {
+		// Opened for this request before, by an attempt whose outcome was lost.
+		created, err = c.opts.Fencing.FencingV1alpha1().NodeFences().Get(ctx, req.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	c.peers.requests.Done(node.Name, key)
+	c.metrics.Incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
+	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "%s; incident %s opened", req.Spec.Reason, created.Name)
+	ctx = withLogValues(ctx, "incident", created.Name)
+	klog.FromContext(ctx).Info("Incident opened for a remediation request", "request", key, "caller", healthcheck.Caller(kr))
+	c.peers.requests.Queue(key)
+	requeue, err := c.drive(ctx, created, node, pn, obs)
+	return true, requeue, err
 }
 
-// eventStormAt is how many nodes fencing at once make a storm for Events: from then on
-// an incident's start is not an Event of its own but opens the one that ends its
-// fencing (Remediated, or FenceFailed). Below it, an operator watching one node sees
-// its fence start while the BMC works; in a storm, one Event per node says it all, and
-// client-go's broadcaster drops what its queue of 1,000 cannot hold anyway.
-const eventStormAt = 10
+// failedUnrecovered returns why no automatic incident may open for node
+// (oncall.NoNewIncident), or "" when one may: a sign of life is the Lease's since each
+// incident opened (fencer.SignOfLife).
+func (c *Controller) failedUnrecovered(node string, obs detector.Observation) string {
+	incs, err := c.store.ForNode(node)
+	if err != nil {
+		// An incident the cache cannot decode fails the node's sync (openIncident) before
+		// any new incident could open.
+		return ""
+	}
+	return oncall.NoNewIncident(incs, obs.BootID, func(nf *v1alpha1.NodeFence) bool { return fencer.SignOfLife(nf, obs) != "" })
+}

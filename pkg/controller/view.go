@@ -2,10 +2,10 @@ package controller
 
 import (
 	"context"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -14,6 +14,8 @@ import (
 	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
+
+func everything() labels.Selector { return labels.Everything() }
 
 // podsOn returns the cached pods bound to a node.
 func (c *Controller) podsOn(node string) []*corev1.Pod { return caches.PodsOn(c.caches.pods, node) }
@@ -30,14 +32,9 @@ func (c *Controller) sources() nodeview.Sources {
 		Agents: c.peers.agents, Replicas: c.peers.replicas, Maintenance: c.peers.maintenance}
 }
 
-// view is the node's view under policy pol at now (nodeview.Sources.View).
-func (c *Controller) view(pol *v1alpha1.Policy, n *corev1.Node, now time.Time) (policy.Node, detector.Observation) {
-	return c.sources().View(pol, n, now)
-}
-
 // wouldFence reports a dry-run decision once per unhealthy episode of a node.
 func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs detector.Observation, d policy.Decision) {
-	if !c.decide.dryRun.First(node.Name, obs.Since.String()) {
+	if !c.decide.dryRunReports.First(node.Name, obs.Since.String()) {
 		return
 	}
 	c.metrics.WouldFence.Inc()

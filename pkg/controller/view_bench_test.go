@@ -49,11 +49,11 @@ func benchCluster(b *testing.B, stale int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		f.c.view(pol, n, f.now)
+		f.c.sources().View(pol, n, f.now)
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		cl, err := f.c.cluster(pol, f.now)
+		cl, err := f.c.sources().Cluster(pol, f.now)
 		if err != nil {
 			b.Fatal(err)
 		}

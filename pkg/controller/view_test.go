@@ -63,7 +63,7 @@ func TestDryRunSeenIsForgotten(t *testing.T) {
 			if _, err := c.sync(ctx, node.Name); err != nil {
 				t.Fatalf("sync: %v", err)
 			}
-			if n := c.decide.dryRun.Nodes(); n != 0 {
+			if n := c.decide.dryRunReports.Nodes(); n != 0 {
 				t.Errorf("dry run still remembers %d nodes after the episode ended", n)
 			}
 		})

@@ -6,8 +6,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/oncall"
@@ -95,4 +99,27 @@ func (c *Controller) pausedFence(ctx context.Context, nf *v1alpha1.NodeFence, st
 	}
 	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepFencePaused, msg)
 	return fencer.HoldRecheck, c.record.Save(ctx, nf)
+}
+
+// liveSignOfLife reads the node's Lease from the API server and compares it with the
+// renewTime recorded when the incident opened. An incident that recorded none (its
+// creator stopped before its first status write) is judged on this replica's own view
+// of the node under pol, with the live read in it: it must still be unhealthy.
+func (c *Controller) liveSignOfLife(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (string, error) {
+	lease, err := c.client.CoordinationV1().Leases(NodeLeaseNamespace).Get(ctx, node.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("incident %s: read lease of node %s: %w", nf.Name, node.Name, err)
+	}
+	now := c.now()
+	c.detector.ObserveLease(lease, now)
+	if nf.Status.LeaseRenewTime != nil {
+		return fencer.SignOfLife(nf, detector.Observation{Kubelet: detector.KubeletSeen{RenewTime: ptr.Deref(lease.Spec.RenewTime, metav1.MicroTime{}).Time}}), nil
+	}
+	if _, obs := c.sources().View(pol, node, now); obs.Health != detector.Unhealthy {
+		return "its Lease, read from the API server, shows it healthy: " + obs.Evidence, nil
+	}
+	return "", nil
 }

@@ -33,13 +33,13 @@ var PlantedBugs = map[string]PlantedBug{
 	// unguardedundo: an Unfence goes out without the Lease check after a possible pause
 	// (safety invariant 11): a leader that slept there gives a node back the storage its
 	// successor cut again.
-	"unguardedundo": {File: "pkg/controller/undo.go",
+	"unguardedundo": {File: "pkg/controller/recover.go",
 		From: "	if err := c.lead.guard.Confirmed(ctx); err != nil {",
 		To:   "	if err := error(nil); err != nil {"},
 	// unpinned: the read back goes to the target the node's mapping names now, not the one
 	// the Fence went to: a mapping edited mid-fence to a switched-off machine verifies a
 	// running node.
-	"unpinned": {File: "pkg/controller/fence.go",
+	"unpinned": {File: "pkg/controller/call.go",
 		From: "	return c.caller.Call(ctx, step, node, target, nf.Name, c.lead.guard.Epoch(), deadline)",
 		To:   "	return c.caller.Call(ctx, step, node, target[:0], nf.Name, c.lead.guard.Epoch(), deadline)"},
 	// resend: a Fence call found in flight (its outcome lost to a handover or a failed

@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -10,6 +12,19 @@ import (
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/selffence"
 )
+
+// callStep carries out a DoFence or DoVerify step of nf: a call to its agent, at the
+// target its attempt recorded, or for a watchdog level, the controller's own check.
+func (c *Controller) callStep(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, step fencer.Step, deadline time.Time) fencer.Event {
+	if step.Agent == v1alpha1.WatchdogAgent {
+		return c.watchdogEvent(nf, node, step)
+	}
+	target := ""
+	if a := fencer.AttemptOf(&nf.Status, step.Level, step.Agent, step.Try); a != nil {
+		target = a.Target
+	}
+	return c.caller.Call(ctx, step, node, target, nf.Name, c.lead.guard.Epoch(), deadline)
+}
 
 // watchdogEvent carries out a step of a watchdog level: nothing is sent anywhere. The
 // request is the incident itself, past its budget and so held by every node agent that

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -147,6 +148,12 @@ func (c *Controller) decision(pol *v1alpha1.Policy, pn policy.Node, node *corev1
 	return c.sources().Decision(pol, pn, node, nf, now, c.admit)
 }
 
+// admit is policy's verdict on the incident named incident, of node pn, from the cached
+// incidents and this replica's claims on the budget (nodeview.Admission.Admit).
+func (c *Controller) admit(pol *v1alpha1.Policy, pn policy.Node, cl policy.Cluster, incident string, now time.Time) policy.Decision {
+	return c.decide.admission.Admit(c.store.Cached(), pol, pn, cl, incident, now)
+}
+
 // startFencing moves the incident to Fencing at level 1 and fences.
 func (c *Controller) startFencing(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, a fencer.Action) (time.Duration, error) {
 	if a.Forced != "" {
@@ -178,6 +185,44 @@ func (c *Controller) notYet(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 		t.event = note{corev1.EventTypeWarning, d.Reason, fmt.Sprintf("Fencing of node %s held: %s", node.Name, d.Message)}
 	}
 	if err := c.enter(ctx, nf, node, t); err != nil {
+		return err
+	}
+	return c.record.Save(ctx, nf)
+}
+
+// cancel ends an incident that has not started fencing, on a sign of life.
+func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, life string) error {
+	msg := "node alive before fencing started: " + life
+	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseCancelled, message: &msg, count: true,
+		step: v1alpha1.StepCancelled, detail: msg, event: note{corev1.EventTypeNormal, v1alpha1.ReasonCancelled,
+			fmt.Sprintf("Node %s is alive (%s); incident %s cancelled before fencing", node.Name, life, nf.Name)}}); err != nil {
+		return err
+	}
+	return c.record.Save(ctx, nf)
+}
+
+// standsOrWithdraw checks, before an incident opened for a remediation request is held or
+// fenced, that the request still stands; when it does not, the incident is cancelled and
+// true returned.
+func (c *Controller) standsOrWithdraw(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, live bool) (bool, error) {
+	if len(nf.Status.Attempts) > 0 {
+		return false, nil // a fence under way is finished and verified, never withdrawn
+	}
+	why, err := c.peers.requests.Withdrawn(ctx, nf, live)
+	if err != nil || why == "" {
+		return false, err
+	}
+	klog.FromContext(ctx).Info("Remediation request withdrawn", "why", why)
+	return true, c.withdraw(ctx, nf, node, why)
+}
+
+// withdraw ends an incident whose remediation request no longer stands, before any agent
+// was called.
+func (c *Controller) withdraw(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, why string) error {
+	msg := "remediation request withdrawn before fencing started: " + why
+	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseCancelled, message: &msg, count: true,
+		step: v1alpha1.StepCancelled, detail: msg, event: note{corev1.EventTypeNormal, v1alpha1.ReasonCancelled,
+			fmt.Sprintf("Incident %s of node %s cancelled before fencing: %s", nf.Name, node.Name, why)}}); err != nil {
 		return err
 	}
 	return c.record.Save(ctx, nf)

@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencer"
+	"github.com/kubefence/kubefence/pkg/incidents"
+	"github.com/kubefence/kubefence/pkg/remediate"
+)
+
+// transition is one move of an incident's phase and what reports it.
+type transition struct {
+	to v1alpha1.Phase
+	// message replaces Status.Message when set.
+	message *string
+	// step and detail are the timeline step recorded with the move.
+	step, detail string
+	// count adds the move to kubefence_incidents_total{phase}.
+	count bool
+	// event, when its reason is set, is the Event on the node and the incident.
+	event note
+}
+
+// note is an Event: its type, reason and message.
+type note struct{ typ, reason, message string }
+
+// enter moves nf to t.to: the one place where an incident's phase changes, checked
+// against fencer.CanMove. It records the step, counts the phase and queues the Event
+// (held until the incident is saved, incidents.PendingEvents); the caller saves.
+func (c *Controller) enter(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, t transition) error {
+	if from := nf.Status.Phase; !fencer.CanMove(from, t.to) {
+		return fmt.Errorf("incident %s: no move from phase %q to %s", nf.Name, from, t.to)
+	}
+	if t.to == v1alpha1.PhaseFenced && !nf.Status.Verified() {
+		// Fenced leads to the release: only a verified level or a person's accepted
+		// confirm-off gets there (invariant 1).
+		return fmt.Errorf("incident %s: not verified, no move to %s", nf.Name, t.to)
+	}
+	nf.Status.Phase = t.to
+	if t.message != nil {
+		nf.Status.Message = *t.message
+	}
+	c.record.StepAt(ctx, nf, c.now(), t.step, t.detail)
+	if t.count {
+		c.metrics.Incidents.WithLabelValues(string(t.to)).Inc()
+	}
+	if t.event.reason != "" {
+		c.event(node, nf, t.event.typ, t.event.reason, "%s", t.event.message)
+	}
+	return nil
+}
+
+// withLogValues returns ctx with its logger carrying keysAndValues: what a sync logs
+// names its node and incident.
+func withLogValues(ctx context.Context, keysAndValues ...any) context.Context {
+	return klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), keysAndValues...))
+}
+
+// event records an event on the node, or on the incident when the node is gone. Not on
+// both: the incident's timeline already holds every step with its time and detail, and a
+// second copy of each Event doubled the controller's requests per incident.
+// Operators find them where they look first, on the node (`kubectl describe node`,
+// `kubectl get events --field-selector involvedObject.kind=Node`).
+//
+// An incident's events wait for its next save (incidents.PendingEvents). An event with no
+// incident follows a Lease check of its own.
+func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
+	if c.record.Events == nil {
+		return
+	}
+	e := incidents.Event{Node: node, Incident: nf, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)}
+	// In a storm the start of a fence is told with its end.
+	e.HoldWhileFencing = nf != nil && reason == v1alpha1.ReasonFenceStarted &&
+		c.decide.admission.FencingNow(c.store.Cached(), c.now()) >= eventStormAt
+	c.record.Hold(e)
+}
+
+// eventStormAt is how many nodes fencing at once make a storm for Events: from then on
+// an incident's start is not an Event of its own but opens the one that ends its
+// fencing (Remediated, or FenceFailed). Below it, an operator watching one node sees
+// its fence start while the BMC works; in a storm, one Event per node says it all, and
+// client-go's broadcaster drops what its queue of 1,000 cannot hold anyway.
+const eventStormAt = 10
+
+// remediator acts for nf: its steps go to nf's timeline.
+func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) remediate.Remediator {
+	r := *c.remedy
+	r.OnStep = func(step, msg string) { c.record.StepAt(ctx, nf, c.now(), step, msg) }
+	r.Before = func(ctx context.Context, action string) error {
+		c.lead.pause.At(action)
+		return c.lead.guard.Confirmed(ctx)
+	}
+	return r
+}
