@@ -167,8 +167,10 @@ type fenceConfig struct {
 		Name      string `json:"name"`
 		Address   string `json:"address"`
 		SecretRef *struct {
-			Namespace string `json:"namespace"`
-			Name      string `json:"name"`
+			Namespace  string `json:"namespace"`
+			Name       string `json:"name"`
+			Template   string `json:"template"`
+			Annotation string `json:"annotation"`
 		} `json:"secretRef"`
 		TLS *struct {
 			ServerName string `json:"serverName"`

@@ -83,6 +83,8 @@ func TestSchemaRejects(t *testing.T) {
 		"remote agent without TLS":     {"remoteAgents: [{name: ipmi-dc2, namespace: fencing-dc2, binary: fence-agent-ipmi, target: {annotation: a}}]", []string{"/remoteAgents/0", "serverTLSSecret"}},
 		"config key the chart ignores": {"config: {histroy: {maxAge: 24h}}", []string{"/config", "'histroy' not allowed"}},
 		"history age in days":          {"config: {history: {maxAge: 30d}}", []string{"/config/history/maxAge"}},
+		"secret both ways":             {"agents: [{name: ipmi, binary: fence-agent-ipmi, target: {annotation: a}, secret: {template: x, annotation: y}}]", []string{"/agents/0/secret"}},
+		"secret name as an object":     {"agents: [{name: ipmi, binary: fence-agent-ipmi, target: {annotation: a}, secret: {name: x}}]", []string{"/agents/0/secret"}},
 		"target kind misspelled":       {"agents: [{name: ipmi, binary: fence-agent-ipmi, target: {templat: x}}]", []string{"/agents/0/target", "'templat' not allowed"}},
 		"reader kind":                  {"metrics: {readers: [{kind: Robot, name: r}]}", []string{"/metrics/readers/0/kind"}},
 		"requester kind":               {"userRoles: {requesters: [{kind: Role, name: r}]}", []string{"/userRoles/requesters/0/kind"}},

@@ -188,9 +188,20 @@ without a selector.
 {{- define "kubefence.secretNames" -}}
 {{- $names := list -}}
 {{- range concat .Values.agents .Values.remoteAgents -}}
-{{- if .secret }}{{ $names = append $names .secret }}{{ end -}}
+{{- if and .secret (kindIs "string" .secret) }}{{ $names = append $names .secret }}{{ end -}}
 {{- end -}}
 {{- $names | uniq | toJson -}}
+{{- end -}}
+
+{{/*
+"true" when an agent chooses its Secret per node (secret: {template: ...} or
+{annotation: ...}): the controller may then get any Secret of the release namespace, and
+itself refuses one without the label fencing.kubefence.io/credentials: "true".
+*/}}
+{{- define "kubefence.perNodeSecrets" -}}
+{{- range concat .Values.agents .Values.remoteAgents -}}
+{{- if kindIs "map" .secret }}true{{ end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Where the controller finds a remote agent's client certificate. */}}
@@ -217,7 +228,10 @@ items:
 {{- with .a.timeout }}{{ $_ := set $a "timeout" . }}{{ end -}}
 {{- with .a.onTimeout }}{{ $_ := set $a "onTimeout" . }}{{ end -}}
 {{- with .a.offDelay }}{{ $_ := set $a "offDelay" . }}{{ end -}}
-{{- with .a.secret }}{{ $_ := set $a "secretRef" (dict "namespace" $.root.Release.Namespace "name" .) }}{{ end -}}
+{{- with .a.secret }}
+{{- if kindIs "string" . }}{{ $_ := set $a "secretRef" (dict "namespace" $.root.Release.Namespace "name" .) }}
+{{- else }}{{ $_ := set $a "secretRef" (merge (dict "namespace" $.root.Release.Namespace) (pick . "template" "annotation")) }}{{ end -}}
+{{- end -}}
 {{- toJson $a -}}
 {{- end -}}
 
