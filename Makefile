@@ -162,17 +162,28 @@ images:
 # CHANGELOG.md needs a section "## VERSION" first. INSECURE=1: the registry speaks plain
 # HTTP; ALLOW_DIRTY=1 releases uncommitted changes (the revision says -dirty). Go is
 # pinned to RELEASE_GO (GOTOOLCHAIN) so that one commit gives the same digests anywhere.
-# Writes $(BIN)/release/VERSION: release.json, the SBOMs, the chart's .tgz.
+# COSIGN_KEY (a cosign key file, env://VAR or a KMS URI; a key file's password from
+# COSIGN_PASSWORD in the environment) signs, with the cosign CLI that hack/deps.sh cosign
+# builds, the index and its images, the SBOMs and the chart, and attaches the SLSA
+# provenance to the index and the chart, before the index is tagged; COSIGN_TLOG=1 also
+# uploads to Rekor. Without COSIGN_KEY the release is not signed, and says so.
+# Writes $(BIN)/release/VERSION: release.json, provenance.json, the SBOMs, the chart's .tgz.
 REGISTRY     ?=
 RELEASE_GO   ?= go1.26.8
 RELEASE_TREE ?= $(CURDIR)
 RELEASE_DIR   = $(BIN)/release/$(VERSION)
+COSIGN       ?= $(CURDIR)/.cache/bin/cosign
+COSIGN_KEY   ?=
+COSIGN_TLOG  ?=
+SIGN_FLAGS    = $(if $(COSIGN_KEY),-cosign=$(COSIGN) -key=$(COSIGN_KEY) $(if $(COSIGN_TLOG),-tlog)) $(if $(INSECURE),-insecure)
 .PHONY: release debian-lock
 release:
 	@test -n "$(REGISTRY)" || { echo "make release: set REGISTRY, e.g. REGISTRY=ghcr.io/kubefence"; exit 2; }
+	$(if $(COSIGN_KEY),hack/deps.sh cosign)
 	GOTOOLCHAIN=$(RELEASE_GO) hack/timed.sh $(GO) run ./hack/images release -version=$(VERSION) -registry=$(REGISTRY) \
-		-out=$(RELEASE_DIR) $(if $(INSECURE),-insecure) $(if $(ALLOW_DIRTY),-allow-dirty)
+		-out=$(RELEASE_DIR) $(if $(ALLOW_DIRTY),-allow-dirty) $(SIGN_FLAGS)
 	cd deploy/render && GOTOOLCHAIN=$(RELEASE_GO) $(GO) run . release -image=$(RELEASE_DIR)/release.json -tree=$(RELEASE_TREE)
+	$(if $(COSIGN_KEY),GOTOOLCHAIN=$(RELEASE_GO) $(GO) run ./hack/images sign-chart -release=$(RELEASE_DIR) $(SIGN_FLAGS))
 
 # hack/images/debian.lock from this machine's apt, on purpose: the current Debian versions of
 # ipmitool, the packages of the libraries it loads, base-files and ca-certificates, for

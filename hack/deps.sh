@@ -7,7 +7,9 @@
 #                       Debian packages)
 #   hack/deps.sh        what make test needs: that, the Debian packages of the other real
 #                       peers, kubelet, helm, the kubernetes-csi external-attacher, the
-#                       csi-addons controller and Cluster API's MachineHealthCheck controller
+#                       csi-addons controller and Cluster API's MachineHealthCheck controller,
+#                       and the cosign CLI
+#   hack/deps.sh cosign only the cosign CLI (make release with COSIGN_KEY)
 #
 # Each step says when it starts and ends; Go builds show packages compiled and time left.
 set -euo pipefail
@@ -16,9 +18,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/hack/progress.sh"
 mode=${1:-test}
 case $mode in
-demo | demo-packages | test) ;;
+demo | demo-packages | test | cosign) ;;
 *)
-  echo "usage: hack/deps.sh [demo|demo-packages|test]" >&2
+  echo "usage: hack/deps.sh [demo|demo-packages|test|cosign]" >&2
   exit 2
   ;;
 esac
@@ -79,6 +81,32 @@ tool() {
   say "$label: built in $(kf_dur $(($(kf_now) - began)))"
 }
 
+# build_cosign builds the cosign CLI from its pinned module (hack/tools/cosign, a module
+# of its own so that cosign's dependencies stay out of go.mod) into .cache/bin: make
+# release signs with it, and the tests run docs/getting-started.md's verify commands with
+# it. Rebuilt when the pinned module changes.
+build_cosign() {
+  local out=$root/.cache/bin/cosign stamp version began
+  stamp=$(cat "$root"/hack/tools/cosign/{go.mod,go.sum} | sha256sum | cut -c1-16)
+  [ -x "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ] && return
+  version=$(cd "$root/hack/tools/cosign" && GOWORK=off go list -m -f '{{.Version}}' github.com/sigstore/cosign/v2)
+  say "cosign $version: building (once)"
+  began=$(kf_now)
+  mkdir -p "$(dirname "$out")"
+  (
+    cd "$root/hack/tools/cosign"
+    gobuild_flags=(-mod=readonly -buildvcs=false -trimpath "-ldflags=-s -w -X sigs.k8s.io/release-utils/version.gitVersion=$version")
+    GOWORK=off CGO_ENABLED=0 gobuild cosign "cosign $version" "$out.tmp" github.com/sigstore/cosign/v2/cmd/cosign
+  ) || return
+  mv "$out.tmp" "$out"
+  echo "$stamp" >"$out.stamp"
+  say "cosign $version: built in $(kf_dur $(($(kf_now) - began)))"
+}
+
+if [ "$mode" = cosign ]; then
+  build_cosign
+  exit 0
+fi
 debs
 [ "$mode" != demo-packages ] || exit 0
 if [ "$mode" = demo ]; then
@@ -163,4 +191,5 @@ if [ ! -x "$mhc" ] || [ "$(cat "$mhc.stamp" 2>/dev/null)" != "$mhc_stamp" ]; the
   GOFLAGS="-mod=readonly -buildvcs=false" tool mhc "MachineHealthCheck controller (Cluster API $CAPI_VERSION)" "$root/test/sim/mhc" "$mhc" .
   echo "$mhc_stamp" >"$mhc.stamp"
 fi
+build_cosign
 say "deps: everything make test needs is in $cache"

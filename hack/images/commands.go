@@ -23,7 +23,8 @@ func release(ctx context.Context, args []string) error {
 	fs.StringVar(&o.Registry, "registry", "", "registry and path the release goes to (`REGISTRY`/kubefence), e.g. ghcr.io/kubefence")
 	fs.BoolVar(&o.Insecure, "insecure", false, "the registry speaks plain HTTP")
 	fs.BoolVar(&o.AllowDirty, "allow-dirty", false, "release uncommitted changes (the revision says -dirty)")
-	fs.StringVar(&o.Out, "out", "", "directory for release.json and the SBOMs (default bin/release/VERSION)")
+	fs.StringVar(&o.Out, "out", "", "directory for release.json, provenance.json and the SBOMs (default bin/release/VERSION)")
+	sf := signFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -37,6 +38,7 @@ func release(ctx context.Context, args []string) error {
 		o.Out = filepath.Join(o.Src, "bin", "release", o.Version)
 	}
 	o.Log = os.Stderr
+	o.Signer = sf.signer(o.Insecure)
 	start := time.Now()
 	rel, err := imagebuild.Release(ctx, o)
 	if err != nil {
@@ -47,6 +49,49 @@ func release(ctx context.Context, args []string) error {
 		fmt.Printf("  %s %s, SBOM %s, compressed %s\n", i.Platform, i.Digest, i.SBOM, imagebuild.MB(i.Compressed))
 	}
 	fmt.Fprintf(os.Stderr, "image index released in %s; wrote %s\n", time.Since(start).Round(time.Second), filepath.Join(o.Out, imagebuild.ReleaseFile))
+	return nil
+}
+
+// signing is how a release is signed: make release's COSIGN_KEY, COSIGN_TLOG, COSIGN.
+type signing struct {
+	cosign, key *string
+	tlog        *bool
+}
+
+func signFlags(fs *flag.FlagSet) signing {
+	return signing{
+		cosign: fs.String("cosign", filepath.Join(".cache", "bin", "cosign"), "the cosign CLI (hack/deps.sh cosign builds it)"),
+		key:    fs.String("key", "", "sign with this cosign key: a key file (password from COSIGN_PASSWORD), env://VAR or a KMS URI; empty: unsigned"),
+		tlog:   fs.Bool("tlog", false, "upload the signatures to the Rekor transparency log"),
+	}
+}
+
+// signer is the Signer the flags ask for, nil without a key.
+func (s signing) signer(insecure bool) *imagebuild.Signer {
+	if *s.key == "" {
+		return nil
+	}
+	return &imagebuild.Signer{Cosign: *s.cosign, Key: *s.key, Tlog: *s.tlog, Insecure: insecure, Log: os.Stderr}
+}
+
+// signChart signs the chart of a release and attests its provenance (make release's
+// last step, after deploy/render pushed the chart).
+func signChart(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("images sign-chart", flag.ContinueOnError)
+	dir := fs.String("release", "", "the release's directory (release.json, provenance.json)")
+	insecure := fs.Bool("insecure", false, "the registry speaks plain HTTP")
+	sf := signFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	s := sf.signer(*insecure)
+	if *dir == "" || s == nil {
+		return errors.New("sign-chart: set -release DIR and -key KEY")
+	}
+	if err := imagebuild.SignChart(ctx, s, *dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "signed the chart of %s and attested its provenance\n", *dir)
 	return nil
 }
 

@@ -2,7 +2,8 @@
 // as a one-layer test image, and serves an in-memory registry.
 //
 // A release (make release): the multi-arch image index (linux/amd64, linux/arm64) with an
-// SPDX SBOM attached to each platform image, pushed to REGISTRY/kubefence:
+// SPDX SBOM attached to each platform image and a SLSA provenance, signed with cosign when
+// a key is given, pushed to REGISTRY/kubefence:
 //
 //	go run ./hack/images release -version v0.2.0 -registry ghcr.io/kubefence
 //
@@ -69,6 +70,8 @@ func main() {
 		err = lock(ctx, args)
 	case "release":
 		err = release(ctx, args)
+	case "sign-chart":
+		err = signChart(ctx, args)
 	default:
 		err = fmt.Errorf("unknown command %q\n%s", sub, usage)
 	}
@@ -82,8 +85,11 @@ func main() {
 }
 
 const usage = `Usage:
-  go run ./hack/images release -version vX.Y.Z -registry REGISTRY [-insecure] [-out DIR]
-      the release's multi-arch image index and SBOMs, pushed to REGISTRY/kubefence
+  go run ./hack/images release -version vX.Y.Z -registry REGISTRY [-insecure] [-out DIR] [-key KEY [-tlog]]
+      the release's multi-arch image index, SBOMs and provenance, pushed to
+      REGISTRY/kubefence, signed with cosign when -key is set
+  go run ./hack/images sign-chart -release DIR -key KEY [-tlog] [-insecure]
+      sign the chart that release.json in DIR names and attest its provenance
   go run ./hack/images [-arch amd64|arm64] [-out FILE] [-push REPO [-insecure]] [-bin DIR] [-dir DIR]
       the kubefence image, tagged with the chart's appVersion and git describe's version
   go run ./hack/images lock

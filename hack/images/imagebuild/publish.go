@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -44,8 +45,9 @@ func NewIndex(version, revision string, created time.Time, images map[string]v1.
 }
 
 // publish pushes the index of built by digest, then each platform image's SBOM as an OCI
-// 1.1 referrer of that image, and tags the index last, so that a tag never names an
-// index whose SBOMs are not there yet. It fills in rel's digests.
+// 1.1 referrer of that image, signs them when o.Signer is set, and tags the index last,
+// so that a tag never names an index whose SBOMs or signatures are not there yet. It
+// fills in rel's digests.
 func publish(ctx context.Context, o ReleaseOptions, repo name.Repository, sc SourceCommit, built []platformImage, rel *Released) error {
 	images := map[string]v1.Image{}
 	for _, p := range built {
@@ -71,12 +73,29 @@ func publish(ctx context.Context, o ReleaseOptions, repo name.Repository, sc Sou
 		}
 		rel.Images = append(rel.Images, ri)
 	}
-	for _, t := range rel.Tags {
+	if o.Signer != nil {
+		if err := signRelease(ctx, o.Signer, o.Out, repo.String(), rel); err != nil {
+			return err
+		}
+		fmt.Fprintf(o.Log, "signed %s@%s, its images and SBOMs, and attested its provenance\n", repo, d)
+	} else {
+		fmt.Fprintln(o.Log, "not signed: no COSIGN_KEY (docs/getting-started.md#releases)")
+	}
+	return tagIndex(repo, idx, rel.Tags, ropts, o.Log)
+}
+
+// tagIndex tags idx, already pushed by digest, with tags.
+func tagIndex(repo name.Repository, idx v1.ImageIndex, tags []string, ropts []remote.Option, log io.Writer) error {
+	for _, t := range tags {
 		if err := remote.Tag(repo.Tag(t), idx, ropts...); err != nil {
 			return fmt.Errorf("tag %s: %w", repo.Tag(t), err)
 		}
 	}
-	fmt.Fprintf(o.Log, "pushed %s@%s, tagged %v\n", repo, d, rel.Tags)
+	d, err := idx.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "pushed %s@%s, tagged %v\n", repo, d, tags)
 	return nil
 }
 
@@ -101,16 +120,8 @@ func attachSBOM(ctx context.Context, o ReleaseOptions, repo name.Repository, p p
 	if err != nil {
 		return ReleasedImage{}, err
 	}
-	for _, blob := range [][]byte{emptyConfig, doc} {
-		if err := remote.WriteLayer(repo, static.NewLayer(blob, types.OCILayer), ropts...); err != nil {
-			return ReleasedImage{}, fmt.Errorf("push the SBOM of %s: %w", subject.Digest, err)
-		}
-	}
-	h, _, err := v1.SHA256(bytes.NewReader(art))
+	h, err := pushArtifact(repo, art, doc, ropts)
 	if err != nil {
-		return ReleasedImage{}, err
-	}
-	if err := remote.Put(repo.Digest(h.String()), rawManifest(art), ropts...); err != nil {
 		return ReleasedImage{}, fmt.Errorf("push the SBOM of %s: %w", subject.Digest, err)
 	}
 	s, err := Summarize(p.image)
@@ -119,6 +130,21 @@ func attachSBOM(ctx context.Context, o ReleaseOptions, repo name.Repository, p p
 	}
 	return ReleasedImage{Platform: "linux/" + p.arch.Name, Digest: subject.Digest.String(), SBOM: h.String(),
 		SBOMFile: file, Compressed: s.Compressed}, nil
+}
+
+// pushArtifact pushes an artifact's manifest art, with the empty config and its one layer
+// doc, by digest.
+func pushArtifact(repo name.Repository, art, doc []byte, ropts []remote.Option) (v1.Hash, error) {
+	for _, blob := range [][]byte{emptyConfig, doc} {
+		if err := remote.WriteLayer(repo, static.NewLayer(blob, types.OCILayer), ropts...); err != nil {
+			return v1.Hash{}, err
+		}
+	}
+	h, _, err := v1.SHA256(bytes.NewReader(art))
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	return h, remote.Put(repo.Digest(h.String()), rawManifest(art), ropts...)
 }
 
 // SBOMArtifact is the manifest of an OCI 1.1 artifact that carries doc (an SPDX SBOM)

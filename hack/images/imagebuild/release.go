@@ -31,8 +31,11 @@ type ReleaseOptions struct {
 	// AllowDirty releases uncommitted changes to what the image is built from, with a
 	// revision that says so; without it they are refused.
 	AllowDirty bool
-	// Out receives ReleaseFile and the SBOMs.
+	// Out receives ReleaseFile, ProvenanceFile and the SBOMs.
 	Out string
+	// Signer signs the index, its images and SBOMs and attests the provenance before the
+	// index is tagged; nil: the release is not signed.
+	Signer *Signer
 	// Log receives progress.
 	Log io.Writer
 }
@@ -56,6 +59,9 @@ type Released struct {
 	// digest, which the chart's step (deploy/render release) adds.
 	Chart       string `json:"chart,omitempty"`
 	ChartDigest string `json:"chartDigest,omitempty"`
+	// Signed: the index, its images and SBOMs carry cosign signatures and the index the
+	// provenance attestation (ProvenanceFile).
+	Signed bool `json:"signed,omitempty"`
 }
 
 // ReleasedImage is one platform image of the index and its SBOM's artifact.
@@ -73,9 +79,11 @@ type ReleasedImage struct {
 const ImageName = "kubefence"
 
 // Release builds the multi-arch image of the source commit (ReleaseSource), pushes its
-// index under the version and the chart's appVersion, attaches an SBOM to each platform
-// image, and writes ReleaseFile to o.Out.
+// index by digest, attaches an SBOM to each platform image, writes the provenance, signs
+// all of it when o.Signer is set, tags the index with the version and the chart's
+// appVersion, and writes ReleaseFile to o.Out.
 func Release(ctx context.Context, o ReleaseOptions) (*Released, error) {
+	started := time.Now()
 	chartVersion, err := ChartVersion(o.Version)
 	if err != nil {
 		return nil, err
@@ -106,6 +114,10 @@ func Release(ctx context.Context, o ReleaseOptions) (*Released, error) {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "releasing kubefence %s from %s (%s) to %s\n", o.Version, sc.Revision, sc.Created.Format(time.RFC3339), repo)
+	prov, err := provenanceInput(ctx, goCmd, o.Src, sc, started)
+	if err != nil {
+		return nil, err
+	}
 	var built []platformImage
 	for _, a := range Arches {
 		p, err := buildPlatform(ctx, o, goCmd, a, sc)
@@ -117,6 +129,13 @@ func Release(ctx context.Context, o ReleaseOptions) (*Released, error) {
 	rel := &Released{Version: o.Version, ChartVersion: chartVersion, Revision: sc.Revision,
 		Created: sc.Created.Format(time.RFC3339), Registry: repo.RegistryStr(), Repository: repo.RepositoryStr(),
 		Image: repo.String(), Tags: []string{o.Version, chartVersion}, Insecure: o.Insecure}
+	p, err := NewProvenance(o, prov, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := WriteProvenance(o.Out, p); err != nil {
+		return nil, err
+	}
 	if err := publish(ctx, o, repo, sc, built, rel); err != nil {
 		return nil, err
 	}
