@@ -23,6 +23,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/orphans"
 	"github.com/kubefence/kubefence/pkg/remediate"
@@ -91,7 +92,8 @@ func Assemble(a Assembly) (*Controllers, error) {
 	guard := leader.NewGuard(a.Lease, now, a.OnDeposed)
 	queue := controller.NewQueue() // the loop's, which the peers that ask it to look at a node add to
 	remedy := remediate.OnCaches(a.Kube, set.Kube, now, 0)
-	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: a.Identity, Events: a.Recorder, Now: now}
+	admission := &nodeview.Admission{} // the loop's decisions, whose fences tell the record a storm
+	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: a.Identity, Events: a.Recorder, Now: now, Fencing: admission}
 	nodes := set.Kube.Core().V1().Nodes().Lister()
 	caller, err := agentcall.New(a.Agents, cfg, a.Kube, agentcall.NewMetrics(a.Registry, agentNames(cfg)), now,
 		func() ([]*corev1.Node, error) { return nodes.List(labels.Everything()) })
@@ -122,7 +124,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	}
 	loop, err := controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
 		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents, Maintenance: planned, Pauses: pauses},
-		Registry: a.Registry, Identity: a.Identity, Shared: controller.Shared{Now: now, Guard: guard, Record: rec, Queue: queue, Remedy: remedy},
+		Registry: a.Registry, Identity: a.Identity, Shared: controller.Shared{Now: now, Guard: guard, Record: rec, Queue: queue, Remedy: remedy, Admission: admission},
 		Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)

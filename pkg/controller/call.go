@@ -52,7 +52,7 @@ func (c *Controller) watchdogEvent(nf *v1alpha1.NodeFence, node *corev1.Node, st
 		// The node lived on past its reset: its watchdog cannot be counted on. The
 		// attempt fails now and nothing is released.
 		ev.Kind, ev.State = fencer.Contradicted, string(plugin.StateOn)
-		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceContradicted, "Watchdog fence of node %s contradicted: %s", node.Name, v.Reason)
+		c.record.Event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceContradicted, "Watchdog fence of node %s contradicted: %s", node.Name, v.Reason)
 	}
 	return ev
 }

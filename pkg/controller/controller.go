@@ -82,8 +82,9 @@ type leadership struct {
 
 // decisions are what a decision shares with the others.
 type decisions struct {
-	// admission makes each fence decision and its claim on the budget one step.
-	admission nodeview.Admission
+	// admission makes each fence decision and its claim on the budget one step
+	// (Shared.Admission).
+	admission *nodeview.Admission
 	// gate lets a storm's releases go before their records.
 	gate releasegate.Gate
 	// dryRunReports report each unhealthy episode of a node once in dry run.

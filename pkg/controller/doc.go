@@ -8,5 +8,6 @@
 // VolumeAttachment removals. It asks its peers (the health checkers' requests, the watch
 // on the node agents, the remote agents' health) through their methods; pkg/app wires
 // them, and hands it what it shares with them (Shared: the clock, the leader's guard, the
-// incident Recorder, its own queue, the Remediator), so that no peer calls back into it.
+// incident Recorder, its own queue, the Remediator, and the Admission whose fences the
+// Recorder counts to tell a storm), so that no peer calls back into it.
 package controller

@@ -349,7 +349,7 @@ func loopDecision(t *testing.T, c *Controller, name string, now time.Time) strin
 		t.Fatal(err)
 	}
 	// A decision's claim on the budget is this check's alone.
-	c.decide.admission = nodeview.Admission{}
+	*c.decide.admission = nodeview.Admission{}
 	return fmt.Sprintf("%s %s: %s", d.Verdict, d.Reason, d.Message)
 }
 

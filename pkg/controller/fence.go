@@ -99,7 +99,7 @@ func (c *Controller) issueFence(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	if why := c.peers.health.Down(step.Agent); why != "" {
 		msg := fmt.Sprintf("level %d skipped: agent %s is down: %s", step.Level, step.Agent, why)
 		c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepLevelSkipped, msg)
-		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
+		c.record.Event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonAgentDown, "%s", msg)
 		if err := c.applyAndSave(ctx, nf, plan, fencer.Event{Kind: fencer.Skipped, Level: step.Level, Agent: step.Agent,
 			Try: step.Try, Err: errors.New(msg), ErrKind: plugin.KindAgentDown}); err != nil {
 			return false, err

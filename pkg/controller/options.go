@@ -17,6 +17,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/oncall/life"
 	"github.com/kubefence/kubefence/pkg/remediate"
@@ -99,6 +100,9 @@ type Shared struct {
 	// Remedy releases and undoes a node's workloads (remediate.OnCaches); the orphan
 	// repair shares it.
 	Remedy *remediate.Remediator
+	// Admission makes each fence decision and its claim on the budget one step; Record
+	// counts its fences to tell a storm (incidents.Recorder.Fencing).
+	Admission *nodeview.Admission
 }
 
 // LeaderOptions say how this replica leads.

@@ -293,7 +293,7 @@ func TestDeletedIncidentIsForgotten(t *testing.T) {
 	if err := f.c.record.Save(ctx, mine); err != nil {
 		t.Fatal(err)
 	}
-	f.c.event(nil, mine, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "waiting on the next save")
+	f.c.record.Event(nil, mine, corev1.EventTypeNormal, v1alpha1.ReasonRemediated, "waiting on the next save")
 	if err := f.dyn.FencingV1alpha1().NodeFences().Delete(ctx, nf.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

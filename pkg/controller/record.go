@@ -9,7 +9,6 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
-	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/remediate"
 )
 
@@ -50,7 +49,7 @@ func (c *Controller) enter(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		c.metrics.Incidents.WithLabelValues(string(t.to)).Inc()
 	}
 	if t.event.reason != "" {
-		c.event(node, nf, t.event.typ, t.event.reason, "%s", t.event.message)
+		c.record.Event(node, nf, t.event.typ, t.event.reason, "%s", t.event.message)
 	}
 	return nil
 }
@@ -60,32 +59,6 @@ func (c *Controller) enter(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 func withLogValues(ctx context.Context, keysAndValues ...any) context.Context {
 	return klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), keysAndValues...))
 }
-
-// event records an event on the node, or on the incident when the node is gone. Not on
-// both: the incident's timeline already holds every step with its time and detail, and a
-// second copy of each Event doubled the controller's requests per incident.
-// Operators find them where they look first, on the node (`kubectl describe node`,
-// `kubectl get events --field-selector involvedObject.kind=Node`).
-//
-// An incident's events wait for its next save (incidents.PendingEvents). An event with no
-// incident follows a Lease check of its own.
-func (c *Controller) event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
-	if c.record.Events == nil {
-		return
-	}
-	e := incidents.Event{Node: node, Incident: nf, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)}
-	// In a storm the start of a fence is told with its end.
-	e.HoldWhileFencing = nf != nil && reason == v1alpha1.ReasonFenceStarted &&
-		c.decide.admission.FencingNow(c.store.Cached(), c.now()) >= eventStormAt
-	c.record.Hold(e)
-}
-
-// eventStormAt is how many nodes fencing at once make a storm for Events: from then on
-// an incident's start is not an Event of its own but opens the one that ends its
-// fencing (Remediated, or FenceFailed). Below it, an operator watching one node sees
-// its fence start while the BMC works; in a storm, one Event per node says it all, and
-// client-go's broadcaster drops what its queue of 1,000 cannot hold anyway.
-const eventStormAt = 10
 
 // remediator acts for nf: its steps go to nf's timeline.
 func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) remediate.Remediator {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,7 +36,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			// Nothing is released on a failed Unfence, whatever was read back after it:
 			// the try is retried with backoff, and the timeline records each new state
 			// read back, not every try.
-			if key, msg := unfenceFailure(at.Agent, agentcall.MethodUnfence, res, err); !strings.HasPrefix(incidents.LastUnfenceFailure(&nf.Status, at.Agent), key) {
+			if msg, repeat := incidents.UnfenceFailure(&nf.Status, at.Agent, agentcall.MethodUnfence, string(res.State), res.Evidence, err); !repeat {
 				c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
 				if serr := c.record.Save(ctx, nf); serr != nil {
 					err = errors.Join(err, serr)
@@ -93,7 +92,7 @@ func (c *Controller) contradiction(ctx context.Context, nf *v1alpha1.NodeFence, 
 		Reason: conditionReasonSameBoot, Message: msg, ObservedGeneration: nf.Generation})
 	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepContradiction, msg)
 	c.metrics.Contradictions.Inc()
-	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceContradicted, "%s", msg)
+	c.record.Event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonFenceContradicted, "%s", msg)
 	klog.FromContext(ctx).Error(nil, "Fence contradicted", "bootID", nf.Status.BootID)
 	return c.record.Save(ctx, nf)
 }
@@ -109,14 +108,6 @@ func (c *Controller) clearContradiction(ctx context.Context, nf *v1alpha1.NodeFe
 	meta.SetStatusCondition(&nf.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionContradiction, Status: metav1.ConditionFalse,
 		Reason: conditionReasonRebooted, Message: msg, ObservedGeneration: nf.Generation})
 	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepContradictionCleared, msg)
-}
-
-// unfenceFailure words a failed Unfence for the timeline: read is what unfence read back
-// after it. The first return is the part that stays the same across retries that read
-// back the same state, so that a retry loop records a change, not every try.
-func unfenceFailure(agent, what string, read plugin.Result, err error) (key, msg string) {
-	key = fmt.Sprintf("agent %s %s failed, read back %s", agent, what, read.State)
-	return key, fmt.Sprintf("%s (%s): %v", key, read.Evidence, err)
 }
 
 // What an undo call does, for its record and its pause point.

@@ -140,7 +140,7 @@ func (c *Controller) powerOn(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			return // its record could not be saved, or the Lease not confirmed: nothing more is sent or written
 		}
 		if err != nil {
-			_, msg := unfenceFailure(at.Agent, undoPowerOn, res, err)
+			msg, _ := incidents.UnfenceFailure(&nf.Status, at.Agent, undoPowerOn, string(res.State), res.Evidence, err)
 			c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
 			continue
 		}
@@ -192,14 +192,14 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 				return 0, nil
 			}
 			c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepLateReleaseRefused, msg)
-			c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateReleaseRefused, "%s", msg)
+			c.record.Event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateReleaseRefused, "%s", msg)
 			return 0, c.record.Save(ctx, nf)
 		}
 		reads = append(reads, fmt.Sprintf("agent %s reads %s", at.Agent, ev.State))
 	}
 	msg := fmt.Sprintf("pods %v are bound to the fenced node but were not released with it; %s", late, strings.Join(reads, ", "))
 	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepLateRelease, msg)
-	c.event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateRelease, "%s", msg)
+	c.record.Event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateRelease, "%s", msg)
 	r := c.remediator(ctx, nf)
 	if err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation); err != nil {
 		if serr := c.record.Save(ctx, nf); serr != nil {
@@ -222,13 +222,13 @@ func lateBound(pod *corev1.Pod, node string) bool {
 type gateKey struct{}
 
 // yieldToReleases holds the record of a release back while a storm's other releases are
-// under way (pkg/releasegate): a storm is eventStormAt nodes fencing at once. Outside a
+// under way (pkg/releasegate): a storm is incidents.StormAt nodes fencing at once. Outside a
 // storm, or in a sync that did not enter the gate, it returns at once.
 func (c *Controller) yieldToReleases(ctx context.Context) {
 	if entered, _ := ctx.Value(gateKey{}).(bool); !entered {
 		return
 	}
-	if c.decide.admission.FencingNow(c.store.Cached(), c.now()) < eventStormAt {
+	if !c.record.Storm() {
 		return
 	}
 	waited := c.decide.gate.Yield(ctx, c.queue.Len)

@@ -18,6 +18,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
@@ -56,7 +57,8 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 	queue := NewQueue()
 	// No StatefulSet controller here: no replacement to wait for.
 	remedy := remediate.OnCaches(p.kube, set.Kube, p.now, -1)
-	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: "me", Events: p.recorder, Now: p.now}
+	admission := &nodeview.Admission{}
+	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: "me", Events: p.recorder, Now: p.now, Fencing: admission}
 	var names []string
 	for _, a := range p.cfg.Agents {
 		names = append(names, a.Name)
@@ -83,7 +85,7 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 	}
 	c, err := New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
 		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Registry: reg, Identity: "me",
-		Shared: Shared{Now: p.now, Guard: guard, Record: rec, Queue: queue, Remedy: remedy},
+		Shared: Shared{Now: p.now, Guard: guard, Record: rec, Queue: queue, Remedy: remedy, Admission: admission},
 	})
 	if err != nil {
 		t.Fatal(err)

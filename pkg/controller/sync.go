@@ -156,7 +156,7 @@ func (c *Controller) maybeOpen(ctx context.Context, node *corev1.Node, pol *v1al
 	c.lead.pause.At(testpoint.AfterCreate)
 	c.metrics.Incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
 	c.metrics.PhaseDuration.WithLabelValues(loopmetrics.DurationDetect).Observe(now.Sub(obs.Since).Seconds())
-	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
+	c.record.Event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "Node %s is unhealthy: %s; incident %s opened", node.Name, obs.Evidence, created.Name)
 	ctx = context.WithValue(withLogValues(ctx, "incident", created.Name), createdKey{}, created.Name)
 	klog.FromContext(ctx).Info("Incident opened", "evidence", obs.Evidence)
 	// Go on at once rather than wait for the informer to bring the new incident back; the
@@ -278,7 +278,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 	}
 	c.peers.requests.Done(node.Name, key)
 	c.metrics.Incidents.WithLabelValues(string(v1alpha1.PhasePending)).Inc()
-	c.event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "%s; incident %s opened", req.Spec.Reason, created.Name)
+	c.record.Event(node, created, corev1.EventTypeWarning, v1alpha1.ReasonDetected, "%s; incident %s opened", req.Spec.Reason, created.Name)
 	ctx = withLogValues(ctx, "incident", created.Name)
 	klog.FromContext(ctx).Info("Incident opened for a remediation request", "request", key, "caller", healthcheck.Caller(kr))
 	c.peers.requests.Queue(key)

@@ -41,7 +41,7 @@ func (c *Controller) answerWord(ctx context.Context, nf *v1alpha1.NodeFence, nod
 	switch a.Act {
 	case oncall.ActRefuse:
 		c.record.StepAt(ctx, nf, c.now(), a.Step, a.Message)
-		c.event(node, nf, corev1.EventTypeWarning, v1alpha1.StepWordRefused, "%s", a.Message)
+		c.record.Event(node, nf, corev1.EventTypeWarning, v1alpha1.StepWordRefused, "%s", a.Message)
 		return true, c.record.Save(ctx, nf)
 	case oncall.ActAccept:
 		// The word goes on record first: it is what makes the incident verified.

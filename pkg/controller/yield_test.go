@@ -10,9 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/incidents"
 )
 
-// TestRecordYieldsToReleasesInAStorm: with eventStormAt nodes fencing, a released node's
+// TestRecordYieldsToReleasesInAStorm: with incidents.StormAt nodes fencing, a released node's
 // Remediated record waits for another incident still on its way to its release (the
 // taints are on the node before); with fewer, it is written at once.
 func TestRecordYieldsToReleasesInAStorm(t *testing.T) {
@@ -23,7 +24,7 @@ func TestRecordYieldsToReleasesInAStorm(t *testing.T) {
 			f.renewAllBut("node-1")
 			f.c.decide.gate.Max = time.Hour
 			if storm {
-				for i := range eventStormAt {
+				for i := range incidents.StormAt {
 					f.c.decide.admission.ClaimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), f.now)
 				}
 			}

@@ -39,8 +39,28 @@ type Recorder struct {
 	Events record.EventRecorder
 	// Now is the clock of the steps the recorder dates itself.
 	Now func() time.Time
+	// Fencing counts the nodes fencing now, to tell a storm (StormAt); nil: never one.
+	Fencing Fencing
 
 	held PendingEvents
+}
+
+// Fencing counts the nodes fencing at now, from the cached incidents and the fences
+// decided that the cache does not show yet (nodeview.Admission).
+type Fencing interface {
+	FencingNow(cached []*v1alpha1.NodeFence, now time.Time) int
+}
+
+// StormAt is how many nodes fencing at once make a storm for Events: from then on an
+// incident's start is not an Event of its own but opens the one that ends its fencing
+// (Remediated, or FenceFailed). Below it, an operator watching one node sees its fence
+// start while the BMC works; in a storm, one Event per node says it all, and client-go's
+// broadcaster drops what its queue of 1,000 cannot hold anyway.
+const StormAt = 10
+
+// Storm reports whether StormAt nodes or more are fencing now.
+func (r *Recorder) Storm() bool {
+	return r.Fencing != nil && r.Fencing.FencingNow(r.Store.Cached(), r.Now()) >= StormAt
 }
 
 // Step adds a timeline step to nf, now.
@@ -56,8 +76,18 @@ func (r *Recorder) StepAt(ctx context.Context, nf *v1alpha1.NodeFence, at time.T
 }
 
 // Event records an Event on the node, or on the incident when the node is gone (Hold).
+// Not on both: the incident's timeline already holds every step with its time and
+// detail, and a second copy of each Event doubled the controller's requests per incident.
+// Operators find them where they look first, on the node (`kubectl describe node`,
+// `kubectl get events --field-selector involvedObject.kind=Node`). In a storm the start
+// of a fence is told with its end (HoldWhileFencing).
 func (r *Recorder) Event(node *corev1.Node, nf *v1alpha1.NodeFence, typ, reason, format string, args ...any) {
-	r.Hold(Event{Node: node, Incident: nf, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)})
+	if r.Events == nil {
+		return
+	}
+	e := Event{Node: node, Incident: nf, Type: typ, Reason: reason, Message: fmt.Sprintf(format, args...)}
+	e.HoldWhileFencing = nf != nil && reason == v1alpha1.ReasonFenceStarted && r.Storm()
+	r.Hold(e)
 }
 
 // Hold keeps e, an Event of e.Incident, until the incident's next save (PendingEvents).

@@ -1,6 +1,7 @@
 package incidents
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -119,6 +120,15 @@ func clampText(s string, limit int) string {
 func LastStepIs(st *v1alpha1.NodeFenceStatus, typ, contains string) bool {
 	tl := st.Timeline
 	return len(tl) > 0 && tl[len(tl)-1].Type == typ && strings.Contains(tl[len(tl)-1].Message, contains)
+}
+
+// UnfenceFailure words agent's failed undo (what: Unfence, power on) for the timeline,
+// with the state and evidence read back after it. repeat says agent's latest failure
+// since its last successful Unfence read back the same state: a retry loop records a
+// change, not every try.
+func UnfenceFailure(st *v1alpha1.NodeFenceStatus, agent, what, state, evidence string, err error) (msg string, repeat bool) {
+	key := fmt.Sprintf("agent %s %s failed, read back %s", agent, what, state)
+	return fmt.Sprintf("%s (%s): %v", key, evidence, err), strings.HasPrefix(LastUnfenceFailure(st, agent), key)
 }
 
 // LastUnfenceFailure is the message of agent's latest UnfenceFailed step since its last

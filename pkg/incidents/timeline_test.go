@@ -1,6 +1,7 @@
 package incidents
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -113,5 +114,34 @@ func TestLastSteps(t *testing.T) {
 	}
 	if LastStepIs(&v1alpha1.NodeFenceStatus{}, v1alpha1.StepUnfenced, "") {
 		t.Error("LastStepIs on an empty timeline")
+	}
+}
+
+// TestUnfenceFailure: a failed undo is worded with what was read back after it, and a
+// retry that reads back the same state as the agent's latest failure since its last
+// success is a repeat, not a new step.
+func TestUnfenceFailure(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		steps      [][2]string // type, message
+		state      string
+		wantRepeat bool
+	}{
+		"first failure":          {state: "on"},
+		"same state again":       {steps: [][2]string{{v1alpha1.StepUnfenceFailed, "agent ipmi Unfence failed, read back on (x): boom"}}, state: "on", wantRepeat: true},
+		"another state":          {steps: [][2]string{{v1alpha1.StepUnfenceFailed, "agent ipmi Unfence failed, read back on (x): boom"}}, state: "off"},
+		"after a success":        {steps: [][2]string{{v1alpha1.StepUnfenceFailed, "agent ipmi Unfence failed, read back on (x): boom"}, {v1alpha1.StepUnfenced, "agent ipmi reports on"}}, state: "on"},
+		"another agent's failed": {steps: [][2]string{{v1alpha1.StepUnfenceFailed, "agent iscsi Unfence failed, read back on (x): boom"}}, state: "on"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := &v1alpha1.NodeFenceStatus{}
+			for _, s := range tc.steps {
+				AddStep(st, t0, s[0], s[1])
+			}
+			msg, repeat := UnfenceFailure(st, "ipmi", "Unfence", tc.state, "read it", errors.New("refused"))
+			if want := "agent ipmi Unfence failed, read back " + tc.state + " (read it): refused"; msg != want || repeat != tc.wantRepeat {
+				t.Errorf("UnfenceFailure = %q, %v; want %q, %v", msg, repeat, want, tc.wantRepeat)
+			}
+		})
 	}
 }
