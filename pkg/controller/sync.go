@@ -72,12 +72,8 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 		defer c.decide.gate.Leave()
 		ctx = context.WithValue(ctx, gateKey{}, true)
 	}
-	if inc != nil && c.peers.requests != nil {
-		// A request that asked for an incident while this one was not in the cache yet
-		// joins this one; its ask must not outlive it and open another once it ends.
-		if key := c.peers.requests.Wanted(name); key != "" {
-			c.peers.requests.Answered(name, key)
-		}
+	if inc != nil {
+		c.peers.requests.Joined(name)
 	}
 	if inc == nil {
 		if nf := c.waitingWord(name, false); nf != nil && pol != nil {
@@ -231,25 +227,9 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 		// A node no policy governs: the request's own sync says so in its status.
 		return false, 0, nil
 	}
-	key := c.peers.requests.Wanted(node.Name)
-	if key == "" {
-		return false, 0, nil
-	}
-	kr, err := c.peers.requests.Lookup(key)
-	if err != nil {
-		c.peers.requests.Done(node.Name, key)
+	kr, key, err := c.peers.requests.ToOpen(node.Name)
+	if kr == nil || err != nil {
 		return false, 0, err
-	}
-	if kr == nil || healthcheck.Withdrawn(kr, string(kr.UID)) != "" {
-		c.peers.requests.Done(node.Name, key)
-		return false, 0, nil
-	}
-	if carried := c.peers.requests.Carrier(kr); carried != nil {
-		// An incident already answers it (one that ended too: a request whose node was
-		// fenced and recovered must not fence it again while the health checker waits to
-		// see it healthy and delete the request).
-		c.peers.requests.Answered(node.Name, key)
-		return false, 0, nil
 	}
 	live, err := c.store.OpenLive(ctx, node.Name)
 	if err != nil {

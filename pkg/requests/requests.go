@@ -310,6 +310,41 @@ func (r *Requests) Wanted(node string) string {
 	return r.wanted[node]
 }
 
+// ToOpen is the request node's sync is asked to open an incident for (Wanted), with its
+// key, while it stands and nothing answers it yet; nil when there is none. A want that
+// needs no incident any more ends here: its request gone or withdrawn (Done), or carried
+// by an incident already, one that ended too (Answered): a request whose node was fenced
+// and recovered must not fence it again while the health checker waits to see it healthy
+// and delete the request.
+func (r *Requests) ToOpen(node string) (*v1alpha1.KubefenceRemediation, string, error) {
+	key := r.Wanted(node)
+	if key == "" {
+		return nil, "", nil
+	}
+	kr, err := r.Lookup(key)
+	switch {
+	case err != nil:
+		r.Done(node, key)
+		return nil, "", err
+	case kr == nil || healthcheck.Withdrawn(kr, string(kr.UID)) != "":
+		r.Done(node, key)
+		return nil, "", nil
+	case r.Carrier(kr) != nil:
+		r.Answered(node, key)
+		return nil, "", nil
+	}
+	return kr, key, nil
+}
+
+// Joined answers node's want, if any, with the node's open incident: a request that
+// asked for an incident while that one was not in the loop's cache yet joins it, and its
+// ask must not outlive it and open another once it ends.
+func (r *Requests) Joined(node string) {
+	if key := r.Wanted(node); key != "" {
+		r.Answered(node, key)
+	}
+}
+
 // Answered drops node's want for key and queues the request, to read what answers it.
 func (r *Requests) Answered(node, key string) {
 	r.Done(node, key)

@@ -322,3 +322,63 @@ func TestLookup(t *testing.T) {
 		t.Errorf("lookup of a bad key: %v, want an error naming it", err)
 	}
 }
+
+// TestToOpen: the node's sync opens an incident for the request it was asked to while the
+// request stands and nothing carries it; a want whose request is gone or withdrawn ends,
+// and one whose request an incident carries is answered (the request is looked at again).
+// Joined answers a want with the node's open incident.
+func TestToOpen(t *testing.T) {
+	kr := fixture.NHCRequest("node-1")
+	carrier := healthcheck.Request(kr, "node-1")
+	for name, tc := range map[string]struct {
+		want      bool
+		kr        func() *v1alpha1.KubefenceRemediation // nil: none stored
+		wantOpen  bool
+		wantLeft  string // the want after
+		wantQueue []string
+	}{
+		"no want": {kr: kr.DeepCopy},
+		"gone":    {want: true},
+		"withdrawn": {want: true, kr: func() *v1alpha1.KubefenceRemediation {
+			k := kr.DeepCopy()
+			k.Annotations = map[string]string{v1alpha1.RemediationTimedOutAnnotation: "2026-11-29T06:00:00Z"}
+			return k
+		}},
+		"carried": {want: true, kr: func() *v1alpha1.KubefenceRemediation {
+			k := kr.DeepCopy()
+			k.Status.NodeFence = carrier.Name
+			return k
+		}, wantQueue: []string{"nhc/node-1"}},
+		"stands": {want: true, kr: kr.DeepCopy, wantOpen: true, wantLeft: "nhc/node-1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var krs []*v1alpha1.KubefenceRemediation
+			if tc.kr != nil {
+				krs = append(krs, tc.kr())
+			}
+			h := newHarness(t, harnessOptions{}, krs...)
+			h.inc.add(carrier)
+			if tc.want {
+				h.r.want("node-1", "nhc/node-1")
+			}
+			got, key, err := h.r.ToOpen("node-1")
+			if err != nil || (got != nil) != tc.wantOpen || (tc.wantOpen && key != "nhc/node-1") {
+				t.Errorf("ToOpen = %v, %q, %v; want a request to open %v", got, key, err, tc.wantOpen)
+			}
+			if w := h.r.Wanted("node-1"); w != tc.wantLeft {
+				t.Errorf("want %q after, want %q", w, tc.wantLeft)
+			}
+			if q := h.queued(); !slices.Equal(q, tc.wantQueue) {
+				t.Errorf("queued %v, want %v", q, tc.wantQueue)
+			}
+		})
+	}
+	h := newHarness(t, harnessOptions{})
+	h.r.want("node-1", "nhc/node-1")
+	h.r.Joined("node-1")
+	if w := h.r.Wanted("node-1"); w != "" || !slices.Equal(h.queued(), []string{"nhc/node-1"}) {
+		t.Errorf("joined: want %q left, queued %v", w, h.queued())
+	}
+	var none *Requests
+	none.Joined("node-1")
+}
