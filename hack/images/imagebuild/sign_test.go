@@ -71,15 +71,15 @@ func TestVerifyRelease(t *testing.T) {
 		change func(t *testing.T)
 		refuse string // the command that must fail
 	}{
-		"the tag moved to an unsigned index": {func(t *testing.T) { pushIndex(t, ctx, index, unsigned) }, verify + index},
-		"a changed chart":                    {func(t *testing.T) { moveTag(t, ctx, chart, randomImage(t)) }, verify + chart},
+		"the tag moved to an unsigned index": {func(t *testing.T) { pushAs(t, ctx, index, unsigned) }, verify + index},
+		"a changed chart":                    {func(t *testing.T) { pushAs(t, ctx, chart, randomImage(t)) }, verify + chart},
 		"a signed release of another commit": {func(t *testing.T) { signSmallRelease(t, ctx, s, reg, other) }, attest + index},
 	} {
 		t.Run(what, func(t *testing.T) {
 			tc.change(t)
 			defer func() {
-				moveTag(t, ctx, index, signed.index)
-				moveTag(t, ctx, chart, signed.chart)
+				pushAs(t, ctx, index, signed.index)
+				pushAs(t, ctx, chart, signed.chart)
 			}()
 			out, err := v.Run(ctx, script)
 			if err == nil {
@@ -99,26 +99,22 @@ type signedRelease struct {
 	chart v1.Image
 }
 
-// pushIndex pushes idx, with its images, as ref.
-func pushIndex(t *testing.T, ctx context.Context, ref string, idx v1.ImageIndex) {
+// pushAs pushes an index (with its images) or an image as ref.
+func pushAs(t *testing.T, ctx context.Context, ref string, to remote.Taggable) {
 	t.Helper()
 	tag, err := name.NewTag(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.WriteIndex(tag, idx, remote.WithContext(ctx)); err != nil {
-		t.Fatal(err)
+	switch to := to.(type) {
+	case v1.ImageIndex:
+		err = remote.WriteIndex(tag, to, remote.WithContext(ctx))
+	case v1.Image:
+		err = remote.Write(tag, to, remote.WithContext(ctx))
+	default:
+		t.Fatalf("push %T", to)
 	}
-}
-
-// moveTag points ref at to, which the registry holds.
-func moveTag(t *testing.T, ctx context.Context, ref string, to remote.Taggable) {
-	t.Helper()
-	tag, err := name.NewTag(ref)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Tag(tag, to, remote.WithContext(ctx)); err != nil {
 		t.Fatal(err)
 	}
 }
