@@ -19,6 +19,27 @@ const (
 	CredentialsLabelValue = "true"
 )
 
+// SecretRef names a Secret: by name, or (an agent's secretRef only) per node, by template
+// or annotation, for fleets that give every BMC a password of its own. Exactly one of
+// name, template and annotation is set. A Secret chosen per node is read only if it
+// carries the label fencing.kubefence.io/credentials: "true" (CredentialsLabel); any
+// other is refused with an error naming it.
+type SecretRef struct {
+	// Namespace holds the Secret: for an agent, the agents' namespace (the chart's release
+	// namespace), where the controller's Role lets it get Secrets.
+	Namespace string `json:"namespace"`
+	// Name is the one Secret for every node.
+	Name string `json:"name,omitempty"`
+	// Template: the Secret's name is this Go text/template run on the node, with the data
+	// and functions of target.template, e.g. `bmc-{{ .Name }}`. A result that is not a
+	// Secret's name is an error naming the node.
+	Template string `json:"template,omitempty"`
+	// Annotation: the Secret's name is this node annotation's value. Whoever may annotate
+	// the node (its own kubelet among them) then chooses which labelled Secret goes to its
+	// target: prefer template where names allow.
+	Annotation string `json:"annotation,omitempty"`
+}
+
 // PerNode reports whether the Secret is chosen per node (template or annotation).
 func (s *SecretRef) PerNode() bool { return s != nil && (s.Template != "" || s.Annotation != "") }
 

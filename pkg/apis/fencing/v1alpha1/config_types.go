@@ -259,28 +259,6 @@ type AgentTLS struct {
 	ServerName string `json:"serverName,omitempty"`
 }
 
-// SecretRef names a Secret. As an agent's secretRef exactly one of name, template and
-// annotation is set; as networkFence.secret, name only.
-type SecretRef struct {
-	// Namespace holds the Secret: the agents' namespace (the chart's release namespace),
-	// where the controller's Role lets it read Secrets.
-	Namespace string `json:"namespace"`
-	// Name is the one Secret for every node the agent acts for.
-	Name string `json:"name,omitempty"`
-	// Template: the Secret's name is this Go text/template executed on the node, with the
-	// data and functions of target.template, e.g. `bmc-{{ .Name }}`. A result that is not
-	// a DNS subdomain is an error naming the node.
-	Template string `json:"template,omitempty"`
-	// Annotation: the Secret's name is the value of this node annotation. Whoever may
-	// annotate a node (its own kubelet among them) then chooses which of the labelled
-	// Secrets goes to its target: prefer template where names allow.
-	//
-	// A Secret chosen per node (template or annotation) is read only if it carries the
-	// label fencing.kubefence.io/credentials: "true"; any other Secret is refused with an
-	// error naming it, since the controller's Role cannot list the names in advance.
-	Annotation string `json:"annotation,omitempty"`
-}
-
 // TargetSource finds an agent's target on the Node object. Exactly one field is set.
 type TargetSource struct {
 	// Annotation: the target is the value of this node annotation.
