@@ -55,7 +55,8 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 		case fencer.ActRecheck:
 			return a.After, nil
 		case fencer.ActCancel:
-			return 0, c.cancel(ctx, nf, node, a.Life)
+			return 0, c.cancel(ctx, nf, node, "node alive before fencing started: "+a.Life,
+				fmt.Sprintf("Node %s is alive (%s); incident %s cancelled before fencing", node.Name, a.Life, nf.Name))
 		case fencer.ActNotYet:
 			// A health checker's request is withdrawn when it deletes it or times out; the
 			// cache is enough while nothing is done.
@@ -73,13 +74,8 @@ func (c *Controller) drive(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 			if adoptedFencing(nf, c.opts.Identity) {
 				// A release the earlier leader made and did not record is carried on,
 				// not fenced again.
-				if marked, err := c.releasedBefore(ctx, nf); err != nil || len(marked) > 0 {
-					if err != nil {
-						return 0, err
-					}
-					if done, requeue, err := c.resumeRelease(ctx, nf, node, pol, marked); done {
-						return requeue, err
-					}
+				if done, requeue, err := c.resumeRelease(ctx, nf, node, pol); done {
+					return requeue, err
 				}
 			}
 			return c.fence(ctx, nf, node, pol)
@@ -190,12 +186,12 @@ func (c *Controller) notYet(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 	return c.record.Save(ctx, nf)
 }
 
-// cancel ends an incident that has not started fencing, on a sign of life.
-func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, life string) error {
-	msg := "node alive before fencing started: " + life
+// cancel ends an incident that has not started fencing, on a sign of life or when the
+// remediation request it was opened for is withdrawn: msg says why on the incident, and
+// event on the node.
+func (c *Controller) cancel(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, msg, event string) error {
 	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseCancelled, message: &msg, count: true,
-		step: v1alpha1.StepCancelled, detail: msg, event: note{corev1.EventTypeNormal, v1alpha1.ReasonCancelled,
-			fmt.Sprintf("Node %s is alive (%s); incident %s cancelled before fencing", node.Name, life, nf.Name)}}); err != nil {
+		step: v1alpha1.StepCancelled, detail: msg, event: note{corev1.EventTypeNormal, v1alpha1.ReasonCancelled, event}}); err != nil {
 		return err
 	}
 	return c.record.Save(ctx, nf)
@@ -213,17 +209,6 @@ func (c *Controller) standsOrWithdraw(ctx context.Context, nf *v1alpha1.NodeFenc
 		return false, err
 	}
 	klog.FromContext(ctx).Info("Remediation request withdrawn", "why", why)
-	return true, c.withdraw(ctx, nf, node, why)
-}
-
-// withdraw ends an incident whose remediation request no longer stands, before any agent
-// was called.
-func (c *Controller) withdraw(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, why string) error {
-	msg := "remediation request withdrawn before fencing started: " + why
-	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseCancelled, message: &msg, count: true,
-		step: v1alpha1.StepCancelled, detail: msg, event: note{corev1.EventTypeNormal, v1alpha1.ReasonCancelled,
-			fmt.Sprintf("Incident %s of node %s cancelled before fencing: %s", nf.Name, node.Name, why)}}); err != nil {
-		return err
-	}
-	return c.record.Save(ctx, nf)
+	return true, c.cancel(ctx, nf, node, "remediation request withdrawn before fencing started: "+why,
+		fmt.Sprintf("Incident %s of node %s cancelled before fencing: %s", nf.Name, node.Name, why))
 }

@@ -73,14 +73,8 @@ func (c *Controller) fence(ctx context.Context, nf *v1alpha1.NodeFence, node *co
 func (c *Controller) giveUp(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, step fencer.Step) (time.Duration, error) {
 	// Nothing is recorded as "nothing released" when this incident did release
 	// the node: its owner mark is on it.
-	marked, err := c.releasedBefore(ctx, nf)
-	if err != nil {
-		return 0, err
-	}
-	if len(marked) > 0 {
-		if done, requeue, err := c.resumeRelease(ctx, nf, node, pol, marked); done {
-			return requeue, err
-		}
+	if done, requeue, err := c.resumeRelease(ctx, nf, node, pol); done {
+		return requeue, err
 	}
 	if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseFailed, message: ptr.To(step.Reason), count: true,
 		step: v1alpha1.StepFailed, detail: step.Reason, event: note{corev1.EventTypeWarning, v1alpha1.ReasonFenceFailed,

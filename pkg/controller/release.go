@@ -36,14 +36,20 @@ func (c *Controller) releasedBefore(ctx context.Context, nf *v1alpha1.NodeFence)
 	return remediate.Owned(n, nf.Name), nil
 }
 
-// resumeRelease records the fence an earlier leader verified before it released the node
-// (releasedBefore found its taints) and carries the release on: the attempts of the last
-// level issued that are still Fencing or Verifying on record (or, when this replica's
-// own tries have failed them since, each agent's first try at that level) are recorded
-// verified, with the evidence that says how it is known; the incident moves to Fenced,
-// is released (resuming from the owner mark) and Remediated, never Failed with "nothing
-// was released". It reports false, doing nothing, when the incident has no attempt.
-func (c *Controller) resumeRelease(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy, marked []string) (bool, time.Duration, error) {
+// resumeRelease carries on the release an earlier leader made for nf and did not live to
+// record (releasedBefore finds its taints), instead of a fence again or a Failed with
+// "nothing was released": it records the fence that leader verified (the attempts of the
+// last level issued that are still Fencing or Verifying on record, or, when this
+// replica's own tries have failed them since, each agent's first try at that level, with
+// the evidence that says how it is known); the incident moves to Fenced, is released
+// (resuming from the owner mark) and Remediated. It reports false, doing nothing, when no
+// taint is marked for nf or the incident has no attempt, and true with the error when the
+// node cannot be read.
+func (c *Controller) resumeRelease(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (bool, time.Duration, error) {
+	marked, err := c.releasedBefore(ctx, nf)
+	if err != nil || len(marked) == 0 {
+		return err != nil, 0, err
+	}
 	picked := fencer.VerifiedBefore(&nf.Status)
 	if len(picked) == 0 {
 		return false, 0, nil
