@@ -165,7 +165,7 @@ images:
 # COSIGN_KEY (a cosign key file, env://VAR or a KMS URI; a key file's password from
 # COSIGN_PASSWORD in the environment) signs, with the cosign CLI that hack/deps.sh cosign
 # builds, the index and its images, the SBOMs and the chart, and attaches the SLSA
-# provenance to the index and the chart, before the index is tagged; COSIGN_TLOG=1 also
+# provenance to the index and the chart, before each is tagged; COSIGN_TLOG=1 also
 # uploads to Rekor. Without COSIGN_KEY the release is not signed, and says so.
 # Writes $(BIN)/release/VERSION: release.json, provenance.json, the SBOMs, the chart's .tgz.
 REGISTRY     ?=
@@ -182,7 +182,8 @@ release:
 	$(if $(COSIGN_KEY),hack/deps.sh cosign)
 	GOTOOLCHAIN=$(RELEASE_GO) hack/timed.sh $(GO) run ./hack/images release -version=$(VERSION) -registry=$(REGISTRY) \
 		-out=$(RELEASE_DIR) $(if $(ALLOW_DIRTY),-allow-dirty) $(SIGN_FLAGS)
-	cd deploy/render && GOTOOLCHAIN=$(RELEASE_GO) $(GO) run . release -image=$(RELEASE_DIR)/release.json -tree=$(RELEASE_TREE)
+	cd deploy/render && GOTOOLCHAIN=$(RELEASE_GO) $(GO) run . release -image=$(RELEASE_DIR)/release.json -tree=$(RELEASE_TREE) \
+		$(if $(COSIGN_KEY),-untagged)
 	$(if $(COSIGN_KEY),GOTOOLCHAIN=$(RELEASE_GO) $(GO) run ./hack/images sign-chart -release=$(RELEASE_DIR) $(SIGN_FLAGS))
 
 # hack/images/debian.lock from this machine's apt, on purpose: the current Debian versions of

@@ -50,6 +50,9 @@ type releaseOptions struct {
 	tree string
 	// push is the chart's OCI repository; empty: REGISTRY/charts from release.json.
 	push string
+	// untagged pushes the chart by digest only: make release tags a signed chart after
+	// its signature (hack/images sign-chart).
+	untagged bool
 }
 
 // releaseCmd is `go run . release`: the chart of a release packaged and pushed, and the
@@ -63,6 +66,7 @@ func releaseCmd(args []string) error {
 	fs.StringVar(&o.deploy, "deploy", "..", "the checkout's deploy/ directory")
 	fs.StringVar(&o.tree, "tree", "../..", "write Chart.yaml, deploy/"+ReleaseValuesFile+", deploy/manifests and deploy/kustomize under `DIR`")
 	fs.StringVar(&o.push, "push", "", "OCI repository for the chart (default: REGISTRY/charts, from -image)")
+	fs.BoolVar(&o.untagged, "untagged", false, "push the chart by digest only (hack/images sign-chart tags it once signed)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,11 +119,13 @@ func release(o releaseOptions) error {
 	if repo == "" {
 		repo = strings.TrimSuffix(rel.Image, "/kubefence") + "/charts"
 	}
-	digest, err := pushChart(pkg, repo, rel, created)
+	digest, err := pushChart(pkg, repo, rel, created, o.untagged)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("oci://%s/kubefence:%s@%s\n", repo, rel.ChartVersion, digest)
+	if !o.untagged {
+		fmt.Printf("oci://%s/kubefence:%s@%s\n", repo, rel.ChartVersion, digest)
+	}
 	return recordChart(o.image, "oci://"+repo+"/kubefence", digest)
 }
 

@@ -9,50 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"time"
-
-	"helm.sh/helm/v3/pkg/registry"
 )
-
-// pushChart pushes the packaged chart to repo/kubefence:VERSION as Helm's OCI artifact,
-// dated at the release (helm push would date it now), with the credentials of
-// `docker login` when there are any, else `helm registry login`'s. It returns the
-// manifest's digest.
-func pushChart(pkg []byte, repo string, rel released, created time.Time) (string, error) {
-	opts := []registry.ClientOption{registry.ClientOptWriter(os.Stderr)}
-	if rel.Insecure {
-		opts = append(opts, registry.ClientOptPlainHTTP())
-	}
-	if cfg := dockerConfig(); cfg != "" {
-		opts = append(opts, registry.ClientOptCredentialsFile(cfg))
-	}
-	client, err := registry.NewClient(opts...)
-	if err != nil {
-		return "", err
-	}
-	ref := fmt.Sprintf("%s/kubefence:%s", repo, rel.ChartVersion)
-	res, err := client.Push(pkg, ref, registry.PushOptCreationTime(created.UTC().Format(time.RFC3339)))
-	if err != nil {
-		return "", fmt.Errorf("push the chart to %s: %w", ref, err)
-	}
-	return res.Manifest.Digest, nil
-}
-
-// dockerConfig is docker login's credentials file, or "" when there is none.
-func dockerConfig() string {
-	dir := os.Getenv("DOCKER_CONFIG")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return ""
-		}
-		dir = filepath.Join(home, ".docker")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		return ""
-	}
-	return filepath.Join(dir, "config.json")
-}
 
 // writeReleaseManifests renders deploy/manifests as make manifests does (the chart with
 // deploy/release-values.yaml), checks that the packaged chart at pkg renders the same

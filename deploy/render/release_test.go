@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	helmregistry "helm.sh/helm/v3/pkg/registry"
 )
@@ -19,7 +21,9 @@ import (
 // TestReleaseChart runs the chart's step of make release against a registry: the chart
 // pushed as an OCI artifact with version = appVersion = the release's, its values on the
 // release's image by digest; the checkout's files updated to it; and a second run of the
-// same release giving the same chart, byte for byte and by digest.
+// same release giving the same chart, byte for byte and by digest. The first run pushes
+// it by digest only (-untagged, as make release does before signing it): no tag names it
+// yet.
 func TestReleaseChart(t *testing.T) {
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
@@ -27,7 +31,7 @@ func TestReleaseChart(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	var chartDigests []string
 	var packages [][]byte
-	for range 2 {
+	for _, untagged := range []bool{true, false} {
 		dir := t.TempDir()
 		rel := released{Version: "v0.1.0", ChartVersion: "0.1.0", Created: "2026-01-02T03:04:05Z", Registry: host,
 			Repository: "kubefence/kubefence", Image: host + "/kubefence/kubefence", Digest: digest, Insecure: true}
@@ -43,9 +47,16 @@ func TestReleaseChart(t *testing.T) {
 			t.Fatal(err)
 		}
 		tree := filepath.Join(dir, "tree")
-		o := releaseOptions{image: image, out: filepath.Dir(image), chart: chartDir, deploy: "..", tree: tree}
+		o := releaseOptions{image: image, out: filepath.Dir(image), chart: chartDir, deploy: "..", tree: tree, untagged: untagged}
 		if err := release(o); err != nil {
 			t.Fatal(err)
+		}
+		tag, err := name.NewTag(host + "/kubefence/charts/kubefence:0.1.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := remote.Head(tag); (err == nil) == untagged {
+			t.Errorf("untagged %v: the chart's tag: %v", untagged, err)
 		}
 		checkReleasedTree(t, tree, host+"/kubefence/kubefence:0.1.0@"+digest)
 		var recorded struct{ Chart, ChartDigest string }

@@ -11,6 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
 // Signer signs a release's artifacts and attaches its provenance with the cosign CLI
@@ -103,8 +107,9 @@ func signRelease(ctx context.Context, s *Signer, out, image string, rel *Release
 	return nil
 }
 
-// SignChart signs the chart that the chart's step of make release pushed and recorded in
-// dir's ReleaseFile, and attaches the release's provenance to it.
+// SignChart signs the chart that the chart's step of make release pushed by digest and
+// recorded in dir's ReleaseFile, attaches the release's provenance to it, and only then
+// tags it with the chart's version.
 func SignChart(ctx context.Context, s *Signer, dir string) error {
 	file := filepath.Join(dir, ReleaseFile)
 	data, err := os.ReadFile(file)
@@ -122,5 +127,29 @@ func SignChart(ctx context.Context, s *Signer, dir string) error {
 	if err := s.Sign(ctx, ref, false); err != nil {
 		return fmt.Errorf("the chart: %w", err)
 	}
-	return s.Attest(ctx, ref, filepath.Join(dir, ProvenanceFile))
+	if err := s.Attest(ctx, ref, filepath.Join(dir, ProvenanceFile)); err != nil {
+		return err
+	}
+	return tagChart(ctx, ref, rel.ChartVersion, s.Insecure)
+}
+
+// tagChart tags the chart at ref (REPO@DIGEST) with version.
+func tagChart(ctx context.Context, ref, version string, insecure bool) error {
+	var opts []name.Option
+	if insecure {
+		opts = append(opts, name.Insecure)
+	}
+	d, err := name.NewDigest(ref, opts...)
+	if err != nil {
+		return fmt.Errorf("the chart %s: %w", ref, err)
+	}
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)}
+	desc, err := remote.Get(d, ropts...)
+	if err != nil {
+		return fmt.Errorf("the chart %s: %w", ref, err)
+	}
+	if err := remote.Tag(d.Context().Tag(version), desc, ropts...); err != nil {
+		return fmt.Errorf("tag the chart %s: %w", d.Context().Tag(version), err)
+	}
+	return nil
 }

@@ -183,20 +183,24 @@ func signSmallRelease(t *testing.T, ctx context.Context, s *Signer, reg, revisio
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(chart.Tag("0.1.0"), r.chart, ropts...); err != nil {
-		t.Fatal(err)
-	}
 	cd, err := r.chart.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel.Chart, rel.ChartDigest = "oci://"+chart.String(), cd.String()
+	// Pushed by digest, as make release's chart step does when it signs.
+	if err := remote.Write(chart.Digest(cd.String()), r.chart, ropts...); err != nil {
+		t.Fatal(err)
+	}
+	rel.Chart, rel.ChartDigest, rel.ChartVersion = "oci://"+chart.String(), cd.String(), "0.1.0"
 	data, err := json.Marshal(rel)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(out, ReleaseFile), data, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if d, err := remote.Head(chart.Tag("0.1.0"), ropts...); err == nil && d.Digest == cd {
+		t.Fatal("the chart is tagged before it is signed")
 	}
 	if err := SignChart(ctx, s, out); err != nil {
 		t.Fatal(err)
