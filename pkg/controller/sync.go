@@ -187,7 +187,7 @@ func newIncident(node *corev1.Node, pol *v1alpha1.Policy, obs detector.Observati
 // confirmStale reads the node's Lease from the API server before an incident is opened
 // on the evidence of the cache: a replica that was paused, or whose watch lagged, may not
 // have seen the latest renewals. It reports whether the node is still unhealthy. Nodes
-// confirmed at once share the read (nodeLeaseReads), sent after each of them asked.
+// confirmed at once share the read (detector.LeaseReads), sent after each of them asked.
 //
 // Everything after the read is judged at the time the API server answered, not at the
 // sync's start: a read against an API server coming back from an outage can take
@@ -272,7 +272,7 @@ func (c *Controller) openRequested(ctx context.Context, node *corev1.Node, pol *
 func (c *Controller) failedUnrecovered(node string, obs detector.Observation) string {
 	incs, err := c.store.ForNode(node)
 	if err != nil {
-		// An incident the cache cannot decode fails the node's sync (openIncident) before
+		// An incident the cache cannot decode fails the node's sync (store.Open) before
 		// any new incident could open.
 		return ""
 	}
