@@ -74,8 +74,8 @@ func (s signing) signer(insecure bool) *imagebuild.Signer {
 	return &imagebuild.Signer{Cosign: *s.cosign, Key: *s.key, Tlog: *s.tlog, Insecure: insecure, Log: os.Stderr}
 }
 
-// signChart signs the chart of a release and attests its provenance (make release's
-// last step, after deploy/render pushed the chart).
+// signChart signs the chart of a release, attests its provenance and tags it (make
+// release's last step, after deploy/render pushed the chart by digest).
 func signChart(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("images sign-chart", flag.ContinueOnError)
 	dir := fs.String("release", "", "the release's directory (release.json, provenance.json)")
@@ -91,7 +91,7 @@ func signChart(ctx context.Context, args []string) error {
 	if err := imagebuild.SignChart(ctx, s, *dir); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "signed the chart of %s and attested its provenance\n", *dir)
+	fmt.Fprintf(os.Stderr, "signed the chart of %s, attested its provenance, tagged it\n", *dir)
 	return nil
 }
 

@@ -2,6 +2,8 @@ package realnode
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -24,6 +26,9 @@ type MadeRelease struct {
 	Tree, Dir string
 	// Took is how long make release ran.
 	Took time.Duration
+	// PublicKey is the cosign public key of the key the release was signed with (empty:
+	// not signed).
+	PublicKey string
 }
 
 // ReleaseRegistry is the REGISTRY of the cluster's releases: the image goes to
@@ -33,13 +38,57 @@ func (c *Cluster) ReleaseRegistry() string { return c.Registry + "/kubefence" }
 // MakeRelease runs `make release` for version (vX.Y.Z, which CHANGELOG.md must have)
 // into the cluster's registry, over plain HTTP, releasing this checkout as it is
 // (ALLOW_DIRTY: a test runs on uncommitted changes too), with the files a release writes
-// into a checkout and its build directory under the cluster's directory.
+// into a checkout and its build directory under the cluster's directory. It signs the
+// release with a key pair that cosign generate-key-pair makes for it, whose password only
+// cosign and make release's environment see.
 func (c *Cluster) MakeRelease(ctx context.Context, version string) (*MadeRelease, error) {
 	root, err := sim.ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
-	return c.makeRelease(ctx, root, version, "ALLOW_DIRTY=1")
+	keys := filepath.Join(c.dir, "release-"+version, "key")
+	env, err := releaseKey(ctx, root, keys)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.makeRelease(ctx, root, version, env, "ALLOW_DIRTY=1", "COSIGN_KEY="+filepath.Join(keys, "cosign.key"))
+	if err != nil {
+		return nil, err
+	}
+	r.PublicKey = filepath.Join(keys, "cosign.pub")
+	return r, nil
+}
+
+// Cosign is the cosign CLI that hack/deps.sh builds.
+func Cosign(root string) (string, error) {
+	p := filepath.Join(root, ".cache", "bin", "cosign")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("the cosign CLI: %w (hack/deps.sh cosign builds it)", err)
+	}
+	return p, nil
+}
+
+// releaseKey makes a cosign key pair in dir (cosign.key, cosign.pub) with a random
+// password, and returns the environment that hands the password to cosign.
+func releaseKey(ctx context.Context, root, dir string) ([]string, error) {
+	cosign, err := Cosign(root)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	pw := make([]byte, 16)
+	if _, err := rand.Read(pw); err != nil {
+		return nil, err
+	}
+	env := []string{"COSIGN_PASSWORD=" + hex.EncodeToString(pw)}
+	cmd := exec.CommandContext(ctx, cosign, "generate-key-pair")
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("cosign generate-key-pair: %w: %s", err, out)
+	}
+	return env, nil
 }
 
 // MakePreviousRelease runs `make release` for version from the commit CHANGELOG.md names
@@ -64,7 +113,7 @@ func (c *Cluster) MakePreviousRelease(ctx context.Context, version string) (*Mad
 	if err := os.Symlink(filepath.Join(root, ".cache"), filepath.Join(src, ".cache")); err != nil {
 		return nil, err
 	}
-	return c.makeRelease(ctx, src, version)
+	return c.makeRelease(ctx, src, version, nil)
 }
 
 // ReleaseCommit is the commit that CHANGELOG.md's section for version names.
@@ -85,8 +134,9 @@ func ReleaseCommit(changelog, version string) (string, error) {
 	return m[1], nil
 }
 
-// makeRelease runs make release for version in the checkout root.
-func (c *Cluster) makeRelease(ctx context.Context, root, version string, extra ...string) (*MadeRelease, error) {
+// makeRelease runs make release for version in the checkout root, with env added to
+// this process's environment and extra make variables.
+func (c *Cluster) makeRelease(ctx context.Context, root, version string, env []string, extra ...string) (*MadeRelease, error) {
 	out := filepath.Join(c.dir, "release-"+version)
 	r := &MadeRelease{Tree: filepath.Join(out, "tree"), Dir: filepath.Join(out, "bin", "release", version)}
 	logFile := filepath.Join(out, "make-release.log")
@@ -101,6 +151,7 @@ func (c *Cluster) makeRelease(ctx context.Context, root, version string, extra .
 	cmd := exec.CommandContext(ctx, "make", append([]string{"-C", root, "release", "VERSION=" + version, "REGISTRY=" + c.ReleaseRegistry(),
 		"INSECURE=1", "RELEASE_TREE=" + r.Tree, "BIN=" + filepath.Join(out, "bin")}, extra...)...)
 	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), env...)
 	cmd.WaitDelay = time.Second
 	start := time.Now()
 	if err := cmd.Run(); err != nil {

@@ -35,9 +35,10 @@ const releaseMirror = "docker.io"
 // chart's version, with a CHANGELOG entry) into the cluster's registry, then helm install
 // of the released chart from the registry with only the image's registry set. Before the
 // install it checks what the release published: each platform image's files and SBOM,
-// the arm64 image's binaries run under qemu-aarch64-static, and the files a release
-// commit holds; after it, the controller's pods run the release's image by digest. It
-// returns helm's output.
+// the arm64 image's binaries run under qemu-aarch64-static, the signatures and the
+// provenance with the docs' verify commands (and a tampered tag refused), and the files
+// a release commit holds; after it, the controller's pods run the release's image by
+// digest. It returns helm's output.
 func installRelease(t *testing.T, ctx context.Context, c *Cluster, values ...string) (string, error) {
 	t.Helper()
 	r, err := c.MakeRelease(ctx, "v"+imageAppVersion(t))
@@ -46,6 +47,7 @@ func installRelease(t *testing.T, ctx context.Context, c *Cluster, values ...str
 	}
 	t.Logf("make release %s took %s: %s@%s, chart %s@%s", r.Version, r.Took.Round(time.Second), r.Image, r.Digest, r.Chart, r.ChartDigest)
 	t.Run("released images", func(t *testing.T) { checkReleasedImages(t, ctx, r) })
+	t.Run("verified as the docs say", func(t *testing.T) { verifyRelease(t, ctx, r, c.ReleaseRegistry()) })
 	t.Run("release files", func(t *testing.T) { checkReleaseTree(t, r) })
 	out, err := c.InstallRelease(ctx, r, releaseMirror, values...)
 	if err != nil {
