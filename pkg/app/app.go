@@ -25,6 +25,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/kubemetrics"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
@@ -56,6 +57,9 @@ type AppOptions struct {
 	Heartbeats HeartbeatAddresses
 	// Start bounds the start (the caches' sync) and says where a failed one is reported.
 	Start StartOptions
+	// AnswerSocket is the unix socket where the running replica answers explain, and
+	// where `fence-controller explain` asks it (answers.go); empty: none.
+	AnswerSocket string
 }
 
 // PodOptions name this replica's own pod (POD_NAMESPACE, POD_NAME, POD_UID from the
@@ -173,10 +177,18 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 		return fmt.Errorf("client-go metrics: %w", err)
 	}
 	health := &Health{ReadyOnlyWhenLeader: o.Serving.ReadyOnlyWhenLeader}
-	// One slot for each sender: the health server, the metrics server and the election.
-	errc := make(chan error, 3)
+	// One slot for each sender: the health server, the metrics server, the answer socket
+	// and the election.
+	errc := make(chan error, 4)
 	if err := serve(ctx, o.Serving, client, health, registry, errc); err != nil {
 		return err
+	}
+	if o.AnswerSocket != "" {
+		a := answers{explainer: oncall.Explainer{Config: cfg, Kube: client, Now: time.Now, Live: ctrls.Loop.Sources},
+			leading: health.leader.Load, identity: identity}
+		if err := serveAnswers(ctx, o.AnswerSocket, a, errc); err != nil {
+			return err
+		}
 	}
 	if err := startCaches(ctx, o, client, identity, ctrls.Caches); err != nil {
 		return err

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,11 +19,20 @@ import (
 )
 
 // RunExplain is "fence-controller explain NODE": the node's evidence, its threshold, the
-// rule that holds it and what happens next, written to w (pkg/oncall's Explainer). It
-// reads the cluster with o.Kubeconfig and writes nothing.
+// rule that holds it and what happens next, written to w (pkg/oncall's Explainer). With
+// o.AnswerSocket the running replica there answers from its loop's own view (a replica
+// that does not lead refuses); without it, or with nothing listening there, it reads the
+// cluster with o.Kubeconfig. It writes nothing.
 func RunExplain(ctx context.Context, o AppOptions, node string, w io.Writer) error {
 	if node == "" {
 		return fmt.Errorf("explain: name a node: fence-controller explain NODE")
+	}
+	if o.AnswerSocket != "" {
+		err := askRunning(ctx, o.AnswerSocket, node, w)
+		if !errors.Is(err, errNoAnswerer) {
+			return err
+		}
+		fmt.Fprintf(w, "warning:   %v; computed here from what the API server holds\n", err)
 	}
 	cfg, err := LoadConfig(o.ConfigPath)
 	if err != nil {
@@ -96,6 +106,7 @@ func Subcommand(ctx context.Context, name string, args []string, stdout, stderr 
 	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
 	fs.StringVar(&o.PauseConfigMap, "pause-configmap", oncall.DefaultPauseConfigMap, "the pause requests' ConfigMap (explain)")
+	fs.StringVar(&o.AnswerSocket, "answer-socket", "", "explain: ask the running replica on this unix socket (the controller's --answer-socket), which answers from its loop's own view if it leads")
 	force := fs.Bool("force", false, "uninstall-check: print what stays in place, and exit 0 all the same")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -106,7 +117,7 @@ func Subcommand(ctx context.Context, name string, args []string, stdout, stderr 
 		node := fs.Arg(0)
 		if fs.NArg() > 1 {
 			if err := fs.Parse(fs.Args()[1:]); err != nil || fs.NArg() > 0 {
-				fmt.Fprintf(stderr, "usage: fence-controller explain NODE [--config FILE] [--kubeconfig FILE] [--pause-configmap NAME]\n")
+				fmt.Fprintf(stderr, "usage: fence-controller explain NODE [--config FILE] [--kubeconfig FILE] [--pause-configmap NAME] [--answer-socket PATH]\n")
 				return 2
 			}
 		}

@@ -32,6 +32,10 @@ func (c *Controller) sources() nodeview.Sources {
 		Agents: c.peers.agents, Replicas: c.peers.replicas, Maintenance: c.peers.maintenance}
 }
 
+// Sources are the loop's own sources, as the running leader answers explain from them
+// (pkg/app's answer socket).
+func (c *Controller) Sources() nodeview.Sources { return c.sources() }
+
 // wouldFence reports a dry-run decision once per unhealthy episode of a node.
 func (c *Controller) wouldFence(ctx context.Context, node *corev1.Node, obs detector.Observation, d policy.Decision) {
 	if !c.decide.dryRunReports.First(node.Name, obs.Since.String()) {

@@ -113,8 +113,9 @@ func LeaderPod(ctx context.Context, kube kubernetes.Interface, r Release, now ti
 }
 
 // passedFlags are the controller's flags that its subcommands take too: the same
-// configuration file and pause ConfigMap as the leader's.
-var passedFlags = []string{"config", "pause-configmap"}
+// configuration file and pause ConfigMap as the leader's, and the socket where the
+// running leader answers explain from its own view.
+var passedFlags = []string{"config", "pause-configmap", "answer-socket"}
 
 // ControllerCommand is what to exec in pod to run `fence-controller SUB ARGS...` as its
 // controller container runs the controller: that container, its binary, and its

@@ -12,6 +12,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall/life"
 )
 
@@ -23,7 +24,7 @@ const DefaultIdentityRenewInterval = 5 * time.Second
 // confirmOff says what a person's confirm-off on nf would do now, answered as the leader
 // answers one (Decide), on the signs of the node's life explain can read (signs); "" when
 // a confirm-off would not move nf.
-func (e Explainer) confirmOff(ctx context.Context, nf *v1alpha1.NodeFence, obs detector.Observation, replicas *leader.Replicas, now time.Time) string {
+func (e Explainer) confirmOff(ctx context.Context, nf *v1alpha1.NodeFence, obs detector.Observation, replicas nodeview.Replicas, now time.Time) string {
 	w := Word{Kind: ConfirmOff, By: "you", Reason: "the node is off"}
 	if Decide(nf, w, Facts{}).Act != ActRead {
 		return ""
@@ -41,9 +42,9 @@ func (e Explainer) confirmOff(ctx context.Context, nf *v1alpha1.NodeFence, obs d
 
 // signs gathers the signs of node's life explain can read: its Lease as explain's
 // detector judges it (obs), the replicas' identity Leases (replicas, as Explain read
-// them) and its agent's report Lease (labelled with the node), seen at its renewTime, on
+// them or the loop follows them) and its agent's report Lease (labelled with the node), seen at its renewTime, on
 // its writer's clock, as explain's detector sees the kubelets' Leases.
-func (e Explainer) signs(ctx context.Context, node string, obs detector.Observation, replicas *leader.Replicas, now time.Time) (life.Signs, error) {
+func (e Explainer) signs(ctx context.Context, node string, obs detector.Observation, replicas nodeview.Replicas, now time.Time) (life.Signs, error) {
 	l := life.Signs{At: now}
 	if obs.Health != detector.Unhealthy {
 		l.Kubelet = "its Lease shows it " + string(obs.Health) + ": " + obs.Evidence
@@ -63,6 +64,8 @@ func (e Explainer) signs(ctx context.Context, node string, obs detector.Observat
 			}
 		}
 	}
-	l.Replica, _ = replicas.On(node, now)
+	if replicas != nil {
+		l.Replica, _ = replicas.On(node, now)
+	}
 	return l, nil
 }

@@ -51,6 +51,10 @@ type Explainer struct {
 	// loop's watch passes its seat's to the loop's; nil: none (a one-shot command has no
 	// seat among the agents' peers).
 	Agents func(*detector.Detector) nodeview.Agents
+	// Live, when set, are the running loop's own sources (controller.Controller.Sources):
+	// its caches, its detector with every renewal and heartbeat it saw, its peers. Explain
+	// then answers from them, as the leader, and reads only the node and its Leases.
+	Live func() nodeview.Sources
 }
 
 // cluster is what Explain reads once.
@@ -66,7 +70,11 @@ type cluster struct {
 
 // Explain writes the explanation for node to w.
 func (e Explainer) Explain(ctx context.Context, node string, w io.Writer) error {
-	n, err := e.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	src, err := e.inputs(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := e.node(ctx, src, node)
 	if err != nil {
 		return fmt.Errorf("explain node %s: %w", node, err)
 	}
@@ -74,48 +82,75 @@ func (e Explainer) Explain(ctx context.Context, node string, w io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("explain node %s: %w", node, err)
 	}
-	cl, err := e.read(ctx)
-	if err != nil {
-		return err
-	}
 	now := e.Now()
+	all, pausedBy := src.Incidents(), src.PausedBy()
 	p := printer{w: w}
 	if pol == nil {
 		p.line("node %s: no policy selects it; kubefence never fences it", node)
 		return p.err
 	}
 	p.line("node %s, policy %s", node, pol.Name)
-	replicas, err := e.replicas(ctx)
-	if err != nil {
-		return err
-	}
-	src := e.sources(cl, replicas)
 	pn, obs := src.Observe(ctx, pol, n, now)
 	dt := e.Config.Detection
 	p.line("evidence:  %s (%s)", obs.Evidence, obs.Health)
 	p.line("threshold: Lease silent %s or Ready not True %s (detection %s / %s, shortened by the node's workloads; never below the evidence floor %s)",
 		policy.Threshold(pol, pn, dt.LeaseStaleAfter.Duration), policy.Threshold(pol, pn, dt.NotReadyAfter.Duration),
 		dt.LeaseStaleAfter.Duration, dt.NotReadyAfter.Duration, src.Detector.Floor(node))
-	if e.Config.Heartbeats != nil && e.Agents == nil {
+	if e.Config.Heartbeats != nil && src.Agents == nil {
 		p.line("heartbeats: not read here (no seat among the node agents' peers, no renewal cadence measured); the leader may find a node whose agent is gone and whose kubelet does not answer unhealthy sooner")
 	}
-	if cl.pausedBy != "" {
-		p.line("paused:    %s", cl.pausedBy)
+	if pausedBy != "" {
+		p.line("paused:    %s", pausedBy)
 	}
-	nf := current(cl.incidents, node)
+	nf := current(all, node)
 	if nf != nil {
 		p.incident(nf)
-		if confirm := e.confirmOff(ctx, nf, obs, replicas, now); confirm != "" {
+		if confirm := e.confirmOff(ctx, nf, obs, src.Replicas, now); confirm != "" {
 			p.line("confirm:   %s", confirm)
 		}
 	}
-	d, err := src.Decision(pol, pn, n, deciding(cl.incidents, node), now, src.Recorded)
+	d, err := src.Decision(pol, pn, n, deciding(all, node), now, src.Recorded)
 	if err != nil {
 		return fmt.Errorf("explain node %s: %w", node, err)
 	}
 	p.line("rule now:  %s %s: %s", d.Verdict, d.Reason, d.Message)
 	p.line("next:      %s", Next(nf, obs, d))
 	return p.err
+}
+
+// node is the Node as the loop's cache holds it (Live), so that its detector assesses the
+// very object its syncs do, or as the API server has it now.
+func (e Explainer) node(ctx context.Context, src nodeview.Sources, name string) (*corev1.Node, error) {
+	if e.Live == nil {
+		return e.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	}
+	nodes, err := src.Nodes()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if n.Name == name {
+			return n, nil
+		}
+	}
+	return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+}
+
+// inputs are the sources of the view and the decision: the loop's own (Live), or what
+// explain reads now.
+func (e Explainer) inputs(ctx context.Context) (nodeview.Sources, error) {
+	if e.Live != nil {
+		return e.Live(), nil
+	}
+	cl, err := e.read(ctx)
+	if err != nil {
+		return nodeview.Sources{}, err
+	}
+	replicas, err := e.replicas(ctx)
+	if err != nil {
+		return nodeview.Sources{}, err
+	}
+	return e.sources(cl, replicas), nil
 }
 
 // sources are what explain read, as the inputs of the loop's view and decision: a

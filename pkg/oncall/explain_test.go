@@ -15,7 +15,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/detector"
 	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
+	"github.com/kubefence/kubefence/pkg/nodeview"
 )
 
 // explainCluster is three nodes, two of them silent for a minute, node-2's incident held
@@ -136,5 +138,41 @@ func TestExplainConfirmOff(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExplainAnswersFromTheLoopsView: with the loop's own sources (Live), explain answers
+// from what the loop saw, not from what it reads: node-2's Lease, renewed a minute ago by
+// the kubelet's clock, was seen renewed a second ago by the loop's detector (the loop
+// counts from when it saw a renewal), so the loop's view is healthy where a one-shot read
+// is not.
+func TestExplainAnswersFromTheLoopsView(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	e := explainCluster(now, false)
+	ctx := context.Background()
+	var oneShot bytes.Buffer
+	if err := e.Explain(ctx, "node-2", &oneShot); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := e.read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas, err := e.replicas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := e.sources(cl, replicas)
+	live.Detector = detector.ForConfig(e.Config)
+	for _, l := range cl.leases {
+		live.Detector.ObserveLease(l, now.Add(-time.Second))
+	}
+	e.Live = func() nodeview.Sources { return live }
+	var answered bytes.Buffer
+	if err := e.Explain(ctx, "node-2", &answered); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(oneShot.String(), "(Unhealthy)") || strings.Contains(answered.String(), "(Unhealthy)") {
+		t.Fatalf("one-shot explain:\n%s\nthe loop's view:\n%s\nwant node-2 unhealthy only in the one-shot read", oneShot.String(), answered.String())
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
@@ -263,13 +262,8 @@ func boundToken(t *testing.T, ctx context.Context, c *Cluster, pod *corev1.Pod) 
 
 func tokenKubeconfig(t *testing.T, c *Cluster, token string) string {
 	t.Helper()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["sim"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
-	cfg.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts["sim"] = &clientcmdapi.Context{Cluster: "sim", AuthInfo: "agent"}
-	cfg.CurrentContext = "sim"
-	path := filepath.Join(t.TempDir(), "agent.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+	path, err := c.TokenKubeconfig(t.TempDir(), "agent", token)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -1,0 +1,24 @@
+package sim
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// TokenKubeconfig writes dir/name.kubeconfig: the cluster's API server, as the admin
+// kubeconfig names it, with a bearer token, as a person's or an agent's kubeconfig.
+func (c *Cluster) TokenKubeconfig(dir, name, token string) (string, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["sim"] = &clientcmdapi.Cluster{Server: c.Config.Host, CertificateAuthorityData: c.Config.CAData}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["sim"] = &clientcmdapi.Context{Cluster: "sim", AuthInfo: name}
+	cfg.CurrentContext = "sim"
+	path := filepath.Join(dir, name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", fmt.Errorf("write %s's kubeconfig: %w", name, err)
+	}
+	return path, nil
+}
