@@ -1,7 +1,10 @@
 package sim
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -21,4 +24,19 @@ func (c *Cluster) TokenKubeconfig(dir, name, token string) (string, error) {
 		return "", fmt.Errorf("write %s's kubeconfig: %w", name, err)
 	}
 	return path, nil
+}
+
+// BuildKubectlFence builds cmd/kubectl-fence into dir, to put on PATH as kubectl's
+// plugin, and returns the binary's path.
+func BuildKubectlFence(ctx context.Context, dir string) (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/kubectl-fence")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build kubectl-fence: %w\n%s", err, out)
+	}
+	return filepath.Join(dir, "kubectl-fence"), nil
 }

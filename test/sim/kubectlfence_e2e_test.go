@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -25,17 +24,11 @@ import (
 // PATH as kubectl's plugin.
 func kubectlFenceBinary(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	root, err := moduleRoot()
+	bin, err := BuildKubectlFence(ctx, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(os.PathSeparator), "./cmd/kubectl-fence")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build kubectl-fence: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "kubectl-fence")
+	return bin
 }
 
 // onCallKubeconfig is a kubeconfig of a new person: a ServiceAccount with the chart's
