@@ -32,24 +32,18 @@ import (
 func TestVerifyRelease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cosign := cosignCLI(t)
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	reg := strings.TrimPrefix(srv.URL, "http://") + "/kubefence"
-	dir := t.TempDir()
-	s := &Signer{Cosign: cosign, Key: filepath.Join(dir, "cosign.key"), Env: []string{"COSIGN_PASSWORD=" + randomHex(t)}, Log: io.Discard}
-	keygen := exec.CommandContext(ctx, cosign, "generate-key-pair")
-	keygen.Dir, keygen.Env = dir, append(os.Environ(), s.Env...)
-	if out, err := keygen.CombinedOutput(); err != nil {
-		t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
-	}
+	s := testSigner(t, ctx)
+	dir := filepath.Dir(s.Key)
 	revision, other := strings.Repeat("a1", 20), strings.Repeat("b2", 20)
 	signed := signSmallRelease(t, ctx, s, reg, revision)
 	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "getting-started.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := DocVerifier{Cosign: cosign, Dir: dir, Registry: reg, Version: "v0.1.0", Revision: revision}
+	v := DocVerifier{Cosign: s.Cosign, Dir: dir, Registry: reg, Version: "v0.1.0", Revision: revision}
 	if err := v.WritePolicy(string(doc)); err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +218,20 @@ func randomHex(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// testSigner signs with a key pair that cosign generate-key-pair makes in a directory of
+// its own (cosign.key, cosign.pub), with a random password.
+func testSigner(t *testing.T, ctx context.Context) *Signer {
+	t.Helper()
+	cosign, dir := cosignCLI(t), t.TempDir()
+	s := &Signer{Cosign: cosign, Key: filepath.Join(dir, "cosign.key"), Env: []string{"COSIGN_PASSWORD=" + randomHex(t)}, Log: io.Discard}
+	keygen := exec.CommandContext(ctx, cosign, "generate-key-pair")
+	keygen.Dir, keygen.Env = dir, append(os.Environ(), s.Env...)
+	if out, err := keygen.CombinedOutput(); err != nil {
+		t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
+	}
+	return s
 }
 
 // cosignCLI is the cosign binary hack/deps.sh builds.
