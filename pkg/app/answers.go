@@ -20,7 +20,7 @@ import (
 
 // The running replica answers `fence-controller explain` from its own loop, on a unix
 // socket in its container (--answer-socket): only a process in the container reaches it,
-// that is, a person who may exec there (kubectl fence explain, with create pods/exec,
+// that is, a person who may exec there (kubectl fence explain, with pods/exec,
 // which holds the controller's powers anyway). The answer is the loop's own view: its
 // caches, its detector with every renewal and heartbeat it saw, its peers. A replica that
 // does not lead refuses: only the leader's view decides.

@@ -36,8 +36,9 @@ Every word (pause, confirm-off, cancel, fence) is written in the name the API se
 gives you (a SelfSubjectReview, as kubectl auth whoami), which the chart's admission
 policies check; the leader decides on each and records its answer in the incident.
 explain and check run fence-controller in the leader's controller container, with its
-configuration and agents: they take kubectl exec's permission (create pods/exec in the
-release namespace), which holds the controller's own powers; grant it as such.
+configuration and agents: they take kubectl exec's permission (get and create
+pods/exec in the release namespace), which holds the controller's own powers; grant it
+as such.
 
 Flags:
   -n, --namespace NS   the release's namespace (default kubefence-system)
