@@ -129,9 +129,10 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, 
 //     on) and is fenced through the remote agent with the default remediation; then,
 //     after a helm upgrade to a new image tag and the chart's one datacenter, with
 //     OutOfServiceTaint only; with Direct only, its node hangs (frozen), then the
-//     leader's own node dies.
+//     leader's own node dies; last, a node dies with its BMC unreachable and a person on
+//     call drives the incident through kubectl fence and the runbooks (onCallRound).
 //
-// In every round kubefence powers the node off through ipmi_sim with the image's agent;
+// In every other round kubefence powers the node off through ipmi_sim with the image's agent;
 // the pod starts on another node only after that power-off, and the volume is detached
 // from the dead node only after it too; powered on again, the node comes back with a new
 // boot ID, is released and runs pods. At the end helm uninstall leaves what the docs say.
@@ -156,12 +157,14 @@ func TestFencingOnRealNodes(t *testing.T) {
 		hang     bool
 		leader   bool
 		remote   bool // a node of the second datacenter, through its remote agent
+		onCall   bool // its BMC answers nothing: a person on call confirms it off (onCallRound)
 	}{
 		{name: "dead node in the second datacenter, through its remote agent", strategy: "Both", remote: true},
 		{name: "dead node, OutOfServiceTaint after an upgrade to a new chart and tag", strategy: "OutOfServiceTaint", upgrade: []string{
 			"--set", "image.tag=" + upgradeTag, "-f", remediationValues(t, "OutOfServiceTaint")}},
 		{name: "hung node, Direct", strategy: "Direct", hang: true, upgrade: []string{"--reuse-values", "-f", remediationValues(t, "Direct")}},
 		{name: "the leader's node dies", strategy: "Direct", leader: true},
+		{name: "its BMC unreachable, a person confirms it off with kubectl fence", onCall: true},
 	}
 	var fences []string
 	for _, r := range rounds {
@@ -176,6 +179,10 @@ func TestFencingOnRealNodes(t *testing.T) {
 			}
 			if r.remote {
 				target = remoteTarget(t, ctx, c)
+			}
+			if r.onCall {
+				fences = append(fences, onCallRound(t, ctx, c, target))
+				return
 			}
 			fences = append(fences, fenceRound(t, ctx, c, target, r.strategy, r.hang))
 			if r.remote {
