@@ -167,12 +167,16 @@ images:
 # builds, the index and its images, the SBOMs and the chart, and attaches the SLSA
 # provenance to the index and the chart, before each is tagged; COSIGN_TLOG=1 also
 # uploads to Rekor. Without COSIGN_KEY the release is not signed, and says so.
-# Writes $(BIN)/release/VERSION: release.json, provenance.json, the SBOMs, the chart's .tgz.
+#  3. hack/plugin: `kubectl fence`'s archives for PLUGIN_PLATFORMS, their checksums and,
+#     when every platform is packed, the krew manifest (deploy/krew/fence.yaml filled in).
+# Writes $(BIN)/release/VERSION: release.json, provenance.json, the SBOMs, the chart's .tgz,
+# plugin/.
 REGISTRY     ?=
 RELEASE_GO   ?= go1.26.8
 RELEASE_TREE ?= $(CURDIR)
 RELEASE_DIR   = $(BIN)/release/$(VERSION)
 COSIGN       ?= $(CURDIR)/.cache/bin/cosign
+PLUGIN_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64
 COSIGN_KEY   ?=
 COSIGN_TLOG  ?=
 SIGN_FLAGS    = $(if $(COSIGN_KEY),-cosign=$(COSIGN) -key=$(COSIGN_KEY) $(if $(COSIGN_TLOG),-tlog)) $(if $(INSECURE),-insecure)
@@ -185,6 +189,8 @@ release:
 	cd deploy/render && GOTOOLCHAIN=$(RELEASE_GO) $(GO) run . release -image=$(RELEASE_DIR)/release.json -tree=$(RELEASE_TREE) \
 		$(if $(COSIGN_KEY),-untagged)
 	$(if $(COSIGN_KEY),GOTOOLCHAIN=$(RELEASE_GO) $(GO) run ./hack/images sign-chart -release=$(RELEASE_DIR) $(SIGN_FLAGS))
+	GOTOOLCHAIN=$(RELEASE_GO) $(GO) run ./hack/plugin -version=$(VERSION) -revision=$(shell git rev-parse HEAD 2>/dev/null) \
+		-platforms=$(PLUGIN_PLATFORMS) -out=$(RELEASE_DIR)/plugin
 
 # hack/images/debian.lock from this machine's apt, on purpose: the current Debian versions of
 # ipmitool, the packages of the libraries it loads, base-files and ca-certificates, for

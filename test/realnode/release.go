@@ -31,6 +31,12 @@ type MadeRelease struct {
 	PublicKey string
 }
 
+// PluginPlatforms are the platforms the test's releases pack `kubectl fence` for: the
+// image's, whose builds share the image's compile cache. A release packs Linux, macOS
+// and Windows (the Makefile's PLUGIN_PLATFORMS); hack/plugin's tests pack and check the
+// krew manifest of them all.
+const PluginPlatforms = "linux/amd64,linux/arm64"
+
 // ReleaseRegistry is the REGISTRY of the cluster's releases: the image goes to
 // ReleaseRegistry/kubefence, the chart to ReleaseRegistry/charts/kubefence.
 func (c *Cluster) ReleaseRegistry() string { return c.Registry + "/kubefence" }
@@ -51,7 +57,8 @@ func (c *Cluster) MakeRelease(ctx context.Context, version string) (*MadeRelease
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.makeRelease(ctx, root, version, env, "ALLOW_DIRTY=1", "COSIGN_KEY="+filepath.Join(keys, "cosign.key"))
+	r, err := c.makeRelease(ctx, root, version, env, "ALLOW_DIRTY=1", "COSIGN_KEY="+filepath.Join(keys, "cosign.key"),
+		"PLUGIN_PLATFORMS="+PluginPlatforms)
 	if err != nil {
 		return nil, err
 	}

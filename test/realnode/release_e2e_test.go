@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +51,7 @@ func installRelease(t *testing.T, ctx context.Context, c *Cluster, values ...str
 	t.Run("released images", func(t *testing.T) { checkReleasedImages(t, ctx, r) })
 	t.Run("verified as the docs say", func(t *testing.T) { verifyRelease(t, ctx, r, c.ReleaseRegistry()) })
 	t.Run("release files", func(t *testing.T) { checkReleaseTree(t, r) })
+	t.Run("kubectl fence archives", func(t *testing.T) { checkPluginArchives(t, r) })
 	out, err := c.InstallRelease(ctx, r, releaseMirror, values...)
 	if err != nil {
 		return out, err
@@ -301,6 +304,32 @@ func extract(img v1.Image, root string) error {
 		}
 		if err != nil {
 			return err
+		}
+	}
+}
+
+// checkPluginArchives checks the release's `kubectl fence` archives: one for each of
+// PluginPlatforms, each with the SHA-256 the checksums file gives it.
+func checkPluginArchives(t *testing.T, r *MadeRelease) {
+	dir := filepath.Join(r.Dir, "plugin")
+	sums, err := os.ReadFile(filepath.Join(dir, "kubectl-fence_"+r.Version+"_checksums.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(sums)), "\n")
+	platforms := strings.Split(PluginPlatforms, ",")
+	if len(lines) != len(platforms) {
+		t.Fatalf("the checksums file lists %d archives, want one for each of %s:\n%s", len(lines), PluginPlatforms, sums)
+	}
+	for _, p := range platforms {
+		name := "kubectl-fence_" + r.Version + "_" + strings.Replace(p, "/", "_", 1) + ".tar.gz"
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		if want := hex.EncodeToString(sum[:]) + "  " + name; !slices.Contains(lines, want) {
+			t.Errorf("the checksums file has no line %q:\n%s", want, sums)
 		}
 	}
 }
