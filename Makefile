@@ -4,7 +4,7 @@ GO       ?= go
 BIN      := $(CURDIR)/bin
 CACHE    := $(CURDIR)/.cache
 PKGS     := ./...
-TEST_TIMEOUT ?= 25m
+TEST_TIMEOUT ?= 40m
 # Static binaries built with -trimpath, as a release builds them; the tests build with the
 # same settings so that the real-node test's release (test/realnode) reuses their compile
 # cache for linux/amd64 instead of compiling everything a second time.
