@@ -85,7 +85,7 @@ func (p *onCall) run(t *testing.T, ctx context.Context, c *Cluster, admin bool, 
 		"lease kubefence-controller", "lease "+controllerName,
 	).Replace(script)
 	script = kubectlFenceWord.ReplaceAllString(script, "kubectl fence $1 -n "+Namespace)
-	script = runbookWatch.ReplaceAllString(script, "timeout 3 $1 || test $$? -eq 124$2")
+	script = sim.RunbookWatch.ReplaceAllString(script, "timeout 3 $1 || test $$? -eq 124$2")
 	kubeconfig := p.kubeconfig
 	if admin {
 		kubeconfig = c.Kubeconfig
@@ -100,9 +100,6 @@ func (p *onCall) run(t *testing.T, ctx context.Context, c *Cluster, admin bool, 
 	t.Logf("%s\n%s", script, out)
 	return string(out)
 }
-
-// runbookWatch is a runbook's watch, which runs until the person stops it.
-var runbookWatch = regexp.MustCompile(`(?m)^(kubectl [^#\n]* -w)( *#.*)?$`)
 
 // runbook runs the runbooks' block that holds every one of lines, with the placeholders
 // filled in from values.

@@ -12,6 +12,10 @@ import (
 // fill in: $KUBECONFIG stays the shell's.
 var RunbookPlaceholder = regexp.MustCompile(`\b(NAMESPACE|NAME|NODE|AGENT|OLDNODE|OLDNAME|PERSON)\b`)
 
+// RunbookWatch is a runbook's watch (kubectl get -w), which runs until the person stops
+// it: tests replace it with `timeout 3 $1 || test $$? -eq 124$2`.
+var RunbookWatch = regexp.MustCompile(`(?m)^(kubectl [^#\n]* -w)( *#.*)?$`)
+
 var (
 	shBlock    = regexp.MustCompile("(?ms)^( *)```sh\n(.*?)^ *```")
 	inlineCode = regexp.MustCompile("`([^`\n]+)`")

@@ -78,7 +78,7 @@ func TestRunbookCommands(t *testing.T) {
 	var all strings.Builder
 	for i, block := range blocks {
 		script := RunbookPlaceholder.ReplaceAllStringFunc(withoutExec(block), func(p string) string { return values[p] })
-		script = watches.ReplaceAllString(script, "timeout 3 $1 || test $$? -eq 124$2")
+		script = RunbookWatch.ReplaceAllString(script, "timeout 3 $1 || test $$? -eq 124$2")
 		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
 		cmd.Env = env
 		// A command bash started that outlives it (a watch) must not hold its output open.
@@ -109,10 +109,6 @@ func TestRunbookCommands(t *testing.T) {
 // execCommands are the runbooks' commands that exec in the leader's pod: the simulated
 // kubelets run no containers. pkg/kubectlfence's tests cover the pod and the command.
 var execCommands = regexp.MustCompile(`(?m)^kubectl fence (explain|check)\b.*$`)
-
-// watches are the runbooks' watches (kubectl get -w), which run until the person stops
-// them: the test watches for 3 seconds.
-var watches = regexp.MustCompile(`(?m)^(kubectl [^#\n]* -w)( *#.*)?$`)
 
 // withoutExec is block without the commands that exec in the leader's pod.
 func withoutExec(block string) string { return execCommands.ReplaceAllString(block, "") }
