@@ -27,6 +27,9 @@ type SelfFunc func(ctx context.Context) (string, error)
 type Agent struct {
 	// Base gives the agent its Describe.
 	agentkit.Base
+	// Validator gives it Validate: the non-secret params, checked without calling any
+	// cloud API.
+	agentkit.Validator[params]
 	defaultCredentials CredentialsFunc
 	self               SelfFunc
 }
@@ -51,23 +54,14 @@ func WithSelf(f SelfFunc) Option { return func(a *Agent) { a.self = f } }
 func New(opts ...Option) *Agent {
 	a := &Agent{
 		Base:               agentkit.NewBase(Name, agentkit.PowerActions, paramSpecs),
+		Validator:          parseParams,
 		defaultCredentials: defaultChain,
 		self:               selfFromIMDS,
 	}
-	for _, o := range opts {
-		o(a)
-	}
-	return a
+	return agentkit.Apply(a, opts)
 }
 
 var _ plugin.Agent = (*Agent)(nil)
-
-// Validate checks non-secret parameters without calling any cloud API. The error
-// names every bad parameter.
-func (a *Agent) Validate(_ context.Context, params map[string]string) error {
-	_, err := parseParams(params)
-	return err
-}
 
 // Fence stops, starts, or stops-then-starts the target instance, and succeeds only
 // when it has read the resulting state back from the cloud. Already being in the

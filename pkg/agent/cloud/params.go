@@ -133,10 +133,7 @@ func parseParams(in map[string]string) (params, error) {
 	p.verifyTimeout = r.PositiveDuration(ParamVerifyTimeout)
 	p.pollInterval = r.PositiveDuration(ParamPollInterval)
 	r.NotLonger(ParamPollInterval, p.pollInterval, ParamVerifyTimeout, p.verifyTimeout)
-	if err := r.Err(); err != nil {
-		return params{}, err
-	}
-	return p, nil
+	return agentkit.Parsed(r, p)
 }
 
 // checkSecretNames rejects secret keys this agent does not know, so that a misspelt key

@@ -31,10 +31,7 @@ func WithVersion(v string) Option { return func(a *Agent) { a.SetVersion(v) } }
 // New returns an exec agent.
 func New(opts ...Option) *Agent {
 	a := &Agent{Base: agentkit.NewBase(Name, agentkit.PowerActions, paramSpecs)}
-	for _, o := range opts {
-		o(a)
-	}
-	return a
+	return agentkit.Apply(a, opts)
 }
 
 var _ plugin.Agent = (*Agent)(nil)

@@ -84,10 +84,7 @@ func parseParams(in map[string]string) (params, error) {
 		p.forward[key] = value
 		return ""
 	})
-	if err := r.Err(); err != nil {
-		return params{}, err
-	}
-	return p, nil
+	return agentkit.Parsed(r, p)
 }
 
 // parseRequest parses the params and checks the secrets and the target.

@@ -48,10 +48,7 @@ func New(opts ...Option) *Agent {
 		clients:      map[string]ClientFunc{ProviderIPMI: NewIpmitoolClient, ProviderRedfish: NewRedfishClient},
 		usesIpmitool: true,
 	}
-	for _, o := range opts {
-		o(a)
-	}
-	return a
+	return agentkit.Apply(a, opts)
 }
 
 var _ plugin.Agent = (*Agent)(nil)

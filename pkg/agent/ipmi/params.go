@@ -104,10 +104,7 @@ func parseParams(in map[string]string) (params, error) {
 	p.pollInterval = r.PositiveDuration(ParamPollInterval)
 	parseRedfishParams(&p, r)
 	r.NotLonger(ParamPollInterval, p.pollInterval, ParamVerifyTimeout, p.verifyTimeout)
-	if err := r.Err(); err != nil {
-		return params{}, err
-	}
-	return p, nil
+	return agentkit.Parsed(r, p)
 }
 
 // parseRequest parses everything the driver needs from req, or fails permanently:

@@ -20,6 +20,9 @@ const Name = "iscsi"
 type Agent struct {
 	// Base gives the agent its Describe.
 	agentkit.Base
+	// Validator gives it Validate: the params, checked without contacting the storage
+	// server.
+	agentkit.Validator[params]
 	tgtadm string
 }
 
@@ -35,21 +38,14 @@ func WithTgtadm(path string) Option { return func(a *Agent) { a.tgtadm = path } 
 // New returns an iSCSI agent. Reboot means nothing for storage: its actions are off
 // and on.
 func New(opts ...Option) *Agent {
-	a := &Agent{Base: agentkit.NewBase(Name, []plugin.Action{plugin.ActionOff, plugin.ActionOn}, paramSpecs)}
-	for _, o := range opts {
-		o(a)
+	a := &Agent{
+		Base:      agentkit.NewBase(Name, []plugin.Action{plugin.ActionOff, plugin.ActionOn}, paramSpecs),
+		Validator: parseParams,
 	}
-	return a
+	return agentkit.Apply(a, opts)
 }
 
 var _ plugin.Agent = (*Agent)(nil)
-
-// Validate checks parameters without contacting the storage server; the error names
-// every bad parameter.
-func (a *Agent) Validate(_ context.Context, params map[string]string) error {
-	_, err := parseParams(params)
-	return err
-}
 
 // Fence cuts the initiator off (off) or restores its access (on, the same as Unfence)
 // and succeeds only after reading the result back from the storage server.

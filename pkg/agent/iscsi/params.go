@@ -115,10 +115,7 @@ func parseParams(in map[string]string) (params, error) {
 			r.Errorf(ParamRestore, "%v", err)
 		}
 	}
-	if err := r.Err(); err != nil {
-		return params{}, err
-	}
-	return p, nil
+	return agentkit.Parsed(r, p)
 }
 
 // parseRequest parses params and the target, the initiator's IQN. A bad request does

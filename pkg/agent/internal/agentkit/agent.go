@@ -64,6 +64,27 @@ func unsupported(action plugin.Action, actions []plugin.Action) error {
 	return plugin.Errorf(plugin.KindUnsupported, "action %q is not supported; want %s", action, want)
 }
 
+// Validator is the Validate of an agent whose params are all it checks before a call:
+// it runs the agent's parser of the params and contacts nothing. An agent that also
+// checks its host (a tool on PATH, a script) writes its own Validate instead.
+type Validator[P any] func(params map[string]string) (P, error)
+
+// Validate returns the parser's error, which names every bad parameter, and drops what
+// it parsed.
+func (v Validator[P]) Validate(_ context.Context, params map[string]string) error {
+	_, err := v(params)
+	return err
+}
+
+// Apply calls each of an agent's options on it, in order, and returns it: the last step
+// of every agent's New.
+func Apply[A any, O ~func(*A)](a *A, opts []O) *A {
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
 // Unknown is the result of a call that observed nothing: one refused before it
 // reached the device.
 func Unknown() plugin.Result { return plugin.Result{State: plugin.StateUnknown} }

@@ -2,6 +2,7 @@ package agentkit
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,6 +61,58 @@ func TestBaseSupports(t *testing.T) {
 				t.Errorf("supports = %v, want nil", err)
 			case tc.wantMsg != "" && (plugin.KindOf(err) != plugin.KindUnsupported || Message(err) != tc.wantMsg):
 				t.Errorf("supports = %v, want Unsupported: %s", err, tc.wantMsg)
+			}
+		})
+	}
+}
+
+func TestValidator(t *testing.T) {
+	parse := Validator[int](func(in map[string]string) (int, error) {
+		r := NewReader(testSpecs, in)
+		r.CheckNames(nil)
+		return Parsed(r, r.Int("port", 1, 65535, "a port number"))
+	})
+	tests := map[string]struct {
+		params  map[string]string
+		wantErr string // "" for none
+	}{
+		"defaults":  {params: nil},
+		"good port": {params: map[string]string{"port": "6230"}},
+		"bad port":  {params: map[string]string{"port": "0"}, wantErr: `invalid parameters: port: "0" is not a port number`},
+		"unknown":   {params: map[string]string{"zz": "1"}, wantErr: `invalid parameters: zz: unknown parameter`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := parse.Validate(context.Background(), tc.params)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("validate = %v, want nil", err)
+			case tc.wantErr != "" && (plugin.KindOf(err) != plugin.KindPermanent || Message(err) != tc.wantErr):
+				t.Errorf("validate = %v, want Permanent: %s", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestApply(t *testing.T) {
+	type agent struct{ steps []string }
+	type option func(*agent)
+	step := func(s string) option { return func(a *agent) { a.steps = append(a.steps, s) } }
+	tests := map[string]struct {
+		opts []option
+		want []string
+	}{
+		"none":     {opts: nil, want: nil},
+		"in order": {opts: []option{step("a"), step("b"), step("a")}, want: []string{"a", "b", "a"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			a := &agent{}
+			if got := Apply(a, tc.opts); got != a {
+				t.Fatal("apply returned another agent")
+			}
+			if !slices.Equal(a.steps, tc.want) {
+				t.Errorf("steps = %q, want %q", a.steps, tc.want)
 			}
 		})
 	}

@@ -100,3 +100,34 @@ func TestParamReaderExtraNames(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+func TestParsed(t *testing.T) {
+	type parsed struct{ port int }
+	tests := map[string]struct {
+		in      map[string]string
+		want    parsed
+		wantErr string // "" for none
+	}{
+		"good":    {in: map[string]string{"port": "6230"}, want: parsed{port: 6230}},
+		"default": {in: nil, want: parsed{port: 623}},
+		// What was read before the problem is dropped: a caller gets nothing half parsed.
+		"bad": {in: map[string]string{"port": "x", "lock": "maybe"}, wantErr: `invalid parameters: port: "x" is not a port number` + "\n" + `lock: "maybe" is not true or false`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := NewReader(testSpecs, tc.in)
+			p := parsed{port: r.Int("port", 1, 65535, "a port number")}
+			r.Bool("lock")
+			got, err := Parsed(r, p)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("parsed = %v, want nil", err)
+			case tc.wantErr != "" && (plugin.KindOf(err) != plugin.KindPermanent || Message(err) != tc.wantErr):
+				t.Fatalf("parsed = %v, want Permanent: %s", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("parsed %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -120,3 +120,13 @@ func (r *Reader) Err() error {
 	}
 	return plugin.InvalidParams(r.problems)
 }
+
+// Parsed returns p when r recorded no problem, or the zero P and Err: the last step of
+// every agent's parser of its params.
+func Parsed[P any](r *Reader, p P) (P, error) {
+	if err := r.Err(); err != nil {
+		var zero P
+		return zero, err
+	}
+	return p, nil
+}
