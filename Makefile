@@ -85,9 +85,9 @@ bench: deps build
 	hack/timed.sh $(GO) test -run '^$$' -bench Cluster -benchmem ./pkg/controller/
 	hack/timed.sh $(GO) test -run '^$$' -bench StatusWarm -benchtime 2000x ./pkg/plugin/
 	hack/timed.sh $(GO) test -run '^$$' -bench ColdStart -benchtime 20x ./pkg/plugin/
-	hack/timed.sh $(GO) test -run '^$$' -bench FenceLatency -benchtime 50x ./pkg/agent/ipmi/
-	hack/timed.sh $(GO) test -run '^$$' -bench FenceConcurrent -benchtime 3x ./pkg/agent/ipmi/
-	hack/timed.sh $(GO) test -run '^$$' -bench FenceMoto -benchtime 100x ./pkg/agent/cloud/
+	hack/timed.sh $(GO) test -run '^$$' -bench FenceLatency -benchtime 50x ./pkg/fenceagent/ipmi/
+	hack/timed.sh $(GO) test -run '^$$' -bench FenceConcurrent -benchtime 3x ./pkg/fenceagent/ipmi/
+	hack/timed.sh $(GO) test -run '^$$' -bench FenceMoto -benchtime 100x ./pkg/fenceagent/cloud/
 	hack/timed.sh $(GO) test -run '^$$' -bench Takeover -benchtime 10x ./test/sim/
 	hack/timed.sh $(GO) test -run '^$$' -bench 'IncidentCost/incidents=(1|100)$$' -benchtime 10x ./test/sim/
 	hack/timed.sh $(GO) test -run '^$$' -bench 'IncidentCost/incidents=1000$$' -benchtime 1x -timeout 60m ./test/sim/

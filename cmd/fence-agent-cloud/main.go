@@ -5,8 +5,8 @@
 package main
 
 import (
-	"github.com/kubefence/kubefence/pkg/agent/cloud"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
+	"github.com/kubefence/kubefence/pkg/fenceagent/cloud"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 

@@ -4,8 +4,8 @@
 package main
 
 import (
-	"github.com/kubefence/kubefence/pkg/agent/exec"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
+	"github.com/kubefence/kubefence/pkg/fenceagent/exec"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 

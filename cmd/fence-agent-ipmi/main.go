@@ -4,8 +4,8 @@
 package main
 
 import (
-	"github.com/kubefence/kubefence/pkg/agent/ipmi"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
+	"github.com/kubefence/kubefence/pkg/fenceagent/ipmi"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 

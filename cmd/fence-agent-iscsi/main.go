@@ -5,8 +5,8 @@
 package main
 
 import (
-	"github.com/kubefence/kubefence/pkg/agent/iscsi"
 	"github.com/kubefence/kubefence/pkg/buildinfo"
+	"github.com/kubefence/kubefence/pkg/fenceagent/iscsi"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 

@@ -11,7 +11,7 @@ import (
 // annotation) renders a secretRef that says how, and the controller may get any Secret
 // of the release namespace, the names being unknown in advance, and nothing more: no
 // list or watch there, no Secret of another namespace. The controller itself reads only
-// the labelled ones (pkg/agentcall).
+// the labelled ones (pkg/fencecall).
 func TestPerNodeSecrets(t *testing.T) {
 	for name, tc := range map[string]struct {
 		secret             string

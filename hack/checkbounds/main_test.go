@@ -17,12 +17,12 @@ func TestStructBoundCoversPkgAndCmd(t *testing.T) {
 	}
 	src := "package p\n\ntype big struct {\n" + fields.String() + "}\n\ntype small struct{ A, B int }\n"
 	for name, want := range map[string]bool{
-		"pkg/controller/c.go":       true,
-		"pkg/nodeagent/agent.go":    true,
-		"pkg/agent/ipmi/x/deep.go":  true,
-		"cmd/fence-node-agent/m.go": true,
-		"test/sim/harness.go":       false,
-		"hack/checkbounds/main.go":  false,
+		"pkg/controller/c.go":           true,
+		"pkg/nodeagent/agent.go":        true,
+		"pkg/fenceagent/ipmi/x/deep.go": true,
+		"cmd/fence-node-agent/m.go":     true,
+		"test/sim/harness.go":           false,
+		"hack/checkbounds/main.go":      false,
 	} {
 		fset := token.NewFileSet()
 		file, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)

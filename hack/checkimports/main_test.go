@@ -12,10 +12,10 @@ func TestViolations(t *testing.T) {
 		{Path: mod + "/pkg/apis/bad", Deps: []string{mod + "/pkg/policy"}},
 		{Path: mod + "/pkg/policy", Deps: []string{"k8s.io/apimachinery/pkg/util/sets", mod + "/pkg/apis/v1"}},
 		{Path: mod + "/pkg/policyx", Deps: []string{"k8s.io/client-go/kubernetes"}},
-		{Path: mod + "/pkg/agent/ipmi", Deps: []string{mod + "/pkg/plugin", "k8s.io/klog/v2"}},
-		{Path: mod + "/pkg/fencer", Deps: []string{mod + "/pkg/remediate"}},
+		{Path: mod + "/pkg/fenceagent/ipmi", Deps: []string{mod + "/pkg/plugin", "k8s.io/klog/v2"}},
+		{Path: mod + "/pkg/fencer", Deps: []string{mod + "/pkg/podrelease"}},
 		{Path: mod + "/pkg/util", Deps: []string{mod + "/test/sim", mod + "/hack/images", mod + "/cmdline"}},
-		{Path: mod + "/pkg/remediate", Deps: []string{mod + "/pkg/internal/fixture"}},
+		{Path: mod + "/pkg/podrelease", Deps: []string{mod + "/pkg/internal/fixture"}},
 		{Path: mod + "/pkg/internal/fixture", Deps: []string{mod + "/pkg/apis/fencing/v1alpha1", "k8s.io/client-go/kubernetes/fake"}},
 		{Path: mod + "/cmd/x", Deps: []string{mod + "/test/sim"}},
 	}
@@ -25,11 +25,11 @@ func TestViolations(t *testing.T) {
 	}
 	want := []string{
 		"pkg/apis/bad imports example.com/m/pkg/policy: API types stand alone",
-		"pkg/agent/ipmi imports k8s.io/klog/v2: agents know no Kubernetes",
-		"pkg/fencer imports example.com/m/pkg/remediate: the state machine does not reach into its wiring",
+		"pkg/fenceagent/ipmi imports k8s.io/klog/v2: agents know no Kubernetes",
+		"pkg/fencer imports example.com/m/pkg/podrelease: the state machine does not reach into its wiring",
 		"pkg/util imports example.com/m/test/sim: libraries never import binaries, tests or tools",
 		"pkg/util imports example.com/m/hack/images: libraries never import binaries, tests or tools",
-		"pkg/remediate imports example.com/m/pkg/internal/fixture: the shared fixture is for tests; production code never imports it",
+		"pkg/podrelease imports example.com/m/pkg/internal/fixture: the shared fixture is for tests; production code never imports it",
 	}
 	slices.Sort(got)
 	slices.Sort(want)

@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -35,7 +35,7 @@ type agentProblems struct {
 // does not know, a value out of range, a secret passed as a parameter, or credentials it
 // requires and no secretRef supplies are refused when the configuration is loaded, not
 // at the first fence.
-func checkConfiguredAgents(ctx context.Context, cfg *v1alpha1.Config, agents agentcall.Source) agentProblems {
+func checkConfiguredAgents(ctx context.Context, cfg *v1alpha1.Config, agents fencecall.Source) agentProblems {
 	// All at once: a start that waited for each unreachable agent's timeout in turn
 	// would hold back leader election by minutes when a datacenter is dark.
 	invalid := make([]field.ErrorList, len(cfg.Agents))
@@ -57,7 +57,7 @@ func checkConfiguredAgents(ctx context.Context, cfg *v1alpha1.Config, agents age
 
 // checkAgent checks one agent at path p: the problems it refuses for good, or the
 // error of an agent that did not answer.
-func checkAgent(ctx context.Context, p *field.Path, a v1alpha1.Agent, agents agentcall.Source) (field.ErrorList, error) {
+func checkAgent(ctx context.Context, p *field.Path, a v1alpha1.Agent, agents fencecall.Source) (field.ErrorList, error) {
 	ctx, cancel := context.WithTimeout(ctx, agentCheckTimeout)
 	defer cancel()
 	agent, err := agents.Agent(a.Name)

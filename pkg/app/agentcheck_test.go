@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubefence/kubefence/pkg/agent/cloud"
-	"github.com/kubefence/kubefence/pkg/agent/ipmi"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fenceagent/cloud"
+	"github.com/kubefence/kubefence/pkg/fenceagent/ipmi"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 

@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/configfile"
 	"github.com/kubefence/kubefence/pkg/controller"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/kubemetrics"
 	"github.com/kubefence/kubefence/pkg/leader"
@@ -262,7 +262,7 @@ func clients(o AppOptions) (apiClients, error) {
 // checkAgents has every agent validate its parameters: an agent that refuses them cannot
 // fence, and is refused now, not at the first incident. A remote agent that is down may
 // come up later.
-func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents agentcall.Source) error {
+func checkAgents(ctx context.Context, cfg *v1alpha1.Config, agents fencecall.Source) error {
 	problems := checkConfiguredAgents(ctx, cfg, agents)
 	for _, u := range problems.Unreachable {
 		klog.FromContext(ctx).Info("Agent did not answer at start; its parameters are checked at its first call", "error", u)
@@ -341,11 +341,11 @@ func RunCheck(ctx context.Context, o AppOptions, w io.Writer) (bool, error) {
 	for i := range list.Items {
 		nodes[i] = &list.Items[i]
 	}
-	checks, err := agentcall.CheckTargets(ctx, cfg, newAgentSource(cfg, host, dyn), client, nodes)
+	checks, err := fencecall.CheckTargets(ctx, cfg, newAgentSource(cfg, host, dyn), client, nodes)
 	if err != nil {
 		return false, err
 	}
-	if err := agentcall.PrintTargetChecks(w, checks); err != nil {
+	if err := fencecall.PrintTargetChecks(w, checks); err != nil {
 		return false, fmt.Errorf("print target checks: %w", err)
 	}
 	for _, tc := range checks {

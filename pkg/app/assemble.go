@@ -12,21 +12,21 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
-	"github.com/kubefence/kubefence/pkg/agentwatch"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/controller"
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/devicemonitor"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/maintenance"
+	"github.com/kubefence/kubefence/pkg/nodeagentwatch"
 	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/orphans"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
 
@@ -38,8 +38,8 @@ type Controllers struct {
 	Loop   *controller.Controller
 	// Guard is this replica's standing as leader, which every controller shares.
 	Guard     *leader.Guard
-	Agents    *agentwatch.Watch
-	Health    *agentcall.Health
+	Agents    *nodeagentwatch.Watch
+	Health    *fencecall.Health
 	Requests  *requests.Requests
 	Monitor   *devicemonitor.Monitor
 	Orphans   *orphans.Repair
@@ -55,7 +55,7 @@ type Assembly struct {
 	Kube     kubernetes.Interface
 	Fencing  versioned.Interface
 	Dynamic  dynamic.Interface
-	Agents   agentcall.Source
+	Agents   fencecall.Source
 	Recorder record.EventRecorder
 	Registry *prometheus.Registry
 	Identity string
@@ -91,11 +91,11 @@ func Assemble(a Assembly) (*Controllers, error) {
 	now := time.Now // the process's one clock, handed to every controller
 	guard := leader.NewGuard(a.Lease, now, a.OnDeposed)
 	queue := controller.NewQueue() // the loop's, which the peers that ask it to look at a node add to
-	remedy := remediate.OnCaches(a.Kube, set.Kube, now, 0)
+	releaser := podrelease.OnCaches(a.Kube, set.Kube, now, 0)
 	admission := &nodeview.Admission{} // the loop's decisions, whose fences tell the record a storm
 	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: a.Identity, Events: a.Recorder, Now: now, Fencing: admission}
 	nodes := set.Kube.Core().V1().Nodes().Lister()
-	caller, err := agentcall.New(a.Agents, cfg, a.Kube, agentcall.NewMetrics(a.Registry, agentNames(cfg)), now,
+	caller, err := fencecall.New(a.Agents, cfg, a.Kube, fencecall.NewMetrics(a.Registry, agentNames(cfg)), now,
 		func() ([]*corev1.Node, error) { return nodes.List(labels.Everything()) })
 	if err != nil {
 		return nil, err
@@ -104,7 +104,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Controllers{Config: cfg, Caches: set, Guard: guard, Health: &agentcall.Health{}, Planned: planned}
+	out := &Controllers{Config: cfg, Caches: set, Guard: guard, Health: &fencecall.Health{}, Planned: planned}
 	if cfg.ExternalRemediation.Enabled {
 		out.Requests, err = requests.New(requests.Options{Informer: set.Fencing.Fencing().V1alpha1().KubefenceRemediations(),
 			Fencing: a.Fencing, Machines: a.Dynamic, Nodes: nodes, Policies: cfg.Policies, Incidents: store,
@@ -113,7 +113,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 			return nil, err
 		}
 	}
-	out.Agents, err = agentwatch.New(agentwatch.Options{Config: cfg, Caches: set, Detector: det, Incidents: store,
+	out.Agents, err = nodeagentwatch.New(nodeagentwatch.Options{Config: cfg, Caches: set, Detector: det, Incidents: store,
 		Queue: queue, Now: now, Identity: a.Identity, Registry: a.Registry})
 	if err != nil {
 		return nil, err
@@ -124,7 +124,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	}
 	loop, err := controller.New(controller.Options{Config: cfg, Client: a.Kube, Fencing: a.Fencing, Caches: set, Store: store,
 		Detector: det, Caller: caller, Peers: controller.Peers{Health: out.Health, Requests: out.Requests, Agents: out.Agents, Maintenance: planned, Pauses: pauses},
-		Registry: a.Registry, Identity: a.Identity, Shared: controller.Shared{Now: now, Guard: guard, Record: rec, Queue: queue, Remedy: remedy, Admission: admission},
+		Registry: a.Registry, Identity: a.Identity, Shared: controller.Shared{Now: now, Guard: guard, Record: rec, Queue: queue, Releaser: releaser, Admission: admission},
 		Leader: a.Leader, Tuning: a.Tuning})
 	if err != nil {
 		return nil, fmt.Errorf("new controller: %w", err)
@@ -133,7 +133,7 @@ func Assemble(a Assembly) (*Controllers, error) {
 	out.Monitor = devicemonitor.New(devicemonitor.Monitor{Checker: caller, Policies: cfg.Policies, Nodes: nodes, Client: a.Kube,
 		LastLife: det.LastLife, Confirm: guard.Confirmed, Recorder: a.Recorder, Interval: a.TargetInterval, Planned: planned},
 		a.Registry, cfg.Detection.ExpectedRenewInterval.Duration)
-	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Remedy: remedy, Record: rec,
+	out.Orphans = orphans.New(orphans.Repair{Nodes: nodes, Incidents: store, Releaser: releaser, Record: rec,
 		Check: guard.Check, Confirmed: guard.Confirmed}, a.Registry)
 	out.Retention = &incidents.Retention{Store: store, History: cfg.History, Confirm: guard.Check, Now: now}
 	return out, nil

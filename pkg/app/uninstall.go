@@ -20,7 +20,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/netfence"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 // whoami is the user name a person's word must carry (the chart's admission policies
@@ -94,7 +94,7 @@ func ownedTaints(node *corev1.Node, nf *v1alpha1.NodeFence) []string {
 	if node == nil {
 		return nil
 	}
-	marked := remediate.Owned(node, nf.Name)
+	marked := podrelease.Owned(node, nf.Name)
 	var keys []string
 	for _, t := range node.Spec.Taints {
 		if (slices.Contains(marked, t.Key) || slices.Contains(nf.Status.Remediation.TaintsAdded, t.Key)) && !slices.Contains(keys, t.Key) {
@@ -109,9 +109,9 @@ func ownedTaints(node *corev1.Node, nf *v1alpha1.NodeFence) []string {
 // recorded it or the node's owner mark names it (invariant 6: one a person added is
 // theirs), and whose incidents they are.
 func kubefenceTaints(node *corev1.Node, incs []v1alpha1.NodeFence) (keys, owners []string) {
-	_, marked, _ := strings.Cut(node.Annotations[remediate.OwnerAnnotation], "=")
+	_, marked, _ := strings.Cut(node.Annotations[podrelease.OwnerAnnotation], "=")
 	for _, t := range node.Spec.Taints {
-		ours := t.Key == remediate.FencedTaint.Key || slices.Contains(strings.Split(marked, ","), t.Key)
+		ours := t.Key == podrelease.FencedTaint.Key || slices.Contains(strings.Split(marked, ","), t.Key)
 		for i := range incs {
 			if incs[i].Spec.NodeName == node.Name && slices.Contains(ownedTaints(node, &incs[i]), t.Key) {
 				ours = true
@@ -145,8 +145,8 @@ func nodeLeftover(node *corev1.Node, incs []v1alpha1.NodeFence) (Leftover, bool)
 	for _, k := range keys {
 		l.Remove = append(l.Remove, fmt.Sprintf("kubectl taint node %s %s-", node.Name, k))
 	}
-	if _, ok := node.Annotations[remediate.OwnerAnnotation]; ok {
-		l.Remove = append(l.Remove, fmt.Sprintf("kubectl annotate node %s %s-", node.Name, remediate.OwnerAnnotation))
+	if _, ok := node.Annotations[podrelease.OwnerAnnotation]; ok {
+		l.Remove = append(l.Remove, fmt.Sprintf("kubectl annotate node %s %s-", node.Name, podrelease.OwnerAnnotation))
 	}
 	return l, true
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
 	"github.com/kubefence/kubefence/pkg/netfence"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 func node(name string, annotations map[string]string, taints ...corev1.Taint) *corev1.Node {
@@ -89,8 +89,8 @@ func checkListing(listErr func() error, objs ...runtime.Object) UninstallCheck {
 }
 
 func TestUninstallCheck(t *testing.T) {
-	fenced := remediate.FencedTaint
-	oos := remediate.OutOfServiceTaint
+	fenced := podrelease.FencedTaint
+	oos := podrelease.OutOfServiceTaint
 	for name, tc := range map[string]struct {
 		objs            []runtime.Object
 		noNetworkFences bool
@@ -114,7 +114,7 @@ func TestUninstallCheck(t *testing.T) {
 		},
 		"a remediated incident and its taints": {
 			objs: []runtime.Object{
-				node("node-1", map[string]string{remediate.OwnerAnnotation: "node-1-a=" + oos.Key}, fenced, oos),
+				node("node-1", map[string]string{podrelease.OwnerAnnotation: "node-1-a=" + oos.Key}, fenced, oos),
 				incident("node-1-a", "node-1", v1alpha1.PhaseRemediated, verifiedOff, func(st *v1alpha1.NodeFenceStatus) {
 					st.Remediation.TaintsAdded = []string{fenced.Key}
 				}),
@@ -142,7 +142,7 @@ func TestUninstallCheck(t *testing.T) {
 			wantOK: true, wantNot: []string{"out-of-service-"},
 		},
 		"a failed incident whose taint stayed": {
-			objs: []runtime.Object{node("node-3", map[string]string{remediate.OwnerAnnotation: "node-3-a=" + fenced.Key}, fenced),
+			objs: []runtime.Object{node("node-3", map[string]string{podrelease.OwnerAnnotation: "node-3-a=" + fenced.Key}, fenced),
 				incident("node-3-a", "node-3", v1alpha1.PhaseFailed)},
 			want: []string{"NodeFence node-3-a (node node-3, phase Failed)", "ended Failed, but node node-3 still carries its taints fencing.kubefence.io/fenced",
 				"kubectl taint node node-3 fencing.kubefence.io/fenced-"},

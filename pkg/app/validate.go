@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -41,7 +41,7 @@ func ValidateConfig(ctx context.Context, path string, o ValidateOptions) ([]stri
 		return warnings, fmt.Errorf("config: agents: %w", err)
 	}
 	defer host.Close()
-	var agents agentcall.Source = newAgentSource(cfg, host, nil)
+	var agents fencecall.Source = newAgentSource(cfg, host, nil)
 	if !o.RequireFiles {
 		agents = elsewhere{Source: agents, absent: absentTLSFiles(cfg)}
 	}
@@ -60,7 +60,7 @@ func ValidateConfig(ctx context.Context, path string, o ValidateOptions) ([]stri
 // controller's pod. Those agents count as not answering (a warning). Files that are here
 // are read and the agent dialled, so a bad certificate is still an error.
 type elsewhere struct {
-	agentcall.Source
+	fencecall.Source
 	absent map[string]error
 }
 

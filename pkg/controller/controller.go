@@ -11,18 +11,18 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/coalesce"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/kubefence/kubefence/pkg/releasegate"
-	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
@@ -41,8 +41,8 @@ type Controller struct {
 	caches   nodeCaches
 	store    *incidents.Store
 	detector *detector.Detector
-	caller   *agentcall.Caller
-	remedy   *remediate.Remediator
+	caller   *fencecall.Caller
+	releaser *podrelease.Releaser
 	queue    workqueue.TypedRateLimitingInterface[string]
 	metrics  *loopmetrics.Metrics
 	now      func() time.Time
@@ -64,11 +64,11 @@ type nodeCaches struct {
 
 // peers are what the loop asks of the other controllers and of the replicas.
 type peers struct {
-	health   *agentcall.Health
+	health   *fencecall.Health
 	requests *requests.Requests
 	pauses   *oncall.Pauses
 	replicas *leader.Replicas
-	agents   AgentWatch
+	agents   NodeAgentWatch
 	// maintenance says which nodes were taken out on purpose.
 	maintenance *maintenance.Reader
 }

@@ -313,7 +313,7 @@ func (st *randomCluster) loop(t *testing.T) *Controller {
 		inf.h.OnAdd(st.pause, false)
 	}
 	c.peers.pauses = pauses
-	c.peers.agents = agentsOf{AgentWatch: c.peers.agents, det: c.detector, seen: st.agents}
+	c.peers.agents = agentsOf{NodeAgentWatch: c.peers.agents, det: c.detector, seen: st.agents}
 	c.peers.maintenance = st.reader
 	return c
 }
@@ -508,9 +508,9 @@ type agentsSeen struct {
 	answered map[string]bool
 }
 
-// agentsOf passes agentsSeen on to a detector, as agentwatch.Watch passes its seat's.
+// agentsOf passes agentsSeen on to a detector, as nodeagentwatch.Watch passes its seat's.
 type agentsOf struct {
-	AgentWatch
+	NodeAgentWatch
 	det  *detector.Detector
 	seen agentsSeen
 }

@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/leader"
 )
 
 // The incident loop's use of the remote agents' health (fence.go): a level whose agent is
 // known down is skipped, on the record. How the health is watched and each agent's Lease
-// kept is tested in pkg/agentcall (health_test.go).
+// kept is tested in pkg/fencecall (health_test.go).
 
 // remoteAgent is the agent of remoteConfig that runs in a datacenter, not as a plugin
 // binary next to the controller.
@@ -39,7 +39,7 @@ func (f *fixture) healthRound(leases *leader.IdentityLeases, down map[string]err
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if f.c.peers.health == nil {
-		f.c.peers.health = &agentcall.Health{}
+		f.c.peers.health = &fencecall.Health{}
 	}
 	f.c.peers.health.WatchRemoteAgents(ctx, f.c.cfg, healthFunc(func(_ context.Context, name string) error {
 		cancel()

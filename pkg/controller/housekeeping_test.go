@@ -15,7 +15,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/orphans"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 // The incident loop's part in the leader's housekeeping (pkg/orphans' repair, pkg/incidents'
@@ -108,8 +108,8 @@ func (f *fixture) checkLease(lease *leader.LeaseGuard, epoch int64) *error {
 // loop shares: its step goes on the closed incident's timeline, its Event waits for
 // the save, and the save is the loop's, at this replica's epoch and name.
 func TestOrphanRepairRecordedByTheLoop(t *testing.T) {
-	nf := endedIncident("node-1-x0", "node-1", f0, remediate.FencedTaint.Key, remediate.OutOfServiceTaint.Key)
-	f := newFixture(t, fixtureConfig(), append(taintedNodes(remediate.FencedTaint, remediate.OutOfServiceTaint), nf)...)
+	nf := endedIncident("node-1-x0", "node-1", f0, podrelease.FencedTaint.Key, podrelease.OutOfServiceTaint.Key)
+	f := newFixture(t, fixtureConfig(), append(taintedNodes(podrelease.FencedTaint, podrelease.OutOfServiceTaint), nf)...)
 	f.now = f0.Add(time.Hour)
 	f.repair().Once(context.Background())
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
@@ -133,9 +133,9 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 		nf     *v1alpha1.NodeFence
 		round  func(*fixture, context.Context)
 	}{
-		"orphan repair": {[]corev1.Taint{remediate.FencedTaint}, endedIncident("node-1-x0", "node-1", f0, remediate.FencedTaint.Key),
+		"orphan repair": {[]corev1.Taint{podrelease.FencedTaint}, endedIncident("node-1-x0", "node-1", f0, podrelease.FencedTaint.Key),
 			func(f *fixture, ctx context.Context) { f.repair().Once(ctx) }},
-		"orphan report": {[]corev1.Taint{remediate.FencedTaint}, nil, func(f *fixture, ctx context.Context) { f.repair().Once(ctx) }},
+		"orphan report": {[]corev1.Taint{podrelease.FencedTaint}, nil, func(f *fixture, ctx context.Context) { f.repair().Once(ctx) }},
 		"history prune": {nil, endedIncident("node-1-x0", "node-1", f0.Add(-365*24*time.Hour)), func(f *fixture, ctx context.Context) {
 			f.prune()
 		}},
@@ -166,7 +166,7 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 // repair is the orphan repair the leader runs beside the fixture's loop.
 func (f *fixture) repair() *orphans.Repair {
 	if f.orphans == nil {
-		f.orphans = orphans.New(orphans.Repair{Nodes: f.c.caches.nodes, Incidents: f.c.store, Remedy: f.c.remedy, Record: f.c.record,
+		f.orphans = orphans.New(orphans.Repair{Nodes: f.c.caches.nodes, Incidents: f.c.store, Releaser: f.c.releaser, Record: f.c.record,
 
 			Check:     func(ctx context.Context) error { return f.c.lead.guard.Check(ctx) },
 			Confirmed: func(ctx context.Context) error { return f.c.lead.guard.Confirmed(ctx) }}, f.c.metrics.Registry)

@@ -15,9 +15,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	fencingfake "github.com/kubefence/kubefence/pkg/generated/clientset/versioned/fake"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -47,7 +47,7 @@ func testController(t *testing.T, nf *v1alpha1.NodeFence, objs ...runtime.Object
 }
 
 // fixtureController is a controller on fake clients holding nf, with cfg and agents.
-func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents agentcall.Source, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
+func fixtureController(t *testing.T, cfg *v1alpha1.Config, agents fencecall.Source, nf *v1alpha1.NodeFence, objs ...runtime.Object) *Controller {
 	t.Helper()
 	return newLoop(t, loopParts{cfg: cfg, kube: fake.NewClientset(objs...), fencing: fencingfake.NewSimpleClientset(nf), agents: agents,
 		recorder: record.NewFakeRecorder(10)})

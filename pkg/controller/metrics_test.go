@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -22,8 +22,8 @@ func TestCountersStartAtZero(t *testing.T) {
 		fmt.Sprintf(`kubefence_holds_total{reason="%s"}`, policy.ReasonStorm):                                                         false,
 		fmt.Sprintf(`kubefence_holds_total{reason="%s"}`, v1alpha1.ReasonTargetMismatch):                                              false,
 		`kubefence_target_mismatch_total{agent="ipmi"}`:                                                                               false,
-		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindAgentDied, agentcall.MethodFence):  false,
-		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindPermanent, agentcall.MethodStatus): false,
+		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindAgentDied, fencecall.MethodFence):  false,
+		fmt.Sprintf(`kubefence_agent_errors_total{agent="ipmi",kind="%s",method="%s"}`, plugin.KindPermanent, fencecall.MethodStatus): false,
 	}
 	families, err := c.metrics.Registry.Gather()
 	if err != nil {

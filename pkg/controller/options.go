@@ -9,10 +9,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
@@ -20,7 +20,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
 	"github.com/kubefence/kubefence/pkg/oncall/life"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/kubefence/kubefence/pkg/requests"
 	"github.com/kubefence/kubefence/pkg/selffence"
 )
@@ -38,7 +38,7 @@ type Options struct {
 	// Detector judges the nodes' health; the loop feeds it the Lease and Node events.
 	Detector *detector.Detector
 	// Caller reaches the agents; indexed on Caches' nodes by New.
-	Caller *agentcall.Caller
+	Caller *fencecall.Caller
 	// Peers are the other controllers the loop asks; each may be nil (off).
 	Peers Peers
 	// Registry takes the loop's metrics; nil: a registry of its own.
@@ -56,11 +56,11 @@ type Options struct {
 // Peers are the controllers whose state the loop asks about, through their methods.
 type Peers struct {
 	// Health knows which remote agents do not answer; nil: every agent is taken as up.
-	Health *agentcall.Health
+	Health *fencecall.Health
 	// Requests carries the health checkers' KubefenceRemediations; nil when off.
 	Requests *requests.Requests
-	// Agents is the watch on the node agents (pkg/agentwatch); required.
-	Agents AgentWatch
+	// Agents is the watch on the node agents (pkg/nodeagentwatch); required.
+	Agents NodeAgentWatch
 	// Maintenance finds the Machines and NodeMaintenances that name a node; nil reads
 	// only what the Node says.
 	Maintenance *maintenance.Reader
@@ -68,10 +68,10 @@ type Peers struct {
 	Pauses *oncall.Pauses
 }
 
-// AgentWatch is what the loop asks of the watch on the node agents: their heartbeats'
+// NodeAgentWatch is what the loop asks of the watch on the node agents: their heartbeats'
 // verdict on a node's agent, a probe of its kubelet, the watchdog level's verdict, and the
 // signs of a node's life that a person's confirm-off is refused on.
-type AgentWatch interface {
+type NodeAgentWatch interface {
 	// ObserveAgent passes to the detector whether node's agent is gone.
 	ObserveAgent(node string)
 	// ProbeKubelet probes node's kubelet for the detector; false when heartbeats are off.
@@ -97,9 +97,9 @@ type Shared struct {
 	// Queue is the loop's queue of nodes to look at (NewQueue); peers add nodes to it.
 	// The loop shuts it down when it stops leading.
 	Queue workqueue.TypedRateLimitingInterface[string]
-	// Remedy releases and undoes a node's workloads (remediate.OnCaches); the orphan
+	// Releaser releases and undoes a node's workloads (podrelease.OnCaches); the orphan
 	// repair shares it.
-	Remedy *remediate.Remediator
+	Releaser *podrelease.Releaser
 	// Admission makes each fence decision and its claim on the budget one step; Record
 	// counts its fences to tell a storm (incidents.Recorder.Fencing).
 	Admission *nodeview.Admission

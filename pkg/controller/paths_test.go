@@ -18,7 +18,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/plugin"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 // More controller paths on the fixture (fixture_test.go), each with the requests it sends.
@@ -140,7 +140,7 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 		"list nodefences", "create nodefences", "update nodefences/status", "update nodefences/status")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
 	nf := f.incident("node-1")
-	if nf.Status.Phase != v1alpha1.PhaseFenced || !slices.Equal(nf.Status.Remediation.TaintsAdded, []string{remediate.FencedTaint.Key}) {
+	if nf.Status.Phase != v1alpha1.PhaseFenced || !slices.Equal(nf.Status.Remediation.TaintsAdded, []string{podrelease.FencedTaint.Key}) {
 		t.Fatalf("phase %s, taints %v: want Fenced with the fenced taint recorded; timeline %+v", nf.Status.Phase, nf.Status.Remediation.TaintsAdded, nf.Status.Timeline)
 	}
 	// The informer brings the written incident and the tainted node back.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/fencer"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 // transition is one move of an incident's phase and what reports it.
@@ -60,9 +60,9 @@ func withLogValues(ctx context.Context, keysAndValues ...any) context.Context {
 	return klog.NewContext(ctx, klog.LoggerWithValues(klog.FromContext(ctx), keysAndValues...))
 }
 
-// remediator acts for nf: its steps go to nf's timeline.
-func (c *Controller) remediator(ctx context.Context, nf *v1alpha1.NodeFence) remediate.Remediator {
-	r := *c.remedy
+// releaserFor is the Releaser acting for nf: its steps go to nf's timeline.
+func (c *Controller) releaserFor(ctx context.Context, nf *v1alpha1.NodeFence) podrelease.Releaser {
+	r := *c.releaser
 	r.OnStep = func(step, msg string) { c.record.StepAt(ctx, nf, c.now(), step, msg) }
 	r.Before = func(ctx context.Context, action string) error {
 		c.lead.pause.At(action)

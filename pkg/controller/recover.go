@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/plugin"
@@ -36,7 +36,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 			// Nothing is released on a failed Unfence, whatever was read back after it:
 			// the try is retried with backoff, and the timeline records each new state
 			// read back, not every try.
-			if msg, repeat := incidents.UnfenceFailure(&nf.Status, at.Agent, agentcall.MethodUnfence, string(res.State), res.Evidence, err); !repeat {
+			if msg, repeat := incidents.UnfenceFailure(&nf.Status, at.Agent, fencecall.MethodUnfence, string(res.State), res.Evidence, err); !repeat {
 				c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenceFailed, msg)
 				if serr := c.record.Save(ctx, nf); serr != nil {
 					err = errors.Join(err, serr)
@@ -46,7 +46,7 @@ func (c *Controller) recover(ctx context.Context, nf *v1alpha1.NodeFence, node *
 		}
 		c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepUnfenced, fmt.Sprintf("agent %s reports %s: %s", at.Agent, res.State, res.Evidence))
 	}
-	r := c.remediator(ctx, nf)
+	r := c.releaserFor(ctx, nf)
 	if _, err := r.RemoveTaints(ctx, nf.Name, node.Name, &nf.Status.Remediation); err != nil {
 		return 0, fmt.Errorf("incident %s: %w", nf.Name, err)
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/loopmetrics"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/kubefence/kubefence/pkg/policy"
-	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
@@ -33,7 +33,7 @@ func (c *Controller) releasedBefore(ctx context.Context, nf *v1alpha1.NodeFence)
 	if err != nil {
 		return nil, fmt.Errorf("incident %s: read node %s for its release: %w", nf.Name, nf.Spec.NodeName, err)
 	}
-	return remediate.Owned(n, nf.Name), nil
+	return podrelease.Owned(n, nf.Name), nil
 }
 
 // resumeRelease carries on the release an earlier leader made for nf and did not live to
@@ -56,7 +56,7 @@ func (c *Controller) resumeRelease(ctx context.Context, nf *v1alpha1.NodeFence, 
 	}
 	now := metav1.NewMicroTime(c.now())
 	why := fmt.Sprintf("verified by an earlier leader: node %s carries taints %s this incident added after a verified fence (owner mark %s); the record of the read back was lost with that leader",
-		node.Name, strings.Join(marked, ","), remediate.OwnerAnnotation)
+		node.Name, strings.Join(marked, ","), podrelease.OwnerAnnotation)
 	for _, i := range picked {
 		a := &nf.Status.Attempts[i]
 		a.State, a.Finished, a.Error, a.ErrorKind, a.Evidence = v1alpha1.AttemptVerified, &now, "", "", why
@@ -84,16 +84,16 @@ func (c *Controller) fenced(ctx context.Context, nf *v1alpha1.NodeFence, node *c
 
 // release carries out the policy's remediation for a verified incident and saves it
 // Remediated, or what it did when it fails. Nothing is saved before the first change: the
-// taints carry their owner on the node (remediate.OwnerAnnotation), and every change
+// taints carry their owner on the node (podrelease.OwnerAnnotation), and every change
 // follows a Lease check passed within the renew deadline (Before).
 func (c *Controller) release(ctx context.Context, nf *v1alpha1.NodeFence, node *corev1.Node, pol *v1alpha1.Policy) (time.Duration, error) {
 	start := c.now()
 	if nf.Status.Phase == v1alpha1.PhaseFenced {
 		c.lead.pause.At(testpoint.AfterFenced)
 	}
-	r := c.remediator(ctx, nf)
+	r := c.releaserFor(ctx, nf)
 	err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation)
-	if errors.Is(err, remediate.ErrNodeRebooted) {
+	if errors.Is(err, podrelease.ErrNodeRebooted) {
 		if err := c.enter(ctx, nf, node, transition{to: v1alpha1.PhaseRemediated, message: ptr.To(err.Error()),
 			step: v1alpha1.StepReleaseSkipped, detail: err.Error()}); err != nil {
 			return 0, err
@@ -206,7 +206,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 	msg := fmt.Sprintf("pods %v are bound to the fenced node but were not released with it; %s", late, strings.Join(reads, ", "))
 	c.record.StepAt(ctx, nf, c.now(), v1alpha1.StepLateRelease, msg)
 	c.record.Event(node, nf, corev1.EventTypeWarning, v1alpha1.ReasonLateRelease, "%s", msg)
-	r := c.remediator(ctx, nf)
+	r := c.releaserFor(ctx, nf)
 	if err := r.Release(ctx, nf, pol.Remediation, &nf.Status.Remediation); err != nil {
 		if serr := c.record.Save(ctx, nf); serr != nil {
 			klog.FromContext(ctx).Error(serr, "Recording late release")
@@ -221,7 +221,7 @@ func (c *Controller) releaseLate(ctx context.Context, nf *v1alpha1.NodeFence, no
 func lateBound(pod *corev1.Pod, node string) bool {
 	_, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]
 	return pod.Spec.NodeName == node && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed &&
-		!mirror && !policy.Tolerates(pod, &remediate.FencedTaint)
+		!mirror && !policy.Tolerates(pod, &podrelease.FencedTaint)
 }
 
 // gateKey marks a context whose sync entered the gate.

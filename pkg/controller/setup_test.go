@@ -10,17 +10,17 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
-	"github.com/kubefence/kubefence/pkg/agentwatch"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/caches"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/generated/clientset/versioned"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/leader"
+	"github.com/kubefence/kubefence/pkg/nodeagentwatch"
 	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/kubefence/kubefence/pkg/requests"
 )
 
@@ -32,7 +32,7 @@ type loopParts struct {
 	kube     kubernetes.Interface
 	fencing  versioned.Interface
 	dynamic  dynamic.Interface
-	agents   agentcall.Source
+	agents   fencecall.Source
 	recorder record.EventRecorder
 	// now is the clock pkg/app would share; time.Now when nil.
 	now func() time.Time
@@ -56,14 +56,14 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 	guard := leader.NewGuard(nil, p.now, nil)
 	queue := NewQueue()
 	// No StatefulSet controller here: no replacement to wait for.
-	remedy := remediate.OnCaches(p.kube, set.Kube, p.now, -1)
+	releaser := podrelease.OnCaches(p.kube, set.Kube, p.now, -1)
 	admission := &nodeview.Admission{}
 	rec := &incidents.Recorder{Store: store, Guard: guard, Identity: "me", Events: p.recorder, Now: p.now, Fencing: admission}
 	var names []string
 	for _, a := range p.cfg.Agents {
 		names = append(names, a.Name)
 	}
-	caller, err := agentcall.New(p.agents, p.cfg, p.kube, agentcall.NewMetrics(reg, names), p.now,
+	caller, err := fencecall.New(p.agents, p.cfg, p.kube, fencecall.NewMetrics(reg, names), p.now,
 		func() ([]*corev1.Node, error) { return set.Kube.Core().V1().Nodes().Lister().List(everything()) })
 	if err != nil {
 		t.Fatal(err)
@@ -78,14 +78,14 @@ func newLoop(t testing.TB, p loopParts) *Controller {
 		}
 	}
 	det := detector.ForConfig(p.cfg)
-	agents, err := agentwatch.New(agentwatch.Options{Config: p.cfg, Caches: set, Detector: det, Incidents: store,
+	agents, err := nodeagentwatch.New(nodeagentwatch.Options{Config: p.cfg, Caches: set, Detector: det, Incidents: store,
 		Queue: queue, Now: p.now, Identity: "me", Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := New(Options{Config: p.cfg, Client: p.kube, Fencing: p.fencing, Caches: set, Store: store, Detector: det,
-		Caller: caller, Peers: Peers{Health: &agentcall.Health{}, Requests: reqs, Agents: agents}, Registry: reg, Identity: "me",
-		Shared: Shared{Now: p.now, Guard: guard, Record: rec, Queue: queue, Remedy: remedy, Admission: admission},
+		Caller: caller, Peers: Peers{Health: &fencecall.Health{}, Requests: reqs, Agents: agents}, Registry: reg, Identity: "me",
+		Shared: Shared{Now: p.now, Guard: guard, Record: rec, Queue: queue, Releaser: releaser, Admission: admission},
 	})
 	if err != nil {
 		t.Fatal(err)

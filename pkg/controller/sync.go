@@ -16,8 +16,8 @@ import (
 	"github.com/kubefence/kubefence/pkg/healthcheck"
 	"github.com/kubefence/kubefence/pkg/loopmetrics"
 	"github.com/kubefence/kubefence/pkg/oncall"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/kubefence/kubefence/pkg/policy"
-	"github.com/kubefence/kubefence/pkg/remediate"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
@@ -60,7 +60,7 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	if pol == nil || !dryRun(c.cfg, pol) {
 		// Shadow mode touches nothing, not even the pods' NodeUnreachable condition.
-		remediate.MarkUnreachable(ctx, c.client, c.podsOn(obs.Node), detector.PodCondition(obs, now), c.lead.guard.Check)
+		podrelease.MarkUnreachable(ctx, c.client, c.podsOn(obs.Node), detector.PodCondition(obs, now), c.lead.guard.Check)
 	}
 	inc, err := c.store.Open(name)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // The incident loop's use of the watch on the node agents' heartbeats: a node's sync tells
 // the detector whether its agent is gone, has the watch probe its kubelet when the
 // detector asks, and fences on the verdict. When the watch and the detector give a
-// verdict, and when not, is tested in pkg/agentwatch (seat_test.go).
+// verdict, and when not, is tested in pkg/nodeagentwatch (seat_test.go).
 
 // pollUntil and answeringKubelet are the shared fixture's.
 var (

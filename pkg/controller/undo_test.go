@@ -20,7 +20,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/detector"
 	"github.com/kubefence/kubefence/pkg/leader"
 	"github.com/kubefence/kubefence/pkg/plugin"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 // lead makes the controller lead at epoch 1 under a Lease it holds, checked before every
@@ -243,8 +243,8 @@ func TestReleaseRecordSurvivesACrash(t *testing.T) {
 			}
 			objs := threeNodes()
 			n := fixtureNode("node-1", "boot-node-1", false)
-			n.Spec.Taints = []corev1.Taint{remediate.FencedTaint, remediate.OutOfServiceTaint}
-			n.Annotations[remediate.OwnerAnnotation] = nf.Name + "=" + remediate.FencedTaint.Key + "," + remediate.OutOfServiceTaint.Key
+			n.Spec.Taints = []corev1.Taint{podrelease.FencedTaint, podrelease.OutOfServiceTaint}
+			n.Annotations[podrelease.OwnerAnnotation] = nf.Name + "=" + podrelease.FencedTaint.Key + "," + podrelease.OutOfServiceTaint.Key
 			objs[0] = n
 			f := newFixture(t, fixtureConfig(), append(objs, nf)...)
 			unreachable := plugin.Errorf(plugin.KindTargetUnreachable, "bmc-node-1: no answer")

@@ -29,8 +29,8 @@ func New(opts Options) (*Controller, error) {
 	if t.PollInterval <= 0 {
 		t.PollInterval = 250 * time.Millisecond
 	}
-	if sh := opts.Shared; sh.Now == nil || sh.Guard == nil || sh.Record == nil || sh.Queue == nil || sh.Remedy == nil || sh.Admission == nil {
-		return nil, fmt.Errorf("options: Shared.Now, Guard, Record, Queue, Remedy and Admission are required")
+	if sh := opts.Shared; sh.Now == nil || sh.Guard == nil || sh.Record == nil || sh.Queue == nil || sh.Releaser == nil || sh.Admission == nil {
+		return nil, fmt.Errorf("options: Shared.Now, Guard, Record, Queue, Releaser and Admission are required")
 	}
 	if opts.Leader.IdentityRenewInterval <= 0 {
 		opts.Leader.IdentityRenewInterval = 5 * time.Second
@@ -47,7 +47,7 @@ func New(opts Options) (*Controller, error) {
 		},
 		lead:   leadership{guard: opts.Shared.Guard, pause: testpoint.New(t.PauseAt)},
 		record: opts.Shared.Record,
-		queue:  opts.Shared.Queue, remedy: opts.Shared.Remedy, decide: decisions{admission: opts.Shared.Admission},
+		queue:  opts.Shared.Queue, releaser: opts.Shared.Releaser, decide: decisions{admission: opts.Shared.Admission},
 	}
 	c.metrics.InitCounters()
 	c.metrics.Identity.WithLabelValues(opts.Identity).Set(1)

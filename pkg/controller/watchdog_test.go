@@ -9,9 +9,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubefence/kubefence/pkg/agentwatch"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/nodeagent"
+	"github.com/kubefence/kubefence/pkg/nodeagentwatch"
 	"github.com/kubefence/kubefence/pkg/watchdog"
 )
 
@@ -47,8 +47,8 @@ func (f *fixture) reportOf(node string, wd nodeagent.WatchdogReport, holds ...st
 }
 
 // agents is the loop's watch on the node agents.
-func (f *fixture) agents() *agentwatch.Watch {
-	return f.c.peers.agents.(*agentwatch.Watch)
+func (f *fixture) agents() *nodeagentwatch.Watch {
+	return f.c.peers.agents.(*nodeagentwatch.Watch)
 }
 
 func (f *fixture) attempt(node string) v1alpha1.Attempt {
@@ -179,7 +179,7 @@ func TestFixtureWatchdogAfterTakeover(t *testing.T) {
 	f, nf := watchdogIncident(t)
 	// The new leader's memory of the reports starts now, 5s later.
 	f.now = f.now.Add(5 * time.Second)
-	w, err := agentwatch.New(agentwatch.Options{Config: f.c.cfg, Caches: f.c.opts.Caches, Detector: f.c.detector, Incidents: f.c.store,
+	w, err := nodeagentwatch.New(nodeagentwatch.Options{Config: f.c.cfg, Caches: f.c.opts.Caches, Detector: f.c.detector, Incidents: f.c.store,
 		Queue: f.c.queue, Now: func() time.Time { return f.now }, Identity: "me"})
 	if err != nil {
 		t.Fatal(err)

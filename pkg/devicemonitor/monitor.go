@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
@@ -28,9 +28,9 @@ const DefaultInterval = 10 * time.Minute
 // rounds.
 const pendingLook = 2 * time.Second
 
-// Checker reads every node's first-level fence devices; *agentcall.Caller is one.
+// Checker reads every node's first-level fence devices; *fencecall.Caller is one.
 type Checker interface {
-	CheckAll(ctx context.Context, policies []v1alpha1.Policy, nodes []*corev1.Node) []agentcall.TargetCheck
+	CheckAll(ctx context.Context, policies []v1alpha1.Policy, nodes []*corev1.Node) []fencecall.TargetCheck
 }
 
 // Monitor is the leader's fence-device monitor.
@@ -101,14 +101,14 @@ func (m *Monitor) Run(ctx context.Context) {
 }
 
 // record exports a round's reads, the only ones of every node, and keeps its reads of off.
-func (m *Monitor) record(ctx context.Context, checks []agentcall.TargetCheck) {
+func (m *Monitor) record(ctx context.Context, checks []fencecall.TargetCheck) {
 	m.up.Reset()
 	m.apply(ctx, checks)
 }
 
 // apply exports reads of some nodes' devices, keeps their reads of off and the mapping
 // each read, and tells of a device that proved another machine's.
-func (m *Monitor) apply(ctx context.Context, checks []agentcall.TargetCheck) {
+func (m *Monitor) apply(ctx context.Context, checks []fencecall.TargetCheck) {
 	for _, tc := range m.off.note(checks) {
 		m.clear(ctx, tc)
 	}

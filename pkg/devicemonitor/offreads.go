@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/fencer"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
@@ -36,11 +36,11 @@ type offReads struct {
 
 	mu sync.Mutex
 	// pending are reads of off not yet contradicted by a renewal, by node.
-	pending map[string]agentcall.TargetCheck
+	pending map[string]fencecall.TargetCheck
 }
 
 func newOffReads(reg prometheus.Registerer, renewInterval time.Duration) *offReads {
-	o := &offReads{pending: map[string]agentcall.TargetCheck{}, margin: 2 * max(renewInterval, 10*time.Second), gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	o := &offReads{pending: map[string]fencecall.TargetCheck{}, margin: 2 * max(renewInterval, 10*time.Second), gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kubefence_target_reads_off",
 		Help: "1 for a node whose first-level fence device read off while the node renewed its Lease after the read: the target mapping names another machine, and the node's fencing is held.",
 	}, []string{"node", "agent"})}
@@ -50,10 +50,10 @@ func newOffReads(reg prometheus.Registerer, renewInterval time.Duration) *offRea
 
 // note keeps the reads of off of a monitor round, and returns the checks of nodes whose
 // device read on again for the agent their mark names: the mark goes.
-func (o *offReads) note(checks []agentcall.TargetCheck) []agentcall.TargetCheck {
+func (o *offReads) note(checks []fencecall.TargetCheck) []fencecall.TargetCheck {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var cleared []agentcall.TargetCheck
+	var cleared []fencecall.TargetCheck
 	for _, tc := range checks {
 		switch {
 		case tc.Err == nil && tc.State == plugin.StateOff:
@@ -71,12 +71,12 @@ func (o *offReads) note(checks []agentcall.TargetCheck) []agentcall.TargetCheck 
 
 // contradicted returns the read of off of node that a renewal seen at lastLife (on the
 // controller's clock, as the read's time is) contradicts, if any.
-func (o *offReads) contradicted(node string, lastLife time.Time) (agentcall.TargetCheck, bool) {
+func (o *offReads) contradicted(node string, lastLife time.Time) (fencecall.TargetCheck, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	tc, ok := o.pending[node]
 	if !ok || !lastLife.After(tc.At.Add(o.margin)) {
-		return agentcall.TargetCheck{}, false
+		return fencecall.TargetCheck{}, false
 	}
 	delete(o.pending, node)
 	return tc, true
@@ -105,7 +105,7 @@ func (m *Monitor) checkPending(ctx context.Context) {
 }
 
 // mark sets node's TargetReadsOffAnnotation for the contradicted read tc, and tells.
-func (m *Monitor) mark(ctx context.Context, name string, tc agentcall.TargetCheck) error {
+func (m *Monitor) mark(ctx context.Context, name string, tc fencecall.TargetCheck) error {
 	node, err := m.Nodes.Get(name)
 	if err != nil {
 		return err
@@ -127,7 +127,7 @@ func (m *Monitor) mark(ctx context.Context, name string, tc agentcall.TargetChec
 }
 
 // clear removes the mark of a node whose marked agent's device read on.
-func (m *Monitor) clear(ctx context.Context, tc agentcall.TargetCheck) {
+func (m *Monitor) clear(ctx context.Context, tc fencecall.TargetCheck) {
 	node, err := m.Nodes.Get(tc.Node)
 	if err != nil || !strings.HasPrefix(node.Annotations[v1alpha1.TargetReadsOffAnnotation], "agent "+tc.Agent+" ") {
 		return // no mark, or one another agent's device earned

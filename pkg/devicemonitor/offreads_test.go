@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/maintenance"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
@@ -31,10 +31,10 @@ type reads struct {
 	at    time.Time
 }
 
-func (r *reads) CheckAll(_ context.Context, _ []v1alpha1.Policy, nodes []*corev1.Node) []agentcall.TargetCheck {
-	var out []agentcall.TargetCheck
+func (r *reads) CheckAll(_ context.Context, _ []v1alpha1.Policy, nodes []*corev1.Node) []fencecall.TargetCheck {
+	var out []fencecall.TargetCheck
 	for _, n := range nodes {
-		out = append(out, agentcall.TargetCheck{Node: n.Name, Agent: "ipmi", Target: "bmc-of-" + n.Name, State: r.state[n.Name], Err: r.errs[n.Name], At: r.at})
+		out = append(out, fencecall.TargetCheck{Node: n.Name, Agent: "ipmi", Target: "bmc-of-" + n.Name, State: r.state[n.Name], Err: r.errs[n.Name], At: r.at})
 	}
 	return out
 }

@@ -9,12 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
-// Mapper names an agent's target for a node; *agentcall.Caller is one. A Checker that is
+// Mapper names an agent's target for a node; *fencecall.Caller is one. A Checker that is
 // one lets the monitor read a node's device again as soon as the node's mapping changes
 // (its target annotation, label or providerID, or the identity it reports), not at the
 // next round: a mapping edited to name a powered-off spare would otherwise read as a
@@ -33,7 +33,7 @@ type mappings struct {
 func mappingOf(target, expect string) string { return target + "\x00" + expect }
 
 // note keeps the mapping each check read.
-func (mp *mappings) note(checks []agentcall.TargetCheck) {
+func (mp *mappings) note(checks []fencecall.TargetCheck) {
 	mp.mu.Lock()
 	defer mp.mu.Unlock()
 	if mp.last == nil {
@@ -65,7 +65,7 @@ func (m *Monitor) changed(nodes []*corev1.Node) []*corev1.Node {
 		}
 		for _, agent := range pol.Levels[0].Agents {
 			target := mapper.TargetFor(agent, n)
-			if last[agent] != mappingOf(target, agentcall.ExpectedIdentity(n, target)) {
+			if last[agent] != mappingOf(target, fencecall.ExpectedIdentity(n, target)) {
 				out = append(out, n)
 				break
 			}
@@ -90,7 +90,7 @@ func (m *Monitor) remap(ctx context.Context, nodes []*corev1.Node) {
 
 // tellMismatch reports a device that proved another machine's: its agent refused to
 // read it for the node (plugin.KindTargetMismatch), and refuses any fence through it.
-func (m *Monitor) tellMismatch(ctx context.Context, tc agentcall.TargetCheck) {
+func (m *Monitor) tellMismatch(ctx context.Context, tc fencecall.TargetCheck) {
 	klog.FromContext(ctx).Error(tc.Err, "Fence device is another machine's", "node", tc.Node, "agent", tc.Agent,
 		"target", tc.Target, "deviceIdentity", tc.Identity, "nodeIdentity", tc.Expect)
 	node, err := m.Nodes.Get(tc.Node)
@@ -105,7 +105,7 @@ func (m *Monitor) tellMismatch(ctx context.Context, tc agentcall.TargetCheck) {
 // tellShared reports the systemUUIDs several nodes share (cloned VMs): a BMC's system
 // GUID cannot tell those nodes apart.
 func (m *Monitor) tellShared(ctx context.Context, nodes []*corev1.Node) {
-	shared := agentcall.SharedSystemUUIDs(nodes)
+	shared := fencecall.SharedSystemUUIDs(nodes)
 	for id, names := range shared {
 		msg := fmt.Sprintf("nodes %s report the same systemUUID %s: a fence device's identity cannot tell them apart; check each node's mapping by hand",
 			strings.Join(names, ", "), id)

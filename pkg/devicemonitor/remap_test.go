@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kubefence/kubefence/pkg/agentcall"
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
@@ -30,13 +30,13 @@ type mapped struct {
 
 func (m *mapped) TargetFor(_ string, n *corev1.Node) string { return n.Annotations["bmc"] }
 
-func (m *mapped) CheckAll(_ context.Context, _ []v1alpha1.Policy, nodes []*corev1.Node) []agentcall.TargetCheck {
-	var out []agentcall.TargetCheck
+func (m *mapped) CheckAll(_ context.Context, _ []v1alpha1.Policy, nodes []*corev1.Node) []fencecall.TargetCheck {
+	var out []fencecall.TargetCheck
 	for _, n := range nodes {
 		m.reads = append(m.reads, n.Name)
 		target := m.TargetFor("ipmi", n)
-		tc := agentcall.TargetCheck{Node: n.Name, Agent: "ipmi", Target: target, State: plugin.StateOn, At: t0,
-			Identity: m.identity[target], Expect: agentcall.ExpectedIdentity(n, target)}
+		tc := fencecall.TargetCheck{Node: n.Name, Agent: "ipmi", Target: target, State: plugin.StateOn, At: t0,
+			Identity: m.identity[target], Expect: fencecall.ExpectedIdentity(n, target)}
 		if m.off[target] {
 			tc.State = plugin.StateOff
 		}

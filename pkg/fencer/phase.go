@@ -24,7 +24,7 @@ var phaseMoves = map[v1alpha1.Phase][]v1alpha1.Phase{
 	// Held: a fence device proved another machine's before anything was sent (Mismatched).
 	// Cancelled: a person's cancel of an incident whose first call a pause held, none sent.
 	v1alpha1.PhaseFencing: {v1alpha1.PhaseFenced, v1alpha1.PhaseFailed, v1alpha1.PhaseRecovered, v1alpha1.PhaseHeld, v1alpha1.PhaseCancelled},
-	// A node that booted anew before its release is not released (remediate.ErrNodeRebooted):
+	// A node that booted anew before its release is not released (podrelease.ErrNodeRebooted):
 	// Remediated then records that nothing was.
 	v1alpha1.PhaseFenced:     {v1alpha1.PhaseRemediated, v1alpha1.PhaseRecovered},
 	v1alpha1.PhaseRemediated: {v1alpha1.PhaseRecovered},

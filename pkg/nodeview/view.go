@@ -14,7 +14,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/policy"
 )
 
-// Agents pass the node agents' verdict on a node to the detector (agentwatch.Watch, from
+// Agents pass the node agents' verdict on a node to the detector (nodeagentwatch.Watch, from
 // its seat among the agents' peers): whether its agent is gone, and a probe of its
 // kubelet when the detector asks for one. ProbeKubelet reports whether it probed.
 type Agents interface {

@@ -22,7 +22,7 @@ import (
 	fencinginformers "github.com/kubefence/kubefence/pkg/generated/informers/externalversions"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/internal/fixture"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 // The repair's harness, as sample-controller's fixture: fake API servers, caches filled
@@ -76,7 +76,7 @@ func newHarness(t *testing.T, taints []corev1.Taint, incs ...*v1alpha1.NodeFence
 		fixture.Must(h.t, h.ncs.Add(nf.DeepCopy()))
 	}
 	h.rec = &record{store: store, now: h.clock.Now}
-	h.repair = New(Repair{Nodes: nodeInf.Lister(), Incidents: store, Remedy: &remediate.Remediator{Client: h.kube}, Record: h.rec,
+	h.repair = New(Repair{Nodes: nodeInf.Lister(), Incidents: store, Releaser: &podrelease.Releaser{Client: h.kube}, Record: h.rec,
 		Check:     func(context.Context) error { h.checks++; return h.deposed },
 		Confirmed: func(context.Context) error { h.confirms++; return h.deposed }}, h.reg)
 	h.fencing.ClearActions()

@@ -15,7 +15,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/incidents"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -33,7 +33,7 @@ type Record interface {
 type Repair struct {
 	Nodes     corelisters.NodeLister
 	Incidents *incidents.Store
-	Remedy    *remediate.Remediator
+	Releaser  *podrelease.Releaser
 	Record    Record
 	// Check reads the leader Lease fresh; Confirmed passes when a check passed within the
 	// renew deadline. Nothing is touched while either fails.
@@ -72,7 +72,7 @@ func (r *Repair) Once(ctx context.Context) {
 		return // a cache read; the next round (a minute on) tries again
 	}
 	for _, n := range nodes {
-		if !hasTaintKey(n, remediate.FencedTaint.Key) && !hasTaintKey(n, remediate.OutOfServiceTaint.Key) {
+		if !hasTaintKey(n, podrelease.FencedTaint.Key) && !hasTaintKey(n, podrelease.OutOfServiceTaint.Key) {
 			continue
 		}
 		incs, err := r.Incidents.ForNode(n.Name)
@@ -89,7 +89,7 @@ func (r *Repair) Once(ctx context.Context) {
 func (r *Repair) repair(ctx context.Context, n *corev1.Node, incs []*v1alpha1.NodeFence) {
 	sort.Slice(incs, func(i, j int) bool { return incs[j].CreationTimestamp.Before(&incs[i].CreationTimestamp) })
 	for _, nf := range incs {
-		if len(nf.Status.Remediation.TaintsAdded) == 0 && len(remediate.Owned(n, nf.Name)) == 0 {
+		if len(nf.Status.Remediation.TaintsAdded) == 0 && len(podrelease.Owned(n, nf.Name)) == 0 {
 			continue
 		}
 		nf = nf.DeepCopy()
@@ -97,7 +97,7 @@ func (r *Repair) repair(ctx context.Context, n *corev1.Node, incs []*v1alpha1.No
 		if err := r.Check(ctx); err != nil {
 			return // not confirmed as leader: nothing is touched; the check acted on a deposition
 		}
-		rem := *r.Remedy
+		rem := *r.Releaser
 		rem.OnStep = func(step, msg string) { r.Record.Step(ctx, nf, v1alpha1.StepOrphanPrefix+step, msg) }
 		removed, err := rem.RemoveTaints(ctx, nf.Name, n.Name, &nf.Status.Remediation)
 		if err != nil {
@@ -116,7 +116,7 @@ func (r *Repair) repair(ctx context.Context, n *corev1.Node, incs []*v1alpha1.No
 		}
 		return
 	}
-	if hasTaintKey(n, remediate.FencedTaint.Key) {
+	if hasTaintKey(n, podrelease.FencedTaint.Key) {
 		// An Event is a mutation too: it follows a Lease check (invariant 2).
 		if err := r.Confirmed(ctx); err != nil {
 			return // not confirmed as leader: no Event
@@ -124,7 +124,7 @@ func (r *Repair) repair(ctx context.Context, n *corev1.Node, incs []*v1alpha1.No
 		r.outcomes.WithLabelValues(Reported).Inc()
 		r.Record.Event(n, nil, corev1.EventTypeWarning, v1alpha1.ReasonOrphanTaint,
 			"Node %s carries %s but no incident records adding it; left in place for a person to check",
-			n.Name, remediate.FencedTaint.Key)
+			n.Name, podrelease.FencedTaint.Key)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/internal/fixture"
 	"github.com/kubefence/kubefence/pkg/leader"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 var t0 = fixture.T0
@@ -32,8 +32,8 @@ const repairedStep = v1alpha1.StepOrphanPrefix + v1alpha1.StepTaintsRemoved
 // recorded, not a person's, notes it on the incident and tells the user; once the node
 // is clean, later rounds do nothing.
 func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
-	nf := endedIncident("node-1-x0", "node-1", t0, remediate.FencedTaint.Key, remediate.OutOfServiceTaint.Key)
-	h := newHarness(t, []corev1.Taint{remediate.FencedTaint, foreignTaint, remediate.OutOfServiceTaint}, nf)
+	nf := endedIncident("node-1-x0", "node-1", t0, podrelease.FencedTaint.Key, podrelease.OutOfServiceTaint.Key)
+	h := newHarness(t, []corev1.Taint{podrelease.FencedTaint, foreignTaint, podrelease.OutOfServiceTaint}, nf)
 	h.once()
 	h.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	if got := h.nodeTaints("node-1"); !slices.Equal(got, []string{foreignTaint.Key}) {
@@ -65,10 +65,10 @@ func TestOrphanTaintsRemovedByTheirRecord(t *testing.T) {
 // taints is repaired one record a round, the newest first; each incident that is repaired
 // records it, and in the end the node is clean.
 func TestOrphanRepairNewestRecordFirst(t *testing.T) {
-	older := endedIncident("node-1-a", "node-1", t0, remediate.FencedTaint.Key)
-	newer := endedIncident("node-1-b", "node-1", t0.Add(time.Hour), remediate.OutOfServiceTaint.Key)
-	h := newHarness(t, []corev1.Taint{remediate.FencedTaint, remediate.OutOfServiceTaint}, older, newer)
-	for round, want := range [][]string{{remediate.FencedTaint.Key}, nil} {
+	older := endedIncident("node-1-a", "node-1", t0, podrelease.FencedTaint.Key)
+	newer := endedIncident("node-1-b", "node-1", t0.Add(time.Hour), podrelease.OutOfServiceTaint.Key)
+	h := newHarness(t, []corev1.Taint{podrelease.FencedTaint, podrelease.OutOfServiceTaint}, older, newer)
+	for round, want := range [][]string{{podrelease.FencedTaint.Key}, nil} {
 		h.once()
 		if got := h.nodeTaints("node-1"); !slices.Equal(got, want) {
 			t.Fatalf("round %d: node-1 taints %v, want %v", round+1, got, want)
@@ -91,16 +91,16 @@ func TestOrphanRepairNewestRecordFirst(t *testing.T) {
 // whatever old records say, and the out-of-service taint with no record may be a
 // person's (it is not even reported).
 func TestOrphanTaintsLeftAlone(t *testing.T) {
-	open := endedIncident("node-1-x0", "node-1", t0, remediate.FencedTaint.Key)
+	open := endedIncident("node-1-x0", "node-1", t0, podrelease.FencedTaint.Key)
 	open.Status.Phase = v1alpha1.PhaseRemediated
 	for name, tc := range map[string]struct {
 		taints []corev1.Taint
 		nf     *v1alpha1.NodeFence
 	}{
-		"an open incident owns its taints": {[]corev1.Taint{remediate.FencedTaint}, open},
+		"an open incident owns its taints": {[]corev1.Taint{podrelease.FencedTaint}, open},
 		"no kubefence taint on the node": {[]corev1.Taint{foreignTaint},
-			endedIncident("node-1-x0", "node-1", t0, remediate.FencedTaint.Key)},
-		"out-of-service taint, no record": {[]corev1.Taint{remediate.OutOfServiceTaint}, nil},
+			endedIncident("node-1-x0", "node-1", t0, podrelease.FencedTaint.Key)},
+		"out-of-service taint, no record": {[]corev1.Taint{podrelease.OutOfServiceTaint}, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var incs []*v1alpha1.NodeFence
@@ -131,16 +131,16 @@ func TestOrphanTaintsLeftAlone(t *testing.T) {
 // with it; without the mark the taint would be reported and left for a person
 // (TestOrphanFencedTaintReported).
 func TestOrphanTaintsRemovedByTheirOwnerMark(t *testing.T) {
-	h := newHarness(t, []corev1.Taint{remediate.FencedTaint, foreignTaint}, endedIncident("node-1-x0", "node-1", t0))
+	h := newHarness(t, []corev1.Taint{podrelease.FencedTaint, foreignTaint}, endedIncident("node-1-x0", "node-1", t0))
 	n := h.node("node-1")
-	n.Annotations[remediate.OwnerAnnotation] = "node-1-x0=" + remediate.FencedTaint.Key
+	n.Annotations[podrelease.OwnerAnnotation] = "node-1-x0=" + podrelease.FencedTaint.Key
 	h.setNode(n)
 	h.once()
 	h.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	if got := h.nodeTaints("node-1"); !slices.Equal(got, []string{foreignTaint.Key}) {
 		t.Errorf("node-1 taints %v, want only %s", got, foreignTaint.Key)
 	}
-	if mark, ok := h.node("node-1").Annotations[remediate.OwnerAnnotation]; ok {
+	if mark, ok := h.node("node-1").Annotations[podrelease.OwnerAnnotation]; ok {
 		t.Errorf("owner mark %q left on the node", mark)
 	}
 	h.expectEvents(warning + v1alpha1.ReasonOrphanRepaired + " on node-1-x0")
@@ -151,10 +151,10 @@ func TestOrphanTaintsRemovedByTheirOwnerMark(t *testing.T) {
 // it, and the user gets a warning Event on the node and a metric to alert on. The Event
 // follows a Lease check.
 func TestOrphanFencedTaintReported(t *testing.T) {
-	h := newHarness(t, []corev1.Taint{remediate.FencedTaint}, endedIncident("node-1-x0", "node-1", t0))
+	h := newHarness(t, []corev1.Taint{podrelease.FencedTaint}, endedIncident("node-1-x0", "node-1", t0))
 	h.once()
 	h.expectRequests()
-	if got := h.nodeTaints("node-1"); !slices.Equal(got, []string{remediate.FencedTaint.Key}) {
+	if got := h.nodeTaints("node-1"); !slices.Equal(got, []string{podrelease.FencedTaint.Key}) {
 		t.Errorf("node-1 taints %v, want the fenced taint kept", got)
 	}
 	ev := h.rec.take()
@@ -175,14 +175,14 @@ func TestOrphanFencedTaintReported(t *testing.T) {
 // else: the record stays on the incident, so the next round tries again, and nothing
 // claims a repair that did not happen.
 func TestOrphanRepairFailureKeepsTheRecord(t *testing.T) {
-	nf := endedIncident("node-1-x0", "node-1", t0, remediate.FencedTaint.Key)
-	h := newHarness(t, []corev1.Taint{remediate.FencedTaint}, nf)
+	nf := endedIncident("node-1-x0", "node-1", t0, podrelease.FencedTaint.Key)
+	h := newHarness(t, []corev1.Taint{podrelease.FencedTaint}, nf)
 	h.kube.PrependReactor("update", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
 	})
 	h.once()
 	h.expectRequests("get nodes node-1", "update nodes")
-	if got := h.incident(nf.Name).Status.Remediation.TaintsAdded; !slices.Equal(got, []string{remediate.FencedTaint.Key}) {
+	if got := h.incident(nf.Name).Status.Remediation.TaintsAdded; !slices.Equal(got, []string{podrelease.FencedTaint.Key}) {
 		t.Errorf("recorded taints %v, want the record kept for the next round", got)
 	}
 	h.expectEvents()
@@ -197,8 +197,8 @@ func TestOrphanRepairFailureKeepsTheRecord(t *testing.T) {
 // Event, metric or step claims a repair that did not happen; the unrecorded taint is then
 // reported for a person, not guessed at.
 func TestOrphanStaleRecordClaimsNoRepair(t *testing.T) {
-	nf := endedIncident("node-1-x0", "node-1", t0, remediate.OutOfServiceTaint.Key)
-	h := newHarness(t, []corev1.Taint{remediate.FencedTaint}, nf)
+	nf := endedIncident("node-1-x0", "node-1", t0, podrelease.OutOfServiceTaint.Key)
+	h := newHarness(t, []corev1.Taint{podrelease.FencedTaint}, nf)
 	h.once()
 	h.expectRequests("get nodes node-1", "update nodefences/status")
 	h.expectEvents()
@@ -225,7 +225,7 @@ func TestOrphanRepairNeedsTheLease(t *testing.T) {
 		nf               *v1alpha1.NodeFence
 		checks, confirms int
 	}{
-		"repair": {nf: endedIncident("node-1-x0", "node-1", t0, remediate.FencedTaint.Key), checks: 1},
+		"repair": {nf: endedIncident("node-1-x0", "node-1", t0, podrelease.FencedTaint.Key), checks: 1},
 		"report": {confirms: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -233,7 +233,7 @@ func TestOrphanRepairNeedsTheLease(t *testing.T) {
 			if tc.nf != nil {
 				incs = append(incs, tc.nf)
 			}
-			h := newHarness(t, []corev1.Taint{remediate.FencedTaint}, incs...)
+			h := newHarness(t, []corev1.Taint{podrelease.FencedTaint}, incs...)
 			h.deposed = leader.ErrStaleEpoch
 			h.once()
 			h.expectRequests()
@@ -241,7 +241,7 @@ func TestOrphanRepairNeedsTheLease(t *testing.T) {
 			if h.checks != tc.checks || h.confirms != tc.confirms {
 				t.Errorf("%d fresh and %d recent Lease checks, want %d and %d", h.checks, h.confirms, tc.checks, tc.confirms)
 			}
-			if got := h.nodeTaints("node-1"); !slices.Equal(got, []string{remediate.FencedTaint.Key}) {
+			if got := h.nodeTaints("node-1"); !slices.Equal(got, []string{podrelease.FencedTaint.Key}) {
 				t.Errorf("node-1 taints %v, want the fenced taint kept", got)
 			}
 			if n := h.series(); n != 0 {
@@ -259,10 +259,10 @@ func TestOrphanRepairNeedsTheLease(t *testing.T) {
 // TestOrphanRepairsEveryNode: one round looks at every node: a repair on one does not
 // stop the report on another, and a node whose incidents are all clean is passed over.
 func TestOrphanRepairsEveryNode(t *testing.T) {
-	h := newHarness(t, []corev1.Taint{remediate.FencedTaint}, endedIncident("node-1-x0", "node-1", t0, remediate.FencedTaint.Key),
+	h := newHarness(t, []corev1.Taint{podrelease.FencedTaint}, endedIncident("node-1-x0", "node-1", t0, podrelease.FencedTaint.Key),
 		endedIncident("node-3-x0", "node-3", t0))
 	n2 := h.node("node-2")
-	n2.Spec.Taints = []corev1.Taint{remediate.FencedTaint}
+	n2.Spec.Taints = []corev1.Taint{podrelease.FencedTaint}
 	h.setNode(n2)
 	h.once()
 	h.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")

@@ -9,7 +9,7 @@ import (
 )
 
 // modelController is what the controller of the model knows of node 0, each on its own
-// clock, as the real one keeps it (pkg/agentwatch/reports.go).
+// clock, as the real one keeps it (pkg/nodeagentwatch/reports.go).
 type modelController struct {
 	seen        []int // per agent, the report last observed
 	latest      *Report

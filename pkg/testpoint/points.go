@@ -1,6 +1,6 @@
 package testpoint
 
-import "github.com/kubefence/kubefence/pkg/remediate"
+import "github.com/kubefence/kubefence/pkg/podrelease"
 
 // Env, set in a replica's environment, names a point where the replica stops itself with
 // SIGSTOP the first time it gets there; only in a binary built with BuildTag.
@@ -31,7 +31,7 @@ const (
 	// read; the call is not sent.
 	BeforePowerOn = "before-power-on"
 	// DeletePod, DeleteVolumeAttachment: the release is about to delete a pod,
-	// a VolumeAttachment (the remediate package's actions).
-	DeletePod              = remediate.ActionDeletePod
-	DeleteVolumeAttachment = remediate.ActionDeleteVolumeAttachment
+	// a VolumeAttachment (the podrelease package's actions).
+	DeletePod              = podrelease.ActionDeletePod
+	DeleteVolumeAttachment = podrelease.ActionDeleteVolumeAttachment
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	fenceexec "github.com/kubefence/kubefence/pkg/agent/exec"
+	fenceexec "github.com/kubefence/kubefence/pkg/fenceagent/exec"
 	"github.com/kubefence/kubefence/pkg/plugin"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )

@@ -18,7 +18,7 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/app"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 // floorWrites is how many requests the floor sends per incident when no write conflicts.
@@ -178,7 +178,7 @@ func floorIncident(ctx context.Context, client kubernetes.Interface, dyn dynamic
 					if update.Annotations == nil {
 						update.Annotations = map[string]string{}
 					}
-					update.Annotations[remediate.OwnerAnnotation] = remediate.OwnerMark(u.GetName(), owned)
+					update.Annotations[podrelease.OwnerAnnotation] = podrelease.OwnerMark(u.GetName(), owned)
 					updated, err := client.CoreV1().Nodes().Update(ctx, update, metav1.UpdateOptions{})
 					if err == nil {
 						node = updated

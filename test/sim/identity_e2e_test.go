@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
 
@@ -103,7 +103,7 @@ func TestMismatchedDeviceHoldsTheFence(t *testing.T) {
 		t.Errorf("the healthy node's BMC reads on=%v (%v)", on, err)
 	}
 	for _, victim := range []string{toSpare, toOther} {
-		if keys := taintKeys(t, ctx, h.Cluster, victim); slices.Contains(keys, remediate.FencedTaint.Key) || slices.Contains(keys, remediate.OutOfServiceTaint.Key) {
+		if keys := taintKeys(t, ctx, h.Cluster, victim); slices.Contains(keys, podrelease.FencedTaint.Key) || slices.Contains(keys, podrelease.OutOfServiceTaint.Key) {
 			t.Errorf("node %s was released: taints %v", victim, keys)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/app"
 	"github.com/kubefence/kubefence/pkg/fencer"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 )
 
@@ -58,9 +58,9 @@ func pausedLeader(t *testing.T, point string) {
 	// Both taints are on the incident's record, whichever replica added them: a leader
 	// paused after its first taint (at delete-pod) had saved nothing since, and the
 	// standby took the taint as the incident's from its owner mark on the node, so that
-	// recovery removes it (remediate.OwnerAnnotation).
-	if got := nf.Status.Remediation.TaintsAdded; !slices.Contains(got, remediate.FencedTaint.Key) || !slices.Contains(got, remediate.OutOfServiceTaint.Key) {
-		t.Errorf("taints recorded %v, want %s and %s", got, remediate.FencedTaint.Key, remediate.OutOfServiceTaint.Key)
+	// recovery removes it (podrelease.OwnerAnnotation).
+	if got := nf.Status.Remediation.TaintsAdded; !slices.Contains(got, podrelease.FencedTaint.Key) || !slices.Contains(got, podrelease.OutOfServiceTaint.Key) {
+		t.Errorf("taints recorded %v, want %s and %s", got, podrelease.FencedTaint.Key, podrelease.OutOfServiceTaint.Key)
 	}
 	remediated := stepTime(t, nf, v1alpha1.StepRemediated)
 	budget := haLeaseDuration + haRetryPeriod + agentTime

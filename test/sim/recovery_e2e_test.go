@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 )
 
 const (
@@ -135,7 +135,7 @@ func TestRecoveryAfterPowerOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mark, ok := node.Annotations[remediate.OwnerAnnotation]; ok {
+	if mark, ok := node.Annotations[podrelease.OwnerAnnotation]; ok {
 		t.Errorf("owner mark %q left on the recovered node", mark)
 	}
 }

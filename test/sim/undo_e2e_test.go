@@ -18,7 +18,7 @@ import (
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/app"
 	"github.com/kubefence/kubefence/pkg/netfence"
-	"github.com/kubefence/kubefence/pkg/remediate"
+	"github.com/kubefence/kubefence/pkg/podrelease"
 	"github.com/kubefence/kubefence/pkg/testpoint"
 	"github.com/kubefence/kubefence/test/sim/bmc"
 )
@@ -199,16 +199,16 @@ func TestLeaderKilledBeforeItsReleaseRecord(t *testing.T) {
 	}
 	found := false
 	for _, s := range nf.Status.Timeline {
-		found = found || (s.Type == v1alpha1.StepReleaseFound && strings.Contains(s.Message, remediate.OwnerAnnotation))
+		found = found || (s.Type == v1alpha1.StepReleaseFound && strings.Contains(s.Message, podrelease.OwnerAnnotation))
 	}
 	if !found {
 		t.Errorf("no %s step citing the owner mark in %+v", v1alpha1.StepReleaseFound, nf.Status.Timeline)
 	}
-	if got := nf.Status.Remediation.TaintsAdded; !slices.Contains(got, remediate.FencedTaint.Key) || !slices.Contains(got, remediate.OutOfServiceTaint.Key) {
+	if got := nf.Status.Remediation.TaintsAdded; !slices.Contains(got, podrelease.FencedTaint.Key) || !slices.Contains(got, podrelease.OutOfServiceTaint.Key) {
 		t.Errorf("taints recorded %v, want both the released node carries", got)
 	}
-	if keys := taintKeys(t, ctx, h.Cluster, victim); !slices.Contains(keys, remediate.OutOfServiceTaint.Key) {
-		t.Errorf("the released node's taints %v lost %s", keys, remediate.OutOfServiceTaint.Key)
+	if keys := taintKeys(t, ctx, h.Cluster, victim); !slices.Contains(keys, podrelease.OutOfServiceTaint.Key) {
+		t.Errorf("the released node's taints %v lost %s", keys, podrelease.OutOfServiceTaint.Key)
 	}
 }
 

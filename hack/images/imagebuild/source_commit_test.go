@@ -80,7 +80,7 @@ func TestImageInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"go.mod", "go.sum", "hack/images", "cmd/fence-controller", "deploy/image/config-init", "pkg/controller", "pkg/agent/ipmi"} {
+	for _, want := range []string{"go.mod", "go.sum", "hack/images", "cmd/fence-controller", "deploy/image/config-init", "pkg/controller", "pkg/fenceagent/ipmi"} {
 		if !slices.Contains(inputs, want) {
 			t.Errorf("inputs %v lack %s", inputs, want)
 		}
