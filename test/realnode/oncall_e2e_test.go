@@ -57,6 +57,19 @@ func newOnCall(t *testing.T, ctx context.Context, c *Cluster) *onCall {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &onCall{user: "system:serviceaccount:" + Namespace + ":" + name, kubeconfig: kubeconfig, path: onCallPath(t, ctx)}
+}
+
+// clusterAdmin is the cluster's admin as a person on call: the admin kubeconfig, kubectl
+// and the kubectl fence plugin on PATH.
+func clusterAdmin(t *testing.T, ctx context.Context, c *Cluster) *onCall {
+	t.Helper()
+	return &onCall{user: "cluster admin", kubeconfig: c.Kubeconfig, path: onCallPath(t, ctx)}
+}
+
+// onCallPath is a PATH with kubectl and kubectl-fence, built from this tree.
+func onCallPath(t *testing.T, ctx context.Context) string {
+	t.Helper()
 	root, err := sim.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -66,24 +79,25 @@ func newOnCall(t *testing.T, ctx context.Context, c *Cluster) *onCall {
 		t.Fatal(err)
 	}
 	kubectl := filepath.Join(root, ".cache", "controlplane", sim.KubeVersion, "bin", "kubectl")
-	return &onCall{user: "system:serviceaccount:" + Namespace + ":" + name, kubeconfig: kubeconfig,
-		path: filepath.Dir(kubectl) + ":" + filepath.Dir(plugin) + ":/usr/bin:/bin"}
+	return filepath.Dir(kubectl) + ":" + filepath.Dir(plugin) + ":/usr/bin:/bin"
 }
 
 // kubectlFenceWord is a `kubectl fence` command at the start of a line or after a pipe.
 var kubectlFenceWord = regexp.MustCompile(`kubectl fence ([a-z-]+)`)
 
-// run runs script with bash as the person (kubeconfig: theirs, or the cluster's admin one
-// when admin), as written but for the release's names: the docs' namespace and Lease
-// become the test's, and each `kubectl fence` command names the test's namespace. A
-// watch (kubectl get -w) runs for 3 seconds. It fails the test unless the script exits
-// with code exit, and returns the output.
-func (p *onCall) run(t *testing.T, ctx context.Context, c *Cluster, admin bool, exit int, script string) string {
+// docObjects are the runbooks' names of the release `kubefence`'s objects that begin with
+// its full name: another release's begin with its own (docs/runbooks.md).
+var docObjects = regexp.MustCompile(`\bkubefence-(pause|controller|agent-)`)
+
+// try runs script with bash as the person (kubeconfig: theirs, or the cluster's admin
+// one when admin), as written but for the release's names: the docs' namespace becomes
+// the test's, their object names the release's, and each `kubectl fence` command names
+// the test's namespace. A watch (kubectl get -w) runs for 3 seconds. It returns the
+// script as run, its output and its exit code.
+func (p *onCall) try(t *testing.T, ctx context.Context, c *Cluster, admin bool, script string) (string, string, int) {
 	t.Helper()
-	script = strings.NewReplacer(
-		"-n "+DocNamespace, "-n "+Namespace,
-		"lease kubefence-controller", "lease "+controllerName,
-	).Replace(script)
+	script = strings.ReplaceAll(script, "-n "+DocNamespace, "-n "+Namespace)
+	script = docObjects.ReplaceAllString(script, Fullname+"-$1")
 	script = kubectlFenceWord.ReplaceAllString(script, "kubectl fence $1 -n "+Namespace)
 	script = sim.RunbookWatch.ReplaceAllString(script, "timeout 3 $1 || test $$? -eq 124$2")
 	kubeconfig := p.kubeconfig
@@ -93,12 +107,20 @@ func (p *onCall) run(t *testing.T, ctx context.Context, c *Cluster, admin bool, 
 	cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
 	cmd.Env = []string{"KUBECONFIG=" + kubeconfig, "HOME=" + t.TempDir(), "PATH=" + p.path}
 	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	if code := cmd.ProcessState.ExitCode(); code != exit {
-		t.Fatalf("exit code %d (%v), want %d:\n%s\noutput:\n%s", code, err, exit, script, out)
+	out, _ := cmd.CombinedOutput()
+	return script, string(out), cmd.ProcessState.ExitCode()
+}
+
+// run is try, failing the test unless the script exits with code exit; it returns the
+// output.
+func (p *onCall) run(t *testing.T, ctx context.Context, c *Cluster, admin bool, exit int, script string) string {
+	t.Helper()
+	script, out, code := p.try(t, ctx, c, admin, script)
+	if code != exit {
+		t.Fatalf("exit code %d, want %d:\n%s\noutput:\n%s", code, exit, script, out)
 	}
 	t.Logf("%s\n%s", script, out)
-	return string(out)
+	return out
 }
 
 // runbook runs the runbooks' block that holds every one of lines, with the placeholders
@@ -113,13 +135,20 @@ func (p *onCall) runbook(t *testing.T, ctx context.Context, c *Cluster, admin bo
 	if block == "" {
 		t.Fatalf("docs/runbooks.md has no sh block with %q", lines)
 	}
-	return p.run(t, ctx, c, admin, exit, sim.RunbookPlaceholder.ReplaceAllStringFunc(block, func(ph string) string {
+	return p.run(t, ctx, c, admin, exit, fill(t, block, values))
+}
+
+// fill is block with its placeholders filled in from values; a placeholder values lacks
+// fails the test.
+func fill(t *testing.T, block string, values map[string]string) string {
+	t.Helper()
+	return sim.RunbookPlaceholder.ReplaceAllStringFunc(block, func(ph string) string {
 		v, ok := values[ph]
 		if !ok {
 			t.Fatalf("docs/runbooks.md's block %q has the placeholder %s, which this test does not fill in", block, ph)
 		}
 		return v
-	}))
+	})
 }
 
 // onCallRound is one incident driven end to end only through `kubectl fence` and the
@@ -199,7 +228,14 @@ kubectl fence status`)
 	out = p.runbook(t, ctx, c, true, 0, values, "kubectl fence history NODE", "kubectl fence check NODE")
 	mustContain(t, "KubefenceNodeLeftOff's first step", out, nf, "Remediated", "confirmedOff")
 	powerOnAndRecover(t, ctx, c, target, nf, oldBoot)
+	revokeAskLeader(t, ctx, c, p)
 	return nf
+}
+
+// revokeAskLeader deletes the grant of the runbooks' exec block (kubefence-ask-leader).
+func revokeAskLeader(t *testing.T, ctx context.Context, c *Cluster, p *onCall) {
+	t.Helper()
+	p.run(t, ctx, c, true, 0, "kubectl -n "+DocNamespace+" delete rolebinding,role kubefence-ask-leader")
 }
 
 // failedAttempts is target's newest incident opened after began and the error kinds of

@@ -109,21 +109,20 @@ func TestUpgradeAndRollbackWithIncidentsOpen(t *testing.T) {
 	}
 	// Remediated: fenced, released, left off.
 	nfReleased, releasedBoot := fenceAndRelease(t, ctx, c, released, "Both", false)
-	// Held: a patch night's reboot that outlasts detection.
+	// Held: a patch night's reboot that outlasts detection. Fencing: the off
+	// acknowledged, the power still on for slowBMC. Both nodes go down together and are
+	// detected side by side.
 	setUnschedulable(t, ctx, c, held, true)
 	drain(t, ctx, c, held)
-	heldBoot := c.Node(held).BootID()
-	if err := c.Crash(ctx, held); err != nil {
-		t.Fatal(err)
+	heldBoot, fencingBoot := c.Node(held).BootID(), c.Node(fencing).BootID()
+	for _, n := range []string{held, fencing} {
+		if err := c.Crash(ctx, n); err != nil {
+			t.Fatal(err)
+		}
 	}
 	nfHeld := waitIncident(t, ctx, c, held, func(nf unstructured.Unstructured) bool {
 		return phaseOf(nf) == string(v1alpha1.PhaseHeld) && lastHold(nf) == policy.ReasonMaintenance
 	}, "Held for maintenance")
-	// Fencing: the off acknowledged, the power still on for slowBMC.
-	fencingBoot := c.Node(fencing).BootID()
-	if err := c.Crash(ctx, fencing); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, ctx, "the BMC of "+fencing+" acknowledging an off", func() (bool, error) {
 		return offs(t, c, fencing, bmc.ActionOffRequested) == 1, nil
 	})

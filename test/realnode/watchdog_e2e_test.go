@@ -306,4 +306,12 @@ func TestWatchdogDeviceOnRealNodes(t *testing.T) {
 			t.Errorf("agent pod %s runs without privilege or not as root: %+v", p.Name, sc)
 		}
 	}
+	// KubefenceWatchdogNotArmed's situation: the runbooks' blocks that read the node
+	// agents, as written (runbooksRound runs every other block).
+	admin, node := clusterAdmin(t, ctx, c), c.Nodes()[0].Name
+	var all strings.Builder
+	for _, b := range runbookBlocks(t, nodeAgentBlock) {
+		all.WriteString(admin.run(t, ctx, c, true, 0, fill(t, b, map[string]string{"NODE": node})))
+	}
+	mustContain(t, "the node agents' runbooks", all.String(), "inappropriate ioctl for device", node, "Running")
 }
