@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,54 +14,105 @@ import (
 	"os"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/oncall"
 )
 
-// The running replica answers `fence-controller explain` from its own loop, on a unix
-// socket in its container (--answer-socket): only a process in the container reaches it,
-// that is, a person who may exec there (kubectl fence explain, with pods/exec,
-// which holds the controller's powers anyway). The answer is the loop's own view: its
-// caches, its detector with every renewal and heartbeat it saw, its peers. A replica that
-// does not lead refuses: only the leader's view decides.
+// The running replica answers `fence-controller explain` and `fence-controller devices`
+// from its own loop, on a unix socket in its container (--answer-socket): only a process
+// in the container reaches it, that is, a person who may exec there (kubectl fence
+// explain and status, with pods/exec, which holds the controller's powers anyway). The
+// answers are the leader's own: explain its loop's view (its caches, its detector with
+// every renewal and heartbeat it saw, its peers), devices its device monitor's last reads.
+// A replica that does not lead refuses: only the leader's view decides, and only the
+// leader reads the devices.
 
-// answerExplain is the path of the explain answer; the node is its query's "node".
-const answerExplain = "/explain"
+// The answers' paths: explain's node is its query's "node".
+const (
+	answerExplain = "/explain"
+	answerDevices = "/devices"
+)
 
 // answerTimeout bounds one answer: explain reads the node and its Leases.
 const answerTimeout = 30 * time.Second
 
+// deviceReads are the leader's device monitor's last reads; *devicemonitor.Monitor is one.
+type deviceReads interface {
+	LastReads() ([]fencecall.TargetCheck, time.Time)
+}
+
 // answers serves the running replica's answers.
 type answers struct {
 	explainer oncall.Explainer // Live: the loop's sources
+	devices   deviceReads
 	leading   func() bool
 	identity  string
 }
 
 func (a answers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	node := r.URL.Query().Get("node")
-	switch {
-	case r.URL.Path != answerExplain:
+	switch r.URL.Path {
+	case answerExplain:
+		if r.URL.Query().Get("node") == "" {
+			http.Error(w, "explain: name a node (?node=NODE)", http.StatusBadRequest)
+			return
+		}
+	case answerDevices:
+	default:
 		http.NotFound(w, r)
 		return
-	case node == "":
-		http.Error(w, "explain: name a node (?node=NODE)", http.StatusBadRequest)
-		return
-	case !a.leading():
-		http.Error(w, fmt.Sprintf("replica %s does not lead: only the leader's view decides; ask the leader (kubectl fence explain)", a.identity),
+	}
+	if !a.leading() {
+		http.Error(w, fmt.Sprintf("replica %s does not lead: only the leader's view decides; ask the leader (kubectl fence explain, kubectl fence status)", a.identity),
 			http.StatusServiceUnavailable)
+		return
+	}
+	if r.URL.Path == answerDevices {
+		a.answerDevices(w)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), answerTimeout)
 	defer cancel()
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "answered:  by the leader %s, from its own view\n", a.identity)
-	if err := a.explainer.Explain(ctx, node, &out); err != nil {
+	if err := a.explainer.Explain(ctx, r.URL.Query().Get("node"), &out); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	_, _ = w.Write(out.Bytes())
+}
+
+// answerDevices writes the device monitor's last reads as JSON (oncall.Devices).
+func (a answers) answerDevices(w http.ResponseWriter) {
+	checks, round := a.devices.LastReads()
+	b, err := json.Marshal(deviceAnswer(a.identity, checks, round))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// deviceAnswer is the answer of the leader identity of its reads, the last round ended
+// at round.
+func deviceAnswer(identity string, checks []fencecall.TargetCheck, round time.Time) oncall.Devices {
+	d := oncall.Devices{Leader: identity, Reads: make([]oncall.DeviceRead, 0, len(checks))}
+	if !round.IsZero() {
+		d.LastRound = &round
+	}
+	for _, tc := range checks {
+		r := oncall.DeviceRead{Node: tc.Node, Agent: tc.Agent, Target: tc.Target, State: tc.StateText(),
+			Identity: fencecall.IdentityText(tc), DeviceIdentity: tc.Identity, NodeIdentity: tc.Expect,
+			Latency: metav1.Duration{Duration: tc.Latency}, Error: tc.ErrText()}
+		if !tc.At.IsZero() {
+			r.At = &tc.At
+		}
+		d.Reads = append(d.Reads, r)
+	}
+	return d
 }
 
 // serveAnswers listens on the unix socket path (a socket an earlier run of the container
@@ -91,7 +143,7 @@ func serveAnswers(ctx context.Context, path string, h http.Handler, errc chan<- 
 			errc <- fmt.Errorf("answer socket %s: %w", path, err)
 		}
 	}()
-	klog.FromContext(ctx).V(2).Info("Answering explain", "socket", path)
+	klog.FromContext(ctx).V(2).Info("Answering explain and devices", "socket", path)
 	return nil
 }
 
@@ -101,6 +153,16 @@ var errNoAnswerer = errors.New("no running replica answers there")
 // askRunning asks the replica listening on the unix socket path to explain node and
 // copies its answer to w.
 func askRunning(ctx context.Context, path, node string, w io.Writer) error {
+	err := askAnswer(ctx, path, answerExplain+"?node="+url.QueryEscape(node), w)
+	if err != nil && !errors.Is(err, errNoAnswerer) {
+		return fmt.Errorf("explain node %s: %w", node, err)
+	}
+	return err
+}
+
+// askAnswer asks the replica listening on the unix socket path for the answer at target
+// (a path and its query) and copies it to w.
+func askAnswer(ctx context.Context, path, target string, w io.Writer) error {
 	fi, err := os.Stat(path)
 	if err != nil || fi.Mode()&fs.ModeSocket == 0 {
 		return fmt.Errorf("--answer-socket %s: %w", path, errNoAnswerer)
@@ -110,7 +172,7 @@ func askRunning(ctx context.Context, path, node string, w io.Writer) error {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
 		}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://replica"+answerExplain+"?node="+url.QueryEscape(node), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://replica"+target, nil)
 	if err != nil {
 		return err
 	}
@@ -121,7 +183,7 @@ func askRunning(ctx context.Context, path, node string, w io.Writer) error {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("explain node %s: %s", node, bytes.TrimSpace(body))
+		return errors.New(string(bytes.TrimSpace(body)))
 	}
 	_, err = io.Copy(w, resp.Body)
 	return err

@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -16,9 +17,11 @@ import (
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
 	"github.com/kubefence/kubefence/pkg/detector"
+	"github.com/kubefence/kubefence/pkg/fencecall"
 	"github.com/kubefence/kubefence/pkg/incidents"
 	"github.com/kubefence/kubefence/pkg/nodeview"
 	"github.com/kubefence/kubefence/pkg/oncall"
+	"github.com/kubefence/kubefence/pkg/plugin"
 )
 
 // TestExplainAsksTheRunningLeader: fence-controller explain with --answer-socket prints
@@ -68,5 +71,66 @@ func TestExplainAsksTheRunningLeader(t *testing.T) {
 	case err := <-errc:
 		t.Fatalf("the answer server stopped: %v", err)
 	default:
+	}
+}
+
+// lastReads are a device monitor's last reads: node-1's device on and its own,
+// node-2's another machine's, node-3's never reached.
+type lastReads struct{ round time.Time }
+
+func (l lastReads) LastReads() ([]fencecall.TargetCheck, time.Time) {
+	return []fencecall.TargetCheck{
+		{Node: "node-1", Agent: "ipmi", Target: "10.0.0.1", State: plugin.StateOn, At: l.round, Latency: 42 * time.Millisecond,
+			Identity: "uuid-1", Expect: "uuid-1"},
+		{Node: "node-2", Agent: "ipmi", Target: "10.0.0.9", At: l.round, Identity: "uuid-9", Expect: "uuid-2",
+			Err: plugin.Errorf(plugin.KindTargetMismatch, "device uuid-9 is not node uuid-2")},
+		{Node: "node-3", Agent: "ipmi", Err: errors.New("node node-3 has no target for agent ipmi:\nno annotation")},
+	}, l.round
+}
+
+// TestDevicesAsksTheRunningLeader: fence-controller devices prints the leading replica's
+// last reads, with which leader answered and when its round ended, each device's identity
+// against its node's, and the errors on one line; -o json is the answer itself. A replica
+// that does not lead refuses, and without a running replica there is no answer.
+func TestDevicesAsksTheRunningLeader(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leads := true
+	a := answers{devices: lastReads{round: time.Now().Add(-3 * time.Minute)}, leading: func() bool { return leads }, identity: "pod-1_42_abc"}
+	sock := filepath.Join(t.TempDir(), "answers.sock")
+	if err := serveAnswers(ctx, sock, a, make(chan error, 1)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := RunDevices(ctx, AppOptions{AnswerSocket: sock}, "table", &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"answered:  by the leader pod-1_42_abc; its last round of reads ended 3m ago",
+		"NODE    AGENT  TARGET    STATE  IDENTITY", "READ", "LATENCY", "ERROR",
+		"node-1  ipmi   10.0.0.1  on     uuid-1 (matches the node's)", "3m ago", "42ms",
+		"node-2  ipmi   10.0.0.9  error  MISMATCH: device uuid-9, node uuid-2",
+		"not reached", "node node-3 has no target for agent ipmi: no annotation"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("devices printed no %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := RunDevices(ctx, AppOptions{AnswerSocket: sock}, "json", &out); err != nil {
+		t.Fatal(err)
+	}
+	var d oncall.Devices
+	if err := json.Unmarshal(out.Bytes(), &d); err != nil || d.Leader != "pod-1_42_abc" || d.LastRound == nil || len(d.Reads) != 3 ||
+		d.Reads[0].State != "on" || d.Reads[1].DeviceIdentity != "uuid-9" || d.Reads[2].At != nil {
+		t.Errorf("devices -o json: %v: %s", err, out.String())
+	}
+	leads = false
+	if err := RunDevices(ctx, AppOptions{AnswerSocket: sock}, "table", &out); err == nil || !strings.Contains(err.Error(), "does not lead") {
+		t.Errorf("a replica that does not lead answered: %v", err)
+	}
+	if err := RunDevices(ctx, AppOptions{AnswerSocket: filepath.Join(t.TempDir(), "none.sock")}, "table", &out); !errors.Is(err, errNoAnswerer) {
+		t.Errorf("with nothing listening: %v, want errNoAnswerer", err)
+	}
+	if err := RunDevices(ctx, AppOptions{}, "table", &out); err == nil || !strings.Contains(err.Error(), "--answer-socket") {
+		t.Errorf("without --answer-socket: %v", err)
 	}
 }

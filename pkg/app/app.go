@@ -57,8 +57,9 @@ type AppOptions struct {
 	Heartbeats HeartbeatAddresses
 	// Start bounds the start (the caches' sync) and says where a failed one is reported.
 	Start StartOptions
-	// AnswerSocket is the unix socket where the running replica answers explain, and
-	// where `fence-controller explain` asks it (answers.go); empty: none.
+	// AnswerSocket is the unix socket where the running replica answers explain and
+	// devices, and where `fence-controller explain` and `devices` ask it (answers.go);
+	// empty: none.
 	AnswerSocket string
 }
 
@@ -185,7 +186,7 @@ func RunApp(ctx context.Context, o AppOptions, deposed func(error)) error {
 	}
 	if o.AnswerSocket != "" {
 		a := answers{explainer: oncall.Explainer{Config: cfg, Kube: client, Now: time.Now, Live: ctrls.Loop.Sources},
-			leading: health.leader.Load, identity: identity}
+			devices: ctrls.Monitor, leading: health.leader.Load, identity: identity}
 		if err := serveAnswers(ctx, o.AnswerSocket, a, errc); err != nil {
 			return err
 		}

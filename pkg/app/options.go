@@ -26,7 +26,7 @@ func (o *AppOptions) AddFlags(fs *flag.FlagSet) *Flags {
 		" condition on this replica's pod (POD_NAMESPACE, POD_NAME from the downward API); use it as a readiness gate")
 	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
-	fs.StringVar(&o.AnswerSocket, "answer-socket", "", "a unix socket where this replica, while it leads, answers `fence-controller explain` (run in its container with the same flag) from the loop's own view; empty: none")
+	fs.StringVar(&o.AnswerSocket, "answer-socket", "", "a unix socket where this replica, while it leads, answers `fence-controller explain` and `fence-controller devices` (run in its container with the same flag) from the loop's own view and its devices' last reads; empty: none")
 	fs.StringVar(&o.PauseConfigMap, "pause-configmap", oncall.DefaultPauseConfigMap, "the ConfigMap of pause requests in the controller's namespace (leaderElection.namespace): each data entry pauses fencing while it stands")
 	fs.StringVar(&o.Serving.HealthAddress, "health-probe-bind-address", ":8081", "address of /healthz and /readyz, plain HTTP without authentication (the kubelet's probes)")
 	fs.StringVar(&o.Serving.MetricsAddress, "metrics-bind-address", ":8443", "address of /metrics; \""+MetricsOff+"\" serves no metrics")

@@ -1,7 +1,9 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,6 +61,34 @@ func RunExplain(ctx context.Context, o AppOptions, node string, w io.Writer) err
 	return e.Explain(ctx, node, w)
 }
 
+// RunDevices is "fence-controller devices": the running leader's last read of every
+// node's first-level fence device (its device monitor's, at start, every
+// --target-check-interval and at once after a mapping changes), asked of the replica on
+// o.AnswerSocket, written to w as a table or, with format json, as oncall.Devices. A
+// replica that does not lead refuses; only the leader keeps them, so there is no
+// answer without one (fence-controller check reads the devices now).
+func RunDevices(ctx context.Context, o AppOptions, format string, w io.Writer) error {
+	if format != "table" && format != "json" {
+		return fmt.Errorf("devices: -o %q: want table or json", format)
+	}
+	if o.AnswerSocket == "" {
+		return errors.New("devices: only the running leader keeps its devices' last reads: ask it on its --answer-socket, in its container (kubectl fence status); fence-controller check reads the devices now")
+	}
+	var body bytes.Buffer
+	if err := askAnswer(ctx, o.AnswerSocket, answerDevices, &body); err != nil {
+		return fmt.Errorf("devices: %w", err)
+	}
+	if format == "json" {
+		_, err := w.Write(body.Bytes())
+		return err
+	}
+	var d oncall.Devices
+	if err := json.Unmarshal(body.Bytes(), &d); err != nil {
+		return fmt.Errorf("devices: the leader's answer: %w", err)
+	}
+	return oncall.PrintDevices(w, d, time.Now())
+}
+
 // explainReadTimeout bounds explain's read of the Machines and NodeMaintenances: a list
 // that RBAC forbids never syncs.
 const explainReadTimeout = 30 * time.Second
@@ -84,6 +114,7 @@ const Usage = `usage:
   fence-controller [flags]                     run the controller
   fence-controller --validate-config [flags]   check the --config file without a cluster, and exit
   fence-controller check [flags]               read every node's fence device once, as a table
+  fence-controller devices [flags]             the running leader's last read of every node's fence device
   fence-controller explain NODE [flags]        why NODE is or is not fenced, and what happens next
   fence-controller uninstall-check [flags]     what an uninstall now would leave in place
 "fence-controller SUBCOMMAND -h" lists a subcommand's flags.
@@ -92,10 +123,11 @@ flags:
 `
 
 // Subcommands are the names Subcommand runs.
-var Subcommands = []string{"check", "explain", "uninstall-check"}
+var Subcommands = []string{"check", "devices", "explain", "uninstall-check"}
 
 // Subcommand runs "fence-controller check" (every node's fence device read once, as a
-// table), "fence-controller explain NODE" (why the node is or is not fenced, and what
+// table), "fence-controller devices" (the running leader's last read of each, asked on
+// --answer-socket), "fence-controller explain NODE" (why the node is or is not fenced, and what
 // happens next) or "fence-controller uninstall-check" (what an uninstall now would leave
 // in place; exit code 1 when anything, unless --force), and returns the exit code. Flags
 // may come before or after the node.
@@ -106,7 +138,8 @@ func Subcommand(ctx context.Context, name string, args []string, stdout, stderr 
 	fs.StringVar(&o.ConfigPath, "config", "/etc/kubefence/config.yaml", "configuration file")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster")
 	fs.StringVar(&o.PauseConfigMap, "pause-configmap", oncall.DefaultPauseConfigMap, "the pause requests' ConfigMap (explain)")
-	fs.StringVar(&o.AnswerSocket, "answer-socket", "", "explain: ask the running replica on this unix socket (the controller's --answer-socket), which answers from its loop's own view if it leads")
+	fs.StringVar(&o.AnswerSocket, "answer-socket", "", "explain, devices: ask the running replica on this unix socket (the controller's --answer-socket), which answers from its loop's own view if it leads")
+	output := fs.String("o", "table", "devices: table or json")
 	force := fs.Bool("force", false, "uninstall-check: print what stays in place, and exit 0 all the same")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -122,6 +155,12 @@ func Subcommand(ctx context.Context, name string, args []string, stdout, stderr 
 			}
 		}
 		err = RunExplain(ctx, o, node, stdout)
+	case "devices":
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "usage: fence-controller devices --answer-socket PATH [-o table|json]\n")
+			return 2
+		}
+		err = RunDevices(ctx, o, *output, stdout)
 	case "uninstall-check":
 		if fs.NArg() > 0 {
 			fmt.Fprintf(stderr, "usage: fence-controller uninstall-check [--kubeconfig FILE] [--force]\n")

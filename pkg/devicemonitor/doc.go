@@ -6,6 +6,7 @@
 // the mark stands. A node whose mapping changes (its target annotation, label or
 // providerID, or its systemUUID) has its devices read again at once, not at the next
 // round; a device that proves another machine's (its identity is not the node's) and
-// systemUUIDs several nodes share are told with Events and in the log. It writes that
-// annotation on Nodes and Events, nothing else.
+// systemUUIDs several nodes share are told with Events and in the log. It keeps the last
+// read of every node's devices (LastReads) for `fence-controller devices` to show. It
+// writes that annotation on Nodes and Events, nothing else.
 package devicemonitor

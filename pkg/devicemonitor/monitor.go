@@ -54,6 +54,7 @@ type Monitor struct {
 	up     *prometheus.GaugeVec
 	off    *offReads
 	mapped *mappings
+	reads  *lastReads
 }
 
 // New is a monitor whose metrics (kubefence_target_up, kubefence_target_reads_off) go to
@@ -66,6 +67,7 @@ func New(m Monitor, reg prometheus.Registerer, renewInterval time.Duration) *Mon
 	reg.MustRegister(m.up)
 	m.off = newOffReads(reg, renewInterval)
 	m.mapped = &mappings{}
+	m.reads = &lastReads{}
 	if m.Interval <= 0 {
 		m.Interval = DefaultInterval
 	}
@@ -80,7 +82,8 @@ func (m *Monitor) Run(ctx context.Context) {
 	defer look.Stop()
 	for {
 		if nodes, err := m.Nodes.List(everything()); err == nil { // a cache read; a failed round is skipped
-			m.record(ctx, m.Checker.CheckAll(ctx, m.Policies, m.probed(nodes)))
+			checks := m.Checker.CheckAll(ctx, m.Policies, m.probed(nodes))
+			m.record(ctx, checks, time.Now())
 			m.tellShared(ctx, nodes)
 		}
 		next := time.After(m.Interval + time.Duration(rand.Int64N(int64(m.Interval/10)+1)))
@@ -100,15 +103,24 @@ func (m *Monitor) Run(ctx context.Context) {
 	}
 }
 
-// record exports a round's reads, the only ones of every node, and keeps its reads of off.
-func (m *Monitor) record(ctx context.Context, checks []fencecall.TargetCheck) {
+// record keeps a round's reads, ended at at, in place of every read before (LastReads),
+// and exports them: they are the only ones of every node.
+func (m *Monitor) record(ctx context.Context, checks []fencecall.TargetCheck, at time.Time) {
 	m.up.Reset()
-	m.apply(ctx, checks)
+	m.reads.replace(checks, at)
+	m.export(ctx, checks)
 }
 
-// apply exports reads of some nodes' devices, keeps their reads of off and the mapping
-// each read, and tells of a device that proved another machine's.
+// apply keeps the reads of some nodes' devices (LastReads) in place of theirs, and
+// exports them.
 func (m *Monitor) apply(ctx context.Context, checks []fencecall.TargetCheck) {
+	m.reads.update(checks)
+	m.export(ctx, checks)
+}
+
+// export exports reads, keeps their reads of off and the mapping each read, and tells of
+// a device that proved another machine's.
+func (m *Monitor) export(ctx context.Context, checks []fencecall.TargetCheck) {
 	for _, tc := range m.off.note(checks) {
 		m.clear(ctx, tc)
 	}

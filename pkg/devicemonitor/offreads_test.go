@@ -74,7 +74,7 @@ func (w *world) round(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.m.record(context.Background(), w.m.Checker.CheckAll(context.Background(), nil, w.m.probed(nodes)))
+	w.m.record(context.Background(), w.m.Checker.CheckAll(context.Background(), nil, w.m.probed(nodes)), t0)
 }
 
 // markOf is node's mark as the API server has it; the cache catches up, as the watch would.

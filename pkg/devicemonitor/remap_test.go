@@ -70,7 +70,7 @@ func TestMappingChangeReadsTheDeviceAtOnce(t *testing.T) {
 		Recorder: events}, prometheus.NewRegistry(), 10*time.Second)
 	ctx := context.Background()
 	nodes, _ := m.Nodes.List(everything())
-	m.record(ctx, m.Checker.CheckAll(ctx, m.Policies, m.probed(nodes)))
+	m.record(ctx, m.Checker.CheckAll(ctx, m.Policies, m.probed(nodes)), t0)
 	m.remap(ctx, nodes)
 	if len(dev.reads) != 2 || len(events.Events) != 0 {
 		t.Fatalf("reads %v, %d events after an unchanged look; want the round's 2 and none", dev.reads, len(events.Events))

@@ -43,6 +43,24 @@ func (t TargetCheck) Mismatch() bool {
 // Up reports whether the device answered with a state.
 func (t TargetCheck) Up() bool { return t.Err == nil }
 
+// StateText is the read's state as a table shows it: "error" when the call failed.
+func (t TargetCheck) StateText() string {
+	if t.Err != nil {
+		return "error"
+	}
+	return string(t.State)
+}
+
+// ErrText is the read's error as a table shows it, "" when none. It is the agent's
+// answer, which never quotes a secret (each agent scrubs its own), with the name of
+// the Secret whose credentials the device refused.
+func (t TargetCheck) ErrText() string {
+	if t.Err == nil {
+		return ""
+	}
+	return t.Err.Error()
+}
+
 // Target monitoring defaults: every node's first-level targets are read at start and
 // then every DefaultTargetInterval (jittered by up to a tenth), at most
 // targetConcurrency at once.
@@ -144,12 +162,8 @@ func PrintTargetChecks(w io.Writer, checks []TargetCheck) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tAGENT\tTARGET\tSTATE\tIDENTITY\tLATENCY\tERROR")
 	for _, tc := range checks {
-		state, errText := string(tc.State), ""
-		if tc.Err != nil {
-			state, errText = "error", tc.Err.Error()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tc.Node, tc.Agent, tc.Target, state, identityText(tc),
-			tc.Latency.Round(time.Millisecond), errText)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tc.Node, tc.Agent, tc.Target, tc.StateText(), IdentityText(tc),
+			tc.Latency.Round(time.Millisecond), tc.ErrText())
 	}
 	if err := tw.Flush(); err != nil {
 		return err

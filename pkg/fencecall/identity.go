@@ -80,8 +80,9 @@ func printShared(w io.Writer, checks []TargetCheck) error {
 	return nil
 }
 
-// identityText is what a check says of the device's identity against the node's.
-func identityText(tc TargetCheck) string {
+// IdentityText is what a check says of the device's identity against the node's, as
+// `fence-controller check` and `fence-controller devices` print it.
+func IdentityText(tc TargetCheck) string {
 	switch {
 	case tc.Identity == "" && tc.Expect == "":
 		return "not checked"

@@ -18,7 +18,8 @@ type command struct {
 const Usage = `kubectl fence: read and speak to a kubefence release, in your own name.
 
 Commands:
-  status                            the leader, the pause requests and the open incidents
+  status                            the leader, the pause requests, the open incidents and
+                                    the devices' last reads and identities (asked of the leader)
   history NODE                      the node's incidents, newest first
   timeline INCIDENT                 the steps the leader recorded for an incident
   explain NODE                      why NODE is or is not fenced, and what happens next (asked of the leader)
@@ -35,10 +36,10 @@ Commands:
 Every word (pause, confirm-off, cancel, fence) is written in the name the API server
 gives you (a SelfSubjectReview, as kubectl auth whoami), which the chart's admission
 policies check; the leader decides on each and records its answer in the incident.
-explain and check run fence-controller in the leader's controller container, with its
-configuration and agents: they take kubectl exec's permission (get and create
-pods/exec in the release namespace), which holds the controller's own powers; grant it
-as such.
+explain, check and status's devices run fence-controller in the leader's controller
+container, with its configuration and agents: they take kubectl exec's permission (get
+and create pods/exec in the release namespace), which holds the controller's own powers;
+grant it as such. Without it, status shows the rest and says so.
 
 Flags:
   -n, --namespace NS   the release's namespace (default kubefence-system)
@@ -71,6 +72,11 @@ func runStatus(ctx context.Context, s *session, _ []string) error {
 	st, err := s.clients.ReadStatus(ctx, r, s.cli.Now())
 	if err != nil {
 		return err
+	}
+	// The devices' reads are the leader's, asked by exec: without them status still
+	// answers, and says why they are missing.
+	if st.Devices, err = s.clients.ReadDevices(ctx, s.exec, r, s.cli.Now()); err != nil {
+		st.DevicesError = err.Error()
 	}
 	return s.printer().Status(st)
 }

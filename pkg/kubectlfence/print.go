@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/oncall"
 )
 
 // Output formats: a table by default, or the whole value as JSON or YAML.
@@ -76,10 +77,21 @@ func (p Printer) Status(s Status) error {
 	}
 	fmt.Fprintln(p.Out)
 	if len(s.Incidents) == 0 {
-		_, err := fmt.Fprintln(p.Out, "No open incidents.")
+		fmt.Fprintln(p.Out, "No open incidents.")
+	} else if err := p.incidents(s.Incidents, true); err != nil {
 		return err
 	}
-	return p.incidents(s.Incidents, true)
+	return p.devices(s)
+}
+
+// devices writes the leader's last reads of s's devices, or why they are missing.
+func (p Printer) devices(s Status) error {
+	if s.Devices == nil {
+		_, err := fmt.Fprintf(p.Out, "\nDEVICES:  not shown: %s\n", s.DevicesError)
+		return err
+	}
+	fmt.Fprintln(p.Out, "\nDEVICES:")
+	return oncall.PrintDevices(p.Out, *s.Devices, p.Now)
 }
 
 // leader is a line about s's leader.

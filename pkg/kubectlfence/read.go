@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
+	"github.com/kubefence/kubefence/pkg/oncall"
 )
 
-// Status is `kubectl fence status`: who leads, what pauses fencing, and the open incidents.
+// Status is `kubectl fence status`: who leads, what pauses fencing, the open incidents,
+// and the leader's last reads of the fence devices.
 type Status struct {
 	Release Release `json:"release"`
 	// Leader is nil when the Lease has no holder.
@@ -28,6 +30,12 @@ type Status struct {
 	Pause []PauseEntry `json:"pause"`
 	// Incidents are the NodeFences not Recovered, Failed or Cancelled, oldest first.
 	Incidents []Incident `json:"incidents"`
+	// Devices are the leader's last read of every node's fence device (ReadDevices); nil
+	// when it was not asked or did not answer.
+	Devices *oncall.Devices `json:"devices,omitempty"`
+	// DevicesError says why Devices is nil: the caller may not exec in the leader's pod,
+	// or the leader did not answer.
+	DevicesError string `json:"devicesError,omitempty"`
 }
 
 // PauseEntry is one pause request: its key names the reason, its value says who and why.

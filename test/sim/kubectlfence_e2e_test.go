@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubefence/kubefence/pkg/apis/fencing/v1alpha1"
@@ -68,9 +70,12 @@ func onCallKubeconfig(t *testing.T, ctx context.Context, c *Cluster, name string
 // real API server with a leading controller (decisions only): status, pause and resume,
 // a fence request, history, timeline, a confirm-off the leader refuses (the node lives)
 // and a cancel that ends the incident, each checked through the API. Every word carries
-// the person's name as the API server knows it. explain and check exec in the leader's
-// pod, which needs a kubelet that runs containers: test/realnode's to cover;
-// pkg/kubectlfence's tests cover the leader pod and the command.
+// the person's name as the API server knows it. The leader answers its devices' last
+// reads on its answer socket (fence-controller devices, a row of each ipmi_sim BMC it
+// read); status, which asks for them by exec, says without the exec grant that they need
+// it, and with it that the leader did not answer, still exiting 0. explain, check and
+// status's devices exec in the leader's pod, which needs a kubelet that runs containers:
+// test/realnode's to cover; pkg/kubectlfence's tests cover the leader pod and the command.
 func TestKubectlFence(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -83,7 +88,8 @@ func TestKubectlFence(t *testing.T) {
 	c := h.Cluster
 	applyAdmissionPolicies(t, ctx, c)
 	applyPeopleRoles(t, ctx, c)
-	startLeader(t, ctx, h, "controller")
+	sock := filepath.Join(t.TempDir(), "answers.sock")
+	startLeader(t, ctx, h, "controller", "--answer-socket="+sock)
 	leader, err := h.WaitLeader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +121,8 @@ func TestKubectlFence(t *testing.T) {
 	mustSay(fence("--help"), "status", "history NODE", "timeline INCIDENT", "explain NODE", "check [NODE]",
 		"pause --reason", "resume", "confirm-off NODE", "cancel INCIDENT", "fence NODE")
 	mustSay(fence("status"), "kubefence in kubefence-system", "pod "+leaderPod+" on node node-2", leader,
-		"PAUSED:   no", "No open incidents.")
+		"PAUSED:   no", "No open incidents.", "DEVICES:  not shown:", "you may not exec in kubefence-system", "kubefence-ask-leader")
+	kubectlFenceDevices(t, ctx, h, sock, leader, fence, mustSay, "kf-oncall")
 
 	kubectlFencePause(t, ctx, c, fence, mustSay, user)
 	name := kubectlFenceWords(t, ctx, c, fence, mustSay, user)
@@ -213,4 +220,44 @@ func kubectlFenceWords(t *testing.T, ctx context.Context, c *Cluster, fence func
 	}
 	mustSay(fence("history", runbookNode), name, "Cancelled")
 	return name
+}
+
+// kubectlFenceDevices: the leader on sock answers fence-controller devices with a row of
+// each node's ipmi_sim BMC, once its first round of reads ended; the person granted
+// pods/exec as the runbooks grant it, status asks the leader by exec, which the sim's
+// kubelets do not run, and says the leader did not answer, exiting 0.
+func kubectlFenceDevices(t *testing.T, ctx context.Context, h *Harness, sock, leader string, fence func(...string) string, mustSay func(string, ...string), person string) {
+	t.Helper()
+	var out []byte
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		out, err = exec.CommandContext(ctx, filepath.Join(h.bin, "fence-controller"), "devices", "--answer-socket", sock).CombinedOutput()
+		return err == nil && regexp.MustCompile(`(?m)^node-1 +ipmi +\S+ +on `).Match(out), nil
+	})
+	t.Logf("fence-controller devices:\n%s", out)
+	if err != nil {
+		t.Fatalf("the leader answered no read of node-1's BMC: %v", err)
+	}
+	mustSay(string(out), "answered:  by the leader "+leader+"; its last round of reads ended",
+		"NODE", "IDENTITY", "READ", "LATENCY", "node-2", "node-3")
+
+	cs := h.Cluster.Client
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "kubefence-ask-leader", Namespace: ControllerNamespace},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"get", "create"}}}}
+	if _, err := cs.RbacV1().Roles(ControllerNamespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().RoleBindings(ControllerNamespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: person, Namespace: Namespace}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		status = fence("status")
+		return strings.Contains(status, "DEVICES:  not shown: the leader did not answer"), nil
+	})
+	if err != nil {
+		t.Fatalf("status with the exec grant:\n%s", status)
+	}
 }
