@@ -15,7 +15,7 @@ export GOFLAGS := $(strip $(shell $(GO) env GOFLAGS) -trimpath)
 # sets it, and hack/images refuses a binary built with it.
 TESTPOINTS_TAG := kubefence_testpoints
 
-.PHONY: all build deps test unit lint demo bench proto generate clean
+.PHONY: all build deps test unit lint demo bench bench-gossip proto generate clean
 
 all: build
 
@@ -94,6 +94,16 @@ bench: deps build
 	hack/timed.sh $(GO) test -run '^$$' -bench IncidentCreate -benchtime 10x ./test/sim/
 	hack/timed.sh $(GO) test -run '^$$' -bench CrashAtLeaderStart -benchtime 1x ./test/sim/
 	hack/timed.sh $(GO) test -run '^$$' -bench 'ControllerScale/nodes=(100|5000)$$' -benchtime 1x -timeout 60m ./test/sim/
+
+# The node agents' gossip simulated in one process (pkg/nodeagent/gossipsim_test.go): 1,000
+# and 5,000 members on memberlist's in-memory network with the agents' own configuration,
+# their memberlist periods slowed down so that two cores keep up. Prints, in the agents'
+# real time, how long until every member holds all, the bytes a member sends, its memory,
+# and how long until a killed member is declared dead by all; docs/benchmarks.md has the
+# figures. 1,000 take about 4 minutes here; 5,000 stop at the run's heap limit (12 GiB)
+# after a few: they do not fit in one process on this machine.
+bench-gossip:
+	hack/timed.sh $(GO) test -run '^$$' -bench 'GossipSim/members=(1000|5000)$$' -benchtime 1x -timeout 90m ./pkg/nodeagent/
 
 # Each fuzz target for FUZZTIME (default 60s) from its seed corpus; `make test` runs the
 # seeds alone. A crasher lands in testdata/fuzz/ and becomes a test case.

@@ -84,6 +84,12 @@ type Peers struct {
 // StartPeers starts answering and probing; own says which NodeFences this agent's latest
 // read holds, and whether it has read them yet.
 func StartPeers(cfg PeerConfig, own func() ([]Entry, bool), clk clock.PassiveClock) (*Peers, error) {
+	return startPeers(cfg, own, clk, func(*memberlist.Config) {})
+}
+
+// startPeers is StartPeers with adjust applied to memberlist's configuration last: the
+// gossip simulation's in-memory network (gossipsim_test.go).
+func startPeers(cfg PeerConfig, own func() ([]Entry, bool), clk clock.PassiveClock, adjust func(*memberlist.Config)) (*Peers, error) {
 	mc, err := memberlistConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -92,6 +98,7 @@ func StartPeers(cfg PeerConfig, own func() ([]Entry, bool), clk clock.PassiveClo
 		asked: map[uint64]time.Time{}, askedAt: map[string]time.Time{}, book: map[string]memberlist.Node{}}
 	mc.Ping = pingDelegate{p}
 	mc.Delegate = askDelegate{p}
+	adjust(mc)
 	if p.ml, err = createMemberlist(mc, cfg); err != nil {
 		return nil, err
 	}
