@@ -108,7 +108,9 @@ func runbooksRound(t *testing.T, ctx context.Context, c *Cluster, p *onCall) {
 		t.Fatalf("the leader Lease %s: %v", controllerName, err)
 	}
 	mustContain(t, "the runbooks' commands", all.String(), "MESSAGE", "paused:", "partition under investigation",
-		Fullname+"-agent-"+remoteAgent, *lease.Spec.HolderIdentity)
+		Fullname+"-agent-"+remoteAgent, *lease.Spec.HolderIdentity,
+		// kubectl fence status: the leader's last reads of the devices.
+		"DEVICES:\nanswered:  by the leader "+*lease.Spec.HolderIdentity+"; its last round of reads ended", "(matches the node's)")
 
 	nf := incidentNamed(t, ctx, c, node, name)
 	refused := slices.ContainsFunc(nf.Status.Timeline, func(s v1alpha1.Step) bool { return s.Type == v1alpha1.StepWordRefused })
