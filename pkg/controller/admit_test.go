@@ -89,8 +89,8 @@ func TestForcedFenceCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pn, _ := f.c.sources().View(pol, node, f.now)
-	d, err := f.c.decision(pol, pn, node, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-2-x9"}}, f.now)
+	pn, _ := f.c.sources().View(pol, node, f.clock.Now())
+	d, err := f.c.decision(pol, pn, node, &v1alpha1.NodeFence{ObjectMeta: metav1.ObjectMeta{Name: "node-2-x9"}}, f.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,9 +112,9 @@ func budgetFixture(t *testing.T, objs ...runtime.Object) (*fixture, chan struct{
 		objs = append(objs, fixtureNode(n, "boot-"+n, true), fixtureLease(n, f0))
 	}
 	f := newFixture(t, cfg, objs...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	for _, n := range []string{"node-4", "node-5"} {
-		f.cache(fixtureLease(n, f.now))
+		f.cache(fixtureLease(n, f.clock.Now()))
 	}
 	release := make(chan struct{})
 	entered := &atomic.Int32{}

@@ -31,9 +31,9 @@ func TestReplicaHoldsWhateverThePolicy(t *testing.T) {
 	// node-1 is relabelled out of the policy; a replica runs on it, renewing.
 	n := fixtureNode("node-1", "boot-node-1", false)
 	f.cache(n)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
-	f.c.peers.replicas.Observe(identityLease("replica-b", "node-1", f.now), f.now)
+	f.c.peers.replicas.Observe(identityLease("replica-b", "node-1", f.clock.Now()), f.clock.Now())
 	f.sync("node-1")
 	f.expectCalls()
 	got := f.incident("node-1")
@@ -63,7 +63,7 @@ func TestPersonsRequestOutlivedByARecovery(t *testing.T) {
 	f.sync("node-1") // the older incident recovers the node
 	f.expectCalls("Unfence bmc-node-1")
 	f.catchUp("node-1")
-	f.now = f.now.Add(time.Second)
+	f.clock.Step(time.Second)
 	f.sync("node-1")
 	f.expectCalls()
 	got := stored(t, f.c, "maint-1")
@@ -73,7 +73,7 @@ func TestPersonsRequestOutlivedByARecovery(t *testing.T) {
 	// The person confirms: the request is forced, and the node fenced.
 	got.Annotations = map[string]string{v1alpha1.ForceAnnotation: "true"}
 	f.cache(got)
-	f.now = f.now.Add(time.Second)
+	f.clock.Step(time.Second)
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
 }
@@ -85,10 +85,10 @@ func TestUnwrittenIncidentReadLive(t *testing.T) {
 	nf := fencedIncident("", "")
 	nf.Status = v1alpha1.NodeFenceStatus{}
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	// The cache missed node-1's latest renewals; the API server has them.
-	l := fixtureLease("node-1", f.now.Add(-5*time.Second))
+	l := fixtureLease("node-1", f.clock.Now().Add(-5*time.Second))
 	if _, err := f.kube.CoordinationV1().Leases(NodeLeaseNamespace).Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestMarkedNodeHeld(t *testing.T) {
 	const mark = "agent ipmi read target bmc-spare off at 2026-11-24T06:00:00Z, and node node-1 renewed its Lease after"
 	objs[0].(*corev1.Node).Annotations[v1alpha1.TargetReadsOffAnnotation] = mark
 	f := newFixture(t, fixtureConfig(), objs...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls()
@@ -128,9 +128,9 @@ func TestReplicaHoldLiftsWhenItsRenewalsLapse(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), threeNodes()...)
 	window := 3 * f.c.opts.Leader.IdentityRenewInterval
 	seen := f0.Add(time.Minute - window + 700*time.Millisecond)
-	f.now = seen
-	f.c.peers.replicas.Observe(identityLease("replica-b", "node-1", seen), f.now)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(seen)
+	f.c.peers.replicas.Observe(identityLease("replica-b", "node-1", seen), f.clock.Now())
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	if after := f.sync("node-1"); after != 700*time.Millisecond {
 		t.Errorf("held, looked at again after %s; want 700ms, when the replica's window ends", after)
@@ -139,12 +139,12 @@ func TestReplicaHoldLiftsWhenItsRenewalsLapse(t *testing.T) {
 	if nf := f.incident("node-1"); nf.Status.Phase != v1alpha1.PhaseHeld || !strings.Contains(nf.Status.Message, "replica-b") {
 		t.Fatalf("incident %s (%q), want Held by replica-b", nf.Status.Phase, nf.Status.Message)
 	}
-	f.now = seen.Add(window - time.Millisecond)
+	f.clock.Set(seen.Add(window - time.Millisecond))
 	if after := f.sync("node-1"); after != time.Millisecond {
 		t.Errorf("a millisecond before the window ends: looked at again after %s, want 1ms", after)
 	}
 	f.expectCalls()
-	f.now = seen.Add(window)
+	f.clock.Set(seen.Add(window))
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
 }

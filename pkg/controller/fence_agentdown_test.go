@@ -56,7 +56,7 @@ func (h healthFunc) Healthy(ctx context.Context, name string) error { return h(c
 // server and clock.
 func (f *fixture) agentLeases() *leader.IdentityLeases {
 	return &leader.IdentityLeases{Client: f.kube, Namespace: f.c.cfg.LeaderElection.Namespace, Component: "agent",
-		Duration: time.Minute, RenewInterval: 10 * time.Second, Now: func() time.Time { return f.now }}
+		Duration: time.Minute, RenewInterval: 10 * time.Second, Now: func() time.Time { return f.clock.Now() }}
 }
 
 // TestRemoteAgentDownSkipsItsLevel: a dead node whose first level goes through a remote
@@ -78,7 +78,7 @@ func TestRemoteAgentDownSkipsItsLevel(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, remoteConfig(), threeNodes()...)
 			f.healthRound(f.agentLeases(), tc.down)
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.requests()
 			f.sync("node-1")

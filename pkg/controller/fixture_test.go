@@ -48,7 +48,7 @@ type fixture struct {
 	// machines serves Cluster API Machines (unstructured objects given to newFixture).
 	machines *dynamicfake.FakeDynamicClient
 	bmc      *plugintest.Machine
-	now      time.Time
+	clock    *shared.Clock
 	rec      *record.FakeRecorder
 	// reports counts the node agent reports given (their resourceVersions).
 	reports int
@@ -73,7 +73,7 @@ func fixtureConfig() *v1alpha1.Config {
 // seen renewed at f0.
 func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fixture {
 	t.Helper()
-	f := &fixture{t: t, now: f0, bmc: &plugintest.Machine{On: true}, rec: record.NewFakeRecorder(100)}
+	f := &fixture{t: t, clock: shared.NewClock(f0), bmc: &plugintest.Machine{On: true}, rec: record.NewFakeRecorder(100)}
 	var kubeObjs, nfObjs, machines []runtime.Object
 	for _, o := range objs {
 		switch o.(type) {
@@ -98,7 +98,7 @@ func newFixture(t testing.TB, cfg *v1alpha1.Config, objs ...runtime.Object) *fix
 	f.machines = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{shared.MachinesV1beta2: "MachineList"}, machines...)
 	c := newLoop(t, loopParts{cfg: cfg, kube: f.kube, fencing: f.dyn, dynamic: f.machines, agents: plugintest.One{A: f.bmc}, recorder: f.rec,
-		now: func() time.Time { return f.now }})
+		now: f.clock.Now})
 	f.c = c
 	for _, o := range kubeObjs {
 		f.cache(o)
@@ -124,7 +124,7 @@ func (f *fixture) cache(o runtime.Object) {
 		err = f.c.opts.Caches.Kube.Storage().V1().VolumeAttachments().Informer().GetIndexer().Add(o)
 	case *coordinationv1.Lease:
 		err = f.c.opts.Caches.NodeLeases.Coordination().V1().Leases().Informer().GetIndexer().Add(o)
-		f.c.detector.ObserveLease(o, f.now)
+		f.c.detector.ObserveLease(o, f.clock.Now())
 	case *v1alpha1.NodeFence:
 		err = nfIndexer(f.c).Update(o.DeepCopy())
 	case *v1alpha1.KubefenceRemediation:
@@ -240,7 +240,7 @@ func (f *fixture) renewAllBut(dead ...string) {
 	for i := 1; i <= 3; i++ {
 		n := fmt.Sprintf("node-%d", i)
 		if !strings.Contains(strings.Join(dead, ","), n) {
-			f.cache(fixtureLease(n, f.now))
+			f.cache(fixtureLease(n, f.clock.Now()))
 		}
 	}
 }
@@ -264,7 +264,7 @@ func fixturePodAndAttachment() (*corev1.Pod, *storagev1.VolumeAttachment) {
 func TestFixtureFence(t *testing.T) {
 	pod, va := fixturePodAndAttachment()
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), pod, va)...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectRequests(
@@ -292,7 +292,7 @@ func TestFixtureDirectReadsAttachmentsLive(t *testing.T) {
 	cfg := fixtureConfig()
 	cfg.Policies[0].Remediation = v1alpha1.StrategyDirect
 	f := newFixture(t, cfg, append(threeNodes(), pod, va)...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectRequests("patch pods/status web-0", "get leases node-1",
@@ -361,7 +361,7 @@ func TestFixtureResume(t *testing.T) {
 			nf.Status.Leader = tc.leader
 			f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
 			f.bmc.On = tc.attempt != v1alpha1.AttemptFencing // the lost call landed
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			f.expectRequests(tc.requests...)
@@ -382,7 +382,7 @@ func TestFixtureResume(t *testing.T) {
 // opens and is held; no agent is called, nothing is released.
 func TestFixtureHold(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), threeNodes()...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1", "node-2")
 	f.sync("node-1")
 	f.expectRequests("get leases node-1", "list nodefences", "create nodefences", "update nodefences/status")
@@ -392,7 +392,7 @@ func TestFixtureHold(t *testing.T) {
 	}
 	f.expectEvents(v1alpha1.ReasonDetected, policy.ReasonStorm)
 	// The same hold at the next look is not written again.
-	f.now = f.now.Add(time.Second)
+	f.clock.Step(time.Second)
 	f.sync("node-1")
 	f.expectRequests()
 	f.expectEvents()
@@ -403,7 +403,7 @@ func TestFixtureHold(t *testing.T) {
 // out with the first decision's status write.
 func TestCreateSendsNoStatus(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), threeNodes()...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1", "node-2")
 	f.sync("node-1")
 	var created, written int
@@ -444,7 +444,7 @@ func TestFixtureDryRun(t *testing.T) {
 	cfg := fixtureConfig()
 	cfg.DryRun = true
 	f := newFixture(t, cfg, threeNodes()...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectRequests()
@@ -464,7 +464,7 @@ func TestFixtureAdoptedIncidentCancelled(t *testing.T) {
 	objs[1] = fixtureLease("node-1", f0.Add(50*time.Second)) // in the API server, not yet in the cache
 	f := newFixture(t, fixtureConfig(), append(objs, nf)...)
 	f.cache(fixtureLease("node-1", f0))
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectRequests("get leases node-1", "update nodefences/status")
@@ -483,7 +483,7 @@ func TestFixtureLateRelease(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: "node-1"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), fencedIncident(v1alpha1.PhaseRemediated, v1alpha1.AttemptVerified), late)...)
 	f.bmc.On = false
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectRequests("patch pods/status late-0", "get pods late-0",
@@ -525,14 +525,14 @@ func TestFixtureBack(t *testing.T) {
 			f.bmc.On = false
 			f.c.detector.Assess(objs[0].(*corev1.Node), f0)
 			// The node's renewal and status, both seen after the fence held.
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut()
 			n := fixtureNode("node-1", tc.boot, true)
 			n.Spec.Taints = objs[0].(*corev1.Node).Spec.Taints
-			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.now)
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.clock.Now())
 			f.cache(n)
-			f.c.detector.Assess(n, f.now)
-			f.now = f.now.Add(time.Second)
+			f.c.detector.Assess(n, f.clock.Now())
+			f.clock.Step(time.Second)
 			f.sync("node-1")
 			f.expectRequests(tc.requests...)
 			f.expectCalls(tc.calls...)
@@ -550,7 +550,7 @@ func TestFixtureBack(t *testing.T) {
 func TestFixtureFenceFails(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), threeNodes()...)
 	f.bmc.FenceFunc = func(context.Context) error { return plugin.Errorf(plugin.KindPermanent, "authentication failed") }
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	// Before it ends Failed, the node is read for a release of this incident (none).
@@ -573,7 +573,7 @@ func TestFixtureFenceCallTimesOut(t *testing.T) {
 		<-ctx.Done() // the machine goes off, the answer never comes
 		return ctx.Err()
 	}
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
@@ -592,7 +592,7 @@ func TestFixtureForcedPastStorm(t *testing.T) {
 	nf := fencedIncident(v1alpha1.PhaseHeld, "")
 	nf.Annotations = map[string]string{v1alpha1.ForceAnnotation: "true"}
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1", "node-2")
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
@@ -616,10 +616,10 @@ func TestFixtureSlowAPIServerAfterOutage(t *testing.T) {
 			return true, nil, fmt.Errorf("dial tcp 127.0.0.1:6443: connect: connection refused")
 		}
 		// Back, but slow: the answer comes an hour into the sync.
-		f.now = f.now.Add(time.Hour)
+		f.clock.Step(time.Hour)
 		return false, nil, nil
 	})
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	if _, err := f.c.sync(context.Background(), "node-2"); err == nil {
 		t.Fatal("sync with the API server down succeeded")
 	}
@@ -627,7 +627,7 @@ func TestFixtureSlowAPIServerAfterOutage(t *testing.T) {
 	f.sync("node-2") // reachable again: staleness counts from the answer
 	f.requests()
 	// Less than any threshold after the answer, no kubelet has renewed yet.
-	f.now = f.now.Add(time.Second)
+	f.clock.Step(time.Second)
 	f.sync("node-2")
 	if list, _ := f.dyn.FencingV1alpha1().NodeFences().List(context.Background(), metav1.ListOptions{}); len(list.Items) > 0 {
 		t.Fatalf("an incident opened for a healthy node a second after the API server answered: %s", list.Items[0].Status.Message)

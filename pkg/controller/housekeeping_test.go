@@ -98,7 +98,7 @@ func (f *fixture) depose() *error {
 // election on; it returns what the guard's OnDeposed is told.
 func (f *fixture) checkLease(lease *leader.LeaseGuard, epoch int64) *error {
 	deposed := new(error)
-	g := leader.NewGuard(lease, func() time.Time { return f.now }, func(err error) { *deposed = err })
+	g := leader.NewGuard(lease, func() time.Time { return f.clock.Now() }, func(err error) { *deposed = err })
 	g.Lead(epoch)
 	f.c.lead.guard, f.c.record.Guard = g, g
 	return deposed
@@ -110,7 +110,7 @@ func (f *fixture) checkLease(lease *leader.LeaseGuard, epoch int64) *error {
 func TestOrphanRepairRecordedByTheLoop(t *testing.T) {
 	nf := endedIncident("node-1-x0", "node-1", f0, podrelease.FencedTaint.Key, podrelease.OutOfServiceTaint.Key)
 	f := newFixture(t, fixtureConfig(), append(taintedNodes(podrelease.FencedTaint, podrelease.OutOfServiceTaint), nf)...)
-	f.now = f0.Add(time.Hour)
+	f.clock.Set(f0.Add(time.Hour))
 	f.repair().Once(context.Background())
 	f.expectRequests("get nodes node-1", "update nodes", "update nodefences/status")
 	got := f.incident("node-1")
@@ -147,7 +147,7 @@ func TestHousekeepingNeedsTheLease(t *testing.T) {
 			}
 			f := newFixture(t, fixtureConfig(), objs...)
 			deposed := f.depose()
-			f.now = f0.Add(time.Hour)
+			f.clock.Set(f0.Add(time.Hour))
 			tc.round(f, context.Background())
 			f.expectRequests("get leases " + f.c.cfg.LeaderElection.Name)
 			if !errors.Is(*deposed, leader.ErrStaleEpoch) {

@@ -20,7 +20,7 @@ import (
 // verified and released it.
 func TestFixtureFailedSaveAfterFenceCall(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), threeNodes()...)
-	f.bmc.ActsAfter, f.bmc.Clock = 3*time.Second, func() time.Time { return f.now }
+	f.bmc.ActsAfter, f.bmc.Clock = 3*time.Second, func() time.Time { return f.clock.Now() }
 	fenced, failed := false, false
 	f.bmc.FenceFunc = func(context.Context) error { fenced = true; return nil }
 	f.dyn.PrependReactor("update", "nodefences", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -30,7 +30,7 @@ func TestFixtureFailedSaveAfterFenceCall(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	if _, err := f.c.sync(context.Background(), "node-1"); err == nil || !failed {
 		t.Fatalf("first sync: err %v (save failed: %t), want the failed save's error", err, failed)
@@ -40,7 +40,7 @@ func TestFixtureFailedSaveAfterFenceCall(t *testing.T) {
 	}
 	var calls []string
 	for i := 0; i < 100 && f.incident("node-1").Status.Phase != v1alpha1.PhaseRemediated; i++ {
-		f.now = f.now.Add(500 * time.Millisecond)
+		f.clock.Step(500 * time.Millisecond)
 		f.sync("node-1")
 		calls = append(calls, f.bmc.TakeCalls()...)
 	}

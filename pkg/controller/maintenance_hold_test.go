@@ -36,7 +36,7 @@ func TestCordonedNodeHeldOnlyOnceDrained(t *testing.T) {
 				objs = append(objs, pod, va)
 			}
 			f := newFixture(t, fixtureConfig(), objs...)
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			nf := f.incident("node-1")
@@ -53,11 +53,11 @@ func TestCordonedNodeHeldOnlyOnceDrained(t *testing.T) {
 				t.Errorf("hold message %q does not say when it ends", nf.Status.Message)
 			}
 			// The default window is 1h from the last renewal (f0).
-			f.now = f0.Add(time.Hour - time.Second)
+			f.clock.Set(f0.Add(time.Hour - time.Second))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			f.expectCalls()
-			f.now = f0.Add(time.Hour + time.Second)
+			f.clock.Set(f0.Add(time.Hour + time.Second))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
@@ -74,7 +74,7 @@ func TestPersonsRequestNotHeldForMaintenance(t *testing.T) {
 	nf := fencedIncident(v1alpha1.PhasePending, "")
 	nf.Spec.RequestedBy, nf.Status = "alice", v1alpha1.NodeFenceStatus{}
 	f := newFixture(t, fixtureConfig(), append(objs, runtime.Object(nf))...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")

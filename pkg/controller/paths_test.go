@@ -58,7 +58,7 @@ func TestFixtureRebootPowersOnAfterRelease(t *testing.T) {
 	cfg := fixtureConfig()
 	cfg.Policies[0].Action = v1alpha1.ActionReboot
 	f := newFixture(t, cfg, append(threeNodes(), webPod("node-1"))...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1", "Unfence bmc-node-1")
@@ -86,7 +86,7 @@ func TestFixtureRebootLeavesStorageFenced(t *testing.T) {
 	cfg.Policies[0].Action = v1alpha1.ActionReboot
 	f := newFixture(t, cfg, threeNodes()...)
 	f.bmc.Actions = []plugin.Action{plugin.ActionOff, plugin.ActionOn}
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
@@ -105,7 +105,7 @@ func TestFixturePersonsRequestFencesLiveNode(t *testing.T) {
 		Spec:       v1alpha1.NodeFenceSpec{NodeName: "node-1", RequestedBy: "alice", Reason: "disk controller hung"},
 	}
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut()
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
@@ -127,7 +127,7 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	if _, err := f.c.sync(context.Background(), "node-1"); err == nil || !strings.Contains(err.Error(), "request timed out") {
 		t.Fatalf("sync: %v, want the refused deletion", err)
@@ -154,7 +154,7 @@ func TestFixtureReleaseResumesAfterFailure(t *testing.T) {
 	f.cache(node)
 	f.requests()
 	refuse = false
-	f.now = f.now.Add(time.Second)
+	f.clock.Step(time.Second)
 	f.sync("node-1")
 	f.expectRequests(
 		// the pod's NodeUnreachable condition (the cached pod predates the first try)
@@ -179,7 +179,7 @@ func TestFixtureFailedNodeGetsNoNewIncident(t *testing.T) {
 	failed := fencedIncident(v1alpha1.PhaseFailed, v1alpha1.AttemptFailed)
 	failed.Status.Message = "authentication failed"
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), failed)...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectRequests()
@@ -190,7 +190,7 @@ func TestFixtureFailedNodeGetsNoNewIncident(t *testing.T) {
 	if err := nfIndexer(f.c).Update(failed); err != nil {
 		t.Fatal(err)
 	}
-	f.now = f.now.Add(time.Second)
+	f.clock.Step(time.Second)
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
 }
@@ -204,7 +204,7 @@ func TestFixtureOldestOpenIncidentDriven(t *testing.T) {
 	newer.Name, newer.CreationTimestamp = "node-1-y0", metav1.NewTime(f0.Add(time.Second))
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), newer, older)...)
 	f.bmc.On = false // the older incident's call landed
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls("Status bmc-node-1")
@@ -232,7 +232,7 @@ func TestFixtureNotYetRecheck(t *testing.T) {
 	recent.Name, recent.Spec.NodeName, recent.Labels[v1alpha1.NodeLabel] = "node-3-x0", "node-3", "node-3"
 	recent.Status.Timeline = append(recent.Status.Timeline, v1alpha1.Step{Time: metav1.NewMicroTime(f0.Add(30 * time.Second)), Type: v1alpha1.StepFenceStarted})
 	f := newFixture(t, cfg, append(threeNodes(), recent)...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	after := f.sync("node-1")
 	f.expectCalls()
@@ -250,7 +250,7 @@ func TestFixtureNotYetRecheck(t *testing.T) {
 // release (f0 + 1m), under the incident's policy.
 func TestFixtureFailureToReleasedPerPolicy(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), webPod("node-1"))...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	if nf := f.incident("node-1"); nf.Status.Phase != v1alpha1.PhaseRemediated {

@@ -91,9 +91,9 @@ func TestHandlersQueueTheNode(t *testing.T) {
 // fenced, and no incident opens.
 func TestLeaseRenewalFromTheWatch(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), threeNodes()...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
-	renewed := fixtureLease("node-1", f.now)
+	renewed := fixtureLease("node-1", f.clock.Now())
 	if err := f.c.opts.Caches.NodeLeases.Coordination().V1().Leases().Informer().GetIndexer().Update(renewed); err != nil {
 		t.Fatal(err)
 	}
@@ -122,9 +122,9 @@ func TestIdentityLeaseHoldsItsNode(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, fixtureConfig(), threeNodes()...)
 			// Seen renewing 10 s before the sync, within three renew intervals of it.
-			f.now = f0.Add(50 * time.Second)
-			f.c.peers.replicas.Observe(identityLease("replica-b", tc.node, f.now), f.now)
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(50 * time.Second))
+			f.c.peers.replicas.Observe(identityLease("replica-b", tc.node, f.clock.Now()), f.clock.Now())
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			f.expectCalls(tc.calls...)
@@ -180,7 +180,7 @@ func TestProcessNext(t *testing.T) {
 			f := newFixture(t, cfg, threeNodes()...)
 			q := &recordingQueue{TypedRateLimitingInterface: f.c.queue}
 			f.c.queue = q
-			f.now = f0.Add(tc.at)
+			f.clock.Set(f0.Add(tc.at))
 			f.renewAllBut("node-1")
 			q.Add(tc.key)
 			if !f.c.processNext(context.Background()) {
@@ -202,7 +202,7 @@ func TestProcessNext(t *testing.T) {
 // that Run's workers end with it.
 func TestWorkerDrainsTheQueue(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), threeNodes()...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	for _, n := range []string{"node-3", "node-1", "node-2", "node-1"} {
 		f.c.queue.Add(n)
@@ -316,7 +316,7 @@ func TestDeletedIncidentIsForgotten(t *testing.T) {
 func TestInformersFollowTheCluster(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, fixtureConfig(), threeNodes()...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.startInformers()
 	// The handlers see the initial listing after the caches have it.
 	f.eventually("every node queued", func() bool { return f.c.queue.Len() == 3 })
@@ -328,9 +328,9 @@ func TestInformersFollowTheCluster(t *testing.T) {
 	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually("replica-b seen on node-2", func() bool { e, _ := f.c.peers.replicas.On("node-2", f.now); return e != "" })
+	f.eventually("replica-b seen on node-2", func() bool { e, _ := f.c.peers.replicas.On("node-2", f.clock.Now()); return e != "" })
 	if err := leases.Delete(ctx, lease.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually("replica-b forgotten", func() bool { e, _ := f.c.peers.replicas.On("node-2", f.now); return e == "" })
+	f.eventually("replica-b forgotten", func() bool { e, _ := f.c.peers.replicas.On("node-2", f.clock.Now()); return e == "" })
 }

@@ -65,7 +65,7 @@ func (f *fixture) cacheIncidents(node string) {
 func TestFixtureRequestFences(t *testing.T) {
 	kr := shared.NHCRequest("node-1")
 	f := newFixture(t, requestConfig(), append(threeNodes(), kr)...)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 
 	if d := f.syncRequest("nhc/node-1"); d != 0 {
@@ -135,7 +135,7 @@ func TestFixtureRequestTimedOut(t *testing.T) {
 			f := newFixture(t, requestConfig(), append(threeNodes(), nf, kr)...)
 			f.bmc.On = tc.attempt == ""
 			// Two nodes dead: a storm the budget holds.
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1", "node-2")
 			f.sync("node-1")
 			f.expectCalls(tc.calls...)
@@ -159,7 +159,7 @@ func TestFixtureRequestWithdrawnKeepsTheFence(t *testing.T) {
 	req := healthcheck.Request(kr, "node-1")
 	nf.Name, nf.Labels, nf.Annotations, nf.Spec = req.Name, req.Labels, req.Annotations, req.Spec
 	f := newFixture(t, requestConfig(), append(threeNodes(), nf)...) // the request is gone
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls()
@@ -212,7 +212,7 @@ func TestFixtureRequestAskEndsWithTheIncident(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.cache(own)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
@@ -238,9 +238,9 @@ func TestFixtureRequestAskEndsWithTheIncident(t *testing.T) {
 // it.
 func (f *fixture) bootAgain(node string) {
 	f.t.Helper()
-	f.now = f.now.Add(time.Minute)
+	f.clock.Step(time.Minute)
 	back := fixtureNode(node, "boot-2", true)
-	back.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.now)
+	back.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(f.clock.Now())
 	f.cache(back)
 	f.renewAllBut()
 	f.sync(node)

@@ -51,12 +51,12 @@ func heartbeatFixture(t *testing.T, kubelet string) (*fixture, *nodeagent.Peers)
 	f.agents().Seat().Join(map[string]string{"node-1": agent.Addr()})
 	pollUntil(t, "node-1's agent a member", func() bool { return f.agents().Seat().Members() == 1 })
 	for range 4 {
-		f.now = f.now.Add(2 * time.Second)
+		f.clock.Step(2 * time.Second)
 		f.renewAllBut()
 	}
 	// The API server holds the renewals too, for the live read before an incident opens.
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
-		if _, err := f.kube.CoordinationV1().Leases(NodeLeaseNamespace).Update(ctx, fixtureLease(n, f.now), metav1.UpdateOptions{}); err != nil {
+		if _, err := f.kube.CoordinationV1().Leases(NodeLeaseNamespace).Update(ctx, fixtureLease(n, f.clock.Now()), metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -78,16 +78,16 @@ func TestHeartbeatVerdict(t *testing.T) {
 	f, agent := heartbeatFixture(t, kubelet.Listener.Addr().String())
 	heardKubelet(t, f)
 	kubelet.Close()
-	last := f.now
+	last := f.clock.Now()
 	agent.Crash()
 	pollUntil(t, "node-1's agent gone", func() bool { _, gone := f.agents().Seat().Gone("node-1"); return gone })
-	f.now = last.Add(2900 * time.Millisecond)
+	f.clock.Set(last.Add(2900 * time.Millisecond))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	if nfs := f.incidents("node-1"); len(nfs) > 0 {
 		t.Fatalf("incident after 2.9s of silence, below the 3s heartbeat floor: %s", nfs[0].Spec.Reason)
 	}
-	f.now = last.Add(3100 * time.Millisecond)
+	f.clock.Set(last.Add(3100 * time.Millisecond))
 	f.sync("node-1")
 	nf := f.incident("node-1")
 	if !strings.Contains(nf.Spec.Reason, "agent gone from its peers") {

@@ -65,7 +65,7 @@ func backOnANewBoot(t *testing.T, cfg *v1alpha1.Config) *fixture {
 	objs[0] = n
 	f := newFixture(t, cfg, append(objs, nf)...)
 	f.bmc.On = false
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut()
 	return f
 }
@@ -132,7 +132,7 @@ func TestUndoGuardedLikeAFence(t *testing.T) {
 			}
 			return false, nil, nil
 		})
-		f.now = f0.Add(time.Minute)
+		f.clock.Set(f0.Add(time.Minute))
 		f.renewAllBut("node-1")
 		_, _ = f.c.sync(context.Background(), "node-1")
 		f.expectCalls("Fence bmc-node-1", "Status bmc-node-1")
@@ -157,7 +157,7 @@ func TestCallsGoToTheFencedTarget(t *testing.T) {
 		nf.Status.Attempts[0].Target = "bmc-node-1"
 		f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
 		f.bmc.On = false
-		f.now = f0.Add(time.Minute)
+		f.clock.Set(f0.Add(time.Minute))
 		f.renewAllBut("node-1")
 		edited(f)
 		f.sync("node-1")
@@ -167,7 +167,7 @@ func TestCallsGoToTheFencedTarget(t *testing.T) {
 		nf := fencedIncident(v1alpha1.PhaseFencing, v1alpha1.AttemptFencing)
 		nf.Status.Attempts[0].Target = "bmc-node-1"
 		f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
-		f.now = f0.Add(time.Minute)
+		f.clock.Set(f0.Add(time.Minute))
 		f.renewAllBut("node-1")
 		edited(f)
 		f.sync("node-1")
@@ -176,7 +176,7 @@ func TestCallsGoToTheFencedTarget(t *testing.T) {
 	})
 	t.Run("a new attempt records its target", func(t *testing.T) {
 		f := newFixture(t, fixtureConfig(), threeNodes()...)
-		f.now = f0.Add(time.Minute)
+		f.clock.Set(f0.Add(time.Minute))
 		f.renewAllBut("node-1")
 		f.sync("node-1")
 		if got := f.incident("node-1").Status.Attempts[0].Target; got != "bmc-node-1" {
@@ -250,7 +250,7 @@ func TestReleaseRecordSurvivesACrash(t *testing.T) {
 			unreachable := plugin.Errorf(plugin.KindTargetUnreachable, "bmc-node-1: no answer")
 			f.bmc.FenceFunc = func(context.Context) error { return unreachable }
 			f.bmc.StatusFunc = func(string) error { return unreachable }
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			f.expectCalls(tc.calls...)

@@ -39,9 +39,9 @@ func benchCluster(b *testing.B, stale int) {
 	f := newFixture(b, fixtureConfig(), objs...)
 	// The live nodes' Leases were seen renewed a moment ago, and each node was assessed
 	// in its own sync since, as in a running controller.
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	for i := stale; i < nodes; i++ {
-		f.cache(fixtureLease(fmt.Sprintf("node-%d", i), f.now.Add(-time.Second)))
+		f.cache(fixtureLease(fmt.Sprintf("node-%d", i), f.clock.Now().Add(-time.Second)))
 	}
 	pol := &f.c.cfg.Policies[0]
 	for i := range nodes {
@@ -49,11 +49,11 @@ func benchCluster(b *testing.B, stale int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		f.c.sources().View(pol, n, f.now)
+		f.c.sources().View(pol, n, f.clock.Now())
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		cl, err := f.c.sources().Cluster(pol, f.now)
+		cl, err := f.c.sources().Cluster(pol, f.clock.Now())
 		if err != nil {
 			b.Fatal(err)
 		}

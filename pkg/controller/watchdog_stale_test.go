@@ -33,15 +33,15 @@ func TestFixtureWatchdogQuietAgent(t *testing.T) {
 				f.report(n, true)
 			}
 			for at := 5 * time.Second; at <= tc.lastRenewal; at += 5 * time.Second {
-				f.now = f0.Add(at)
+				f.clock.Set(f0.Add(at))
 				f.renewAllBut()
 			}
 			// The API server holds node-1's last renewal too, for the live read before an
 			// incident opens.
-			if _, err := f.kube.CoordinationV1().Leases(NodeLeaseNamespace).Update(context.Background(), fixtureLease("node-1", f.now), metav1.UpdateOptions{}); err != nil {
+			if _, err := f.kube.CoordinationV1().Leases(NodeLeaseNamespace).Update(context.Background(), fixtureLease("node-1", f.clock.Now()), metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			f.now = f0.Add(tc.lastRenewal + 45*time.Second)
+			f.clock.Set(f0.Add(tc.lastRenewal + 45*time.Second))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			nf := f.incident("node-1")
@@ -61,18 +61,18 @@ func TestFixtureWatchdogQuietAgent(t *testing.T) {
 // count from when it holds it again.
 func TestFixtureWatchdogHoldWithdrawn(t *testing.T) {
 	f, nf := watchdogIncident(t)
-	held := f.now
+	held := f.clock.Now()
 	f.report("node-2", true, nf.Name)
 	f.report("node-3", true, nf.Name)
-	f.now = held.Add(5 * time.Second)
+	f.clock.Set(held.Add(5 * time.Second))
 	f.report("node-3", true)
-	f.now = held.Add(20 * time.Second)
+	f.clock.Set(held.Add(20 * time.Second))
 	f.sync("node-1")
 	if a := f.attempt("node-1"); a.State != v1alpha1.AttemptVerifying {
 		t.Fatalf("attempt %+v at V + isolation + 2T with one holder of three left, want still verifying", a)
 	}
 	again := held.Add(30 * time.Second)
-	f.now = again
+	f.clock.Set(again)
 	f.report("node-3", true, nf.Name)
 	f.verifiedAt(again.Add(20 * time.Second))
 }
@@ -88,7 +88,7 @@ func TestFixtureWatchdogEmulated(t *testing.T) {
 			for _, n := range []string{"node-1", "node-2", "node-3"} {
 				f.reportOf(n, nodeagent.WatchdogReport{Kind: watchdog.KindEmulated, Armed: true})
 			}
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			nf := f.incident("node-1")

@@ -67,7 +67,7 @@ func watchdogIncident(t *testing.T) (*fixture, *v1alpha1.NodeFence) {
 	for _, n := range []string{"node-1", "node-2", "node-3"} {
 		f.report(n, true)
 	}
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	return f, f.incident("node-1")
@@ -82,14 +82,14 @@ func TestFixtureWatchdogLevel(t *testing.T) {
 		t.Fatalf("phase %s attempt %+v, want Fencing with the watchdog attempt verifying", nf.Status.Phase, a)
 	}
 	// One member holding it is not a majority of three.
-	f.now = f.now.Add(time.Second)
+	f.clock.Step(time.Second)
 	f.report("node-2", true, nf.Name)
-	f.now = f.now.Add(10 * time.Second)
+	f.clock.Step(10 * time.Second)
 	f.sync("node-1")
 	if a := f.attempt("node-1"); a.State != v1alpha1.AttemptVerifying {
 		t.Fatalf("attempt %+v with one member of three holding the incident, want still verifying", a)
 	}
-	held := f.now
+	held := f.clock.Now()
 	f.report("node-3", true, nf.Name)
 	// Isolation (10s) and two timeouts (5s) after the majority held it.
 	f.verifiedAt(held.Add(20 * time.Second))
@@ -103,15 +103,15 @@ func TestFixtureWatchdogLevel(t *testing.T) {
 // at, and is verified at it.
 func (f *fixture) verifiedAt(at time.Time) {
 	f.t.Helper()
-	f.now = at.Add(-time.Millisecond)
+	f.clock.Set(at.Add(-time.Millisecond))
 	f.sync("node-1")
 	if a := f.attempt("node-1"); a.State != v1alpha1.AttemptVerifying {
-		f.t.Fatalf("attempt %+v at %s, before the node must have reset, want still verifying", a, f.now)
+		f.t.Fatalf("attempt %+v at %s, before the node must have reset, want still verifying", a, f.clock.Now())
 	}
-	f.now = at
+	f.clock.Set(at)
 	f.sync("node-1")
 	if a := f.attempt("node-1"); a.State != v1alpha1.AttemptVerified {
-		f.t.Fatalf("attempt %+v at %s, once the node must have reset, want verified", a, f.now)
+		f.t.Fatalf("attempt %+v at %s, once the node must have reset, want verified", a, f.clock.Now())
 	}
 }
 
@@ -119,21 +119,21 @@ func (f *fixture) verifiedAt(at time.Time) {
 // one after it must have reset contradicts the fence, which is then never verified.
 func TestFixtureWatchdogSignOfLife(t *testing.T) {
 	f, nf := watchdogIncident(t)
-	held := f.now
+	held := f.clock.Now()
 	f.report("node-2", true, nf.Name)
 	f.report("node-3", true, nf.Name)
 	// The node's agent writes once more, 4s later: it was alive then.
-	f.now = held.Add(4 * time.Second)
+	f.clock.Set(held.Add(4 * time.Second))
 	f.report("node-1", true)
-	f.now = held.Add(23 * time.Second)
+	f.clock.Set(held.Add(23 * time.Second))
 	f.sync("node-1")
 	if a := f.attempt("node-1"); a.State != v1alpha1.AttemptVerifying {
 		t.Fatalf("attempt %+v 20s after the majority but 19s after the node's last report, want still verifying", a)
 	}
 	// Alive 23.5s after the majority held it: past its reset (15s) by more than a timeout.
-	f.now = held.Add(23500 * time.Millisecond)
+	f.clock.Set(held.Add(23500 * time.Millisecond))
 	f.report("node-1", true)
-	f.now = held.Add(24 * time.Second)
+	f.clock.Set(held.Add(24 * time.Second))
 	f.sync("node-1")
 	nf = f.incident("node-1")
 	if a := f.attempt("node-1"); a.State != v1alpha1.AttemptFailed || nf.Status.Phase != v1alpha1.PhaseFailed || !strings.Contains(a.Error, "contradicted: sign of life") {
@@ -160,7 +160,7 @@ func TestFixtureWatchdogIneligible(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, watchdogConfig(), threeNodes()...)
 			tc.report(f)
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			nf := f.incident("node-1")
@@ -178,14 +178,14 @@ func TestFixtureWatchdogIneligible(t *testing.T) {
 func TestFixtureWatchdogAfterTakeover(t *testing.T) {
 	f, nf := watchdogIncident(t)
 	// The new leader's memory of the reports starts now, 5s later.
-	f.now = f.now.Add(5 * time.Second)
+	f.clock.Step(5 * time.Second)
 	w, err := nodeagentwatch.New(nodeagentwatch.Options{Config: f.c.cfg, Caches: f.c.opts.Caches, Detector: f.c.detector, Incidents: f.c.store,
-		Queue: f.c.queue, Now: func() time.Time { return f.now }, Identity: "me"})
+		Queue: f.c.queue, Now: func() time.Time { return f.clock.Now() }, Identity: "me"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.c.peers.agents = w
-	seen := f.now
+	seen := f.clock.Now()
 	f.report("node-1", true)
 	f.report("node-2", true, nf.Name)
 	f.report("node-3", true, nf.Name)

@@ -59,10 +59,10 @@ func (f *fixture) agentReported(node string, at time.Time) {
 	if err := r.Encode(l, node); err != nil {
 		f.t.Fatal(err)
 	}
-	now := f.now
-	f.now = at
+	now := f.clock.Now()
+	f.clock.Set(at)
 	f.agents().ObserveReport(l)
-	f.now = now
+	f.clock.Set(now)
 }
 
 // expectWordRefused checks that node-1's Failed incident refused its word, saying says,
@@ -91,9 +91,9 @@ func (f *fixture) expectWordRefused(says string) {
 func TestFixtureConfirmOffRefusedWhileReplicaRuns(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), failedWithWord())...)
 	f.authorize("alice")
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
-	f.replicaOn("node-1", f.now.Add(-2*time.Second))
+	f.replicaOn("node-1", f.clock.Now().Add(-2*time.Second))
 	f.sync("node-1")
 	f.expectCalls()
 	f.expectWordRefused("node node-1 is alive: a controller replica runs on it: replica standby_7_x was last seen renewing its identity Lease")
@@ -104,9 +104,9 @@ func TestFixtureConfirmOffRefusedWhileReplicaRuns(t *testing.T) {
 func TestFixtureConfirmOffRefusedWhileAgentReports(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), failedWithWord())...)
 	f.authorize("alice")
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
-	f.agentReported("node-1", f.now.Add(-3*time.Second))
+	f.agentReported("node-1", f.clock.Now().Add(-3*time.Second))
 	f.sync("node-1")
 	f.expectCalls()
 	f.expectWordRefused("node node-1 is alive: its node agent reported 3s ago (a report counts for 30s)")
@@ -129,7 +129,7 @@ func TestFixtureConfirmOffRefusedForAuthorNotAllowed(t *testing.T) {
 			nf.Annotations[v1alpha1.ConfirmOffByAnnotation] = tc.by
 			f := newFixture(t, fixtureConfig(), append(threeNodes(), nf)...)
 			asked := f.authorize("bob")
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			f.expectCalls()
@@ -150,7 +150,7 @@ func TestFixtureConfirmOffTakenOnceSignsAreGone(t *testing.T) {
 	asked := f.authorize("alice")
 	f.replicaOn("node-1", f0)
 	f.agentReported("node-1", f0)
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls()
@@ -171,16 +171,16 @@ func TestFixtureConfirmOffRefusedWhileKubeletAnswers(t *testing.T) {
 	heardKubelet(t, f)
 	answered := f.c.detector.KubeletAnswered("node-1")
 	nf := failedWithWord()
-	nf.Status.LeaseRenewTime = ptr.To(metav1.NewMicroTime(f.now))
+	nf.Status.LeaseRenewTime = ptr.To(metav1.NewMicroTime(f.clock.Now()))
 	f.cache(nf)
 	if err := f.dyn.Tracker().Add(nf); err != nil {
 		t.Fatal(err)
 	}
 	f.authorize("alice")
-	f.now = f.now.Add(10 * time.Second)
+	f.clock.Step(10 * time.Second)
 	f.renewAllBut("node-1")
 	f.requests()
 	f.sync("node-1")
 	f.expectCalls()
-	f.expectWordRefused(fmt.Sprintf("node node-1 is alive: its kubelet answered a probe %s ago", f.now.Sub(answered)))
+	f.expectWordRefused(fmt.Sprintf("node node-1 is alive: its kubelet answered a probe %s ago", f.clock.Now().Sub(answered)))
 }

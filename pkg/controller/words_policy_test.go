@@ -46,7 +46,7 @@ func TestFixtureConfirmOffTrustsPolicyInForce(t *testing.T) {
 				}
 			}
 			asked := f.authorize("bob")
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			f.expectCalls()

@@ -32,7 +32,7 @@ func failedWithWord() *v1alpha1.NodeFence {
 func TestFixtureConfirmOffReleasesFailed(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), failedWithWord())...)
 	f.authorize("alice")
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls()
@@ -52,7 +52,7 @@ func TestFixtureConfirmOffReleasesFailed(t *testing.T) {
 func TestFixtureConfirmOffRefusedForLiveNode(t *testing.T) {
 	f := newFixture(t, fixtureConfig(), append(threeNodes(), failedWithWord())...)
 	f.authorize("alice")
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	// The cache has not seen it yet; the API server has.
 	if _, err := f.kube.CoordinationV1().Leases(NodeLeaseNamespace).Update(context.Background(), fixtureLease("node-1", f0.Add(30*time.Second)), metav1.UpdateOptions{}); err != nil {
@@ -117,7 +117,7 @@ func TestFixturePauseHoldsTheNextFenceCall(t *testing.T) {
 		}
 		return nil
 	}
-	f.now = f0.Add(time.Minute)
+	f.clock.Set(f0.Add(time.Minute))
 	f.renewAllBut("node-1")
 	f.sync("node-1")
 	f.expectCalls("Fence bmc-node-1")
@@ -125,7 +125,7 @@ func TestFixturePauseHoldsTheNextFenceCall(t *testing.T) {
 
 	f.c.peers.pauses = pausedBy(t, map[string]string{"patch-night": "alice"})
 	busy = false
-	f.now = f.now.Add(2 * time.Second)
+	f.clock.Step(2 * time.Second)
 	f.sync("node-1")
 	f.expectCalls()
 	got := f.incident("node-1")
@@ -174,7 +174,7 @@ func TestFixtureCancel(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.sync("node-1")
 			f.expectCalls()

@@ -20,12 +20,12 @@ func TestRecordYieldsToReleasesInAStorm(t *testing.T) {
 	for _, storm := range []bool{false, true} {
 		t.Run(fmt.Sprintf("storm=%v", storm), func(t *testing.T) {
 			f := newFixture(t, fixtureConfig(), threeNodes()...)
-			f.now = f0.Add(time.Minute)
+			f.clock.Set(f0.Add(time.Minute))
 			f.renewAllBut("node-1")
 			f.c.decide.gate.Max = time.Hour
 			if storm {
 				for i := range incidents.StormAt {
-					f.c.decide.admission.ClaimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), f.now)
+					f.c.decide.admission.ClaimForced(fmt.Sprintf("storm-%d", i), fmt.Sprintf("storm-node-%d", i), f.clock.Now())
 				}
 			}
 			f.c.decide.gate.Enter() // another incident on its way to its release
