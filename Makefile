@@ -31,9 +31,10 @@ deps:
 
 # All tests, including the end-to-end ones on a real kube-apiserver, etcd,
 # kube-controller-manager and ipmi_sim, and on real kubelet nodes (test/realnode). go test
-# runs two packages at a time: test/realnode (about 8 minutes) beside test/sim (about 16,
+# runs two packages at a time: test/realnode (about 22 minutes) beside test/sim (about 20,
 # its tests two at a time). Both mostly wait on Lease and leader timings; together they
-# keep the whole run under 30 minutes, and their safety checks must hold under that load.
+# keep the whole run under 30 minutes (25 here), and their safety checks must hold under
+# that load.
 test: deps build
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 	$(GO) test -count=1 -tags $(TESTPOINTS_TAG) ./pkg/testpoint/
